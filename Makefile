@@ -1,0 +1,49 @@
+# moat — see README.md. Every target runs as root on Debian 12 and installs what it needs.
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+GO ?= go
+BIN := bin
+GOFLAGS_BUILD := -trimpath
+
+.PHONY: all deps build demo test test-short bench fuzz vet clean
+
+all: build
+
+# Debian packages the project uses: OCI runtimes, mkfs for drives, git for repo layers,
+# debootstrap for `moat template build debian`, nftables for the network boundary.
+deps:
+	@if ! command -v runc >/dev/null || ! command -v runsc >/dev/null || ! command -v mkfs.ext4 >/dev/null \
+	  || ! command -v debootstrap >/dev/null || ! command -v crun >/dev/null || ! command -v git >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    runc crun runsc e2fsprogs git debootstrap nftables util-linux ca-certificates >/dev/null; \
+	fi
+	$(GO) mod download
+
+build: deps
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags='-s -w' -o $(BIN)/moat-init ./cmd/moat-init
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/moat ./cmd/moat
+
+# A real agent-like task in a sandbox: check out a small project, run its tests, fix a bug,
+# show the diff, and show what the sandbox could not do.
+demo: build
+	./scripts/demo.sh
+
+vet: deps
+	$(GO) vet ./...
+
+# The whole suite, as root, with real runtimes, namespaces, overlayfs and SQLite.
+test: build
+	$(GO) vet ./...
+	MOAT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 40m -p 2 ./...
+
+test-short: build
+	MOAT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -short ./...
+
+bench: build
+	$(BIN)/moat bench
+
+fuzz: deps
+	./scripts/fuzz.sh
+
+clean:
+	rm -rf $(BIN)

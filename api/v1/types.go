@@ -1,0 +1,96 @@
+// Package v1 holds the wire types of moat's native REST API (`/v1/...`). It has no logic:
+// the daemon (internal/apiserver) serves these types and the Go SDK (sdk/) sends them.
+package v1
+
+import "time"
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes. Zero values take the daemon's
+// defaults.
+type CreateSandboxRequest struct {
+	Runtime        string            `json:"runtime,omitempty"`
+	Template       string            `json:"template,omitempty"`
+	Repo           string            `json:"repo,omitempty"` // host directory: a git work tree
+	User           string            `json:"user,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	MemoryBytes    int64             `json:"memory_bytes,omitempty"`
+	CPUs           float64           `json:"cpus,omitempty"`
+	Pids           int64             `json:"pids,omitempty"`
+	DiskBytes      int64             `json:"disk_bytes,omitempty"`
+	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+}
+
+// Sandbox is a sandbox as the API reports it.
+type Sandbox struct {
+	ID        string            `json:"id"`
+	State     string            `json:"state"`
+	Runtime   string            `json:"runtime"`
+	Template  string            `json:"template"`
+	Repo      string            `json:"repo,omitempty"`
+	User      string            `json:"user"`
+	Env       map[string]string `json:"env,omitempty"`
+	Limits    Limits            `json:"limits"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	Error     string            `json:"error,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
+	// HostUID is the host uid that is root inside the sandbox (runc/crun); 0 for runsc.
+	HostUID uint32 `json:"host_uid"`
+}
+
+// Limits are a sandbox's resource limits.
+type Limits struct {
+	MemoryBytes int64   `json:"memory_bytes"`
+	CPUs        float64 `json:"cpus"`
+	Pids        int64   `json:"pids"`
+	DiskBytes   int64   `json:"disk_bytes"`
+}
+
+// Template is a template as GET /v1/templates reports it.
+type Template struct {
+	Name    string    `json:"name"`
+	Source  string    `json:"source"`
+	Builtin bool      `json:"builtin,omitempty"`
+	Created time.Time `json:"created,omitempty"`
+	Layers  int       `json:"layers"`
+}
+
+// TemplateRequest is the body of POST /v1/templates/{build,import,pull}.
+type TemplateRequest struct {
+	Name     string `json:"name"`
+	Path     string `json:"path,omitempty"`     // import: a tar on the daemon's host
+	Ref      string `json:"ref,omitempty"`      // pull: an image reference
+	Insecure bool   `json:"insecure,omitempty"` // pull: plain HTTP registry
+	Mirror   string `json:"mirror,omitempty"`   // build: Debian mirror URL
+}
+
+// Progress is one line of a streamed long operation (NDJSON). The last line has Done set,
+// and Error when it failed.
+type Progress struct {
+	Message string    `json:"message,omitempty"`
+	Done    bool      `json:"done,omitempty"`
+	Error   string    `json:"error,omitempty"`
+	Result  *Template `json:"result,omitempty"`
+}
+
+// Error is the body of every non-2xx response.
+type Error struct {
+	Code    string `json:"code"` // not_found, invalid_argument, conflict, unavailable, unauthenticated, internal
+	Message string `json:"message"`
+}
+
+// Event is one lifecycle event of a sandbox.
+type Event struct {
+	Seq    int64     `json:"seq"`
+	Time   time.Time `json:"time"`
+	Kind   string    `json:"kind"`
+	Detail string    `json:"detail"`
+}
+
+// APIKey describes an API key. Key is only set in the answer to a create.
+type APIKey struct {
+	ID      string    `json:"id"`
+	Key     string    `json:"key,omitempty"`
+	Created time.Time `json:"created"`
+}

@@ -1,0 +1,287 @@
+package envd
+
+import (
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/textproto"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/moatdev/moat/cmd/moat-init/internal/linux"
+	"github.com/moatdev/moat/cmd/moat-init/internal/users"
+)
+
+// fileMode is the mode of files created by uploads (before umask).
+const fileMode = 0o644
+
+// uploadedEntry is one element of the POST /files response.
+type uploadedEntry struct {
+	Path     string            `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// fileUser resolves the user of a /files request: the username query
+// parameter, else the Authorization header, else the default user.
+func (s *Server) fileUser(r *http.Request) (*users.User, error) {
+	name := r.URL.Query().Get("username")
+	if name == "" {
+		var err error
+		if name, err = ParseBasicUser(r.Header.Get("Authorization")); err != nil {
+			return nil, err
+		}
+	}
+	return s.user(name)
+}
+
+// download serves GET /files: the file's bytes, gzip-compressed when the
+// client accepts gzip. A directory is 400, a missing file 404.
+func (s *Server) download(w http.ResponseWriter, r *http.Request) {
+	u, err := s.fileUser(r)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, err)
+		return
+	}
+	path, err := resolvePath(r.URL.Query().Get("path"), u)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	var f *os.File
+	err = linux.RunAs(credOf(u), func() error {
+		var err error
+		f, err = os.Open(path)
+		return err
+	})
+	if err != nil {
+		writeError(w, httpStatus(err), fmt.Errorf("opening %s: %w", path, err))
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		writeError(w, httpStatus(err), fmt.Errorf("stat %s: %w", path, err))
+		return
+	}
+	if fi.IsDir() {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("path %s is a directory", path))
+		return
+	}
+	gz, ok := chooseEncoding(r.Header.Get("Accept-Encoding"))
+	if !ok {
+		writeError(w, http.StatusNotAcceptable, errors.New("no acceptable content encoding: gzip and identity are supported"))
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": filepath.Base(path)}))
+	h.Add("Vary", "Accept-Encoding")
+	if !gz {
+		http.ServeContent(w, r, "", fi.ModTime(), f)
+		return
+	}
+	h.Set("Content-Encoding", "gzip")
+	zw := gzip.NewWriter(w)
+	if _, err := io.Copy(zw, f); err != nil {
+		s.cfg.Log.Warn("download failed", "path", path, "err", err)
+		return
+	}
+	_ = zw.Close()
+}
+
+// chooseEncoding picks gzip when the client accepts it, else identity; ok
+// is false when the client refuses both.
+func chooseEncoding(accept string) (gz, ok bool) {
+	identity := true
+	for _, part := range strings.Split(accept, ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		q := 1.0
+		for _, p := range strings.Split(params, ";") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(p), "q="); ok {
+				if f, err := strconv.ParseFloat(v, 64); err == nil {
+					q = f
+				}
+			}
+		}
+		switch strings.ToLower(strings.TrimSpace(name)) {
+		case "gzip":
+			if q > 0 {
+				gz = true
+			}
+		case "identity", "*":
+			if q == 0 {
+				identity = false
+			}
+		}
+	}
+	return gz, gz || identity
+}
+
+// upload serves POST /files. A multipart/form-data body carries one or
+// more "file" parts, each written to the path query parameter when given,
+// else to the part's filename; any other body is the content of the file
+// at the path parameter. Content-Encoding: gzip bodies are decompressed.
+// Missing parent directories are created; everything created belongs to
+// the user. X-Metadata-<key> headers become metadata of every file.
+func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
+	u, err := s.fileUser(r)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, err)
+		return
+	}
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip":
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("reading gzip body: %w", err))
+			return
+		}
+		defer zr.Close()
+		r.Body = io.NopCloser(zr)
+	default:
+		writeError(w, http.StatusUnsupportedMediaType, fmt.Errorf("unsupported content encoding %q", enc))
+		return
+	}
+	md := metadataHeaders(r.Header)
+	pathParam := r.URL.Query().Get("path")
+
+	var out []uploadedEntry
+	mediaType, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mediaType != "multipart/form-data" {
+		if pathParam == "" {
+			writeError(w, http.StatusBadRequest, errors.New("path is required"))
+			return
+		}
+		e, err := s.writeFile(u, pathParam, r.Body, md)
+		if err != nil {
+			writeError(w, httpStatus(err), err)
+			return
+		}
+		writeJSON(w, http.StatusOK, []uploadedEntry{e})
+		return
+	}
+	mr, err := r.MultipartReader()
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("reading multipart body: %w", err))
+		return
+	}
+	seen := map[string]bool{}
+	for {
+		part, err := mr.NextRawPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("reading multipart body: %w", err))
+			return
+		}
+		if part.FormName() != "file" {
+			part.Close()
+			continue
+		}
+		target := pathParam
+		if target == "" {
+			// Part.FileName strips directories; the SDK sends full paths.
+			target = rawFileName(part.Header)
+		}
+		if target == "" {
+			part.Close()
+			writeError(w, http.StatusBadRequest, errors.New("file part without path or filename"))
+			return
+		}
+		resolved, err := resolvePath(target, u)
+		if err != nil {
+			part.Close()
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		if seen[resolved] {
+			part.Close()
+			writeError(w, http.StatusBadRequest, fmt.Errorf("more than one file for %s", resolved))
+			return
+		}
+		seen[resolved] = true
+		e, err := s.writeFile(u, target, part, md)
+		part.Close()
+		if err != nil {
+			writeError(w, httpStatus(err), err)
+			return
+		}
+		out = append(out, e)
+	}
+	if len(out) == 0 {
+		writeError(w, http.StatusBadRequest, errors.New("no file part in multipart body"))
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// rawFileName is the filename parameter of a part's Content-Disposition,
+// with its directories.
+func rawFileName(h textproto.MIMEHeader) string {
+	_, params, err := mime.ParseMediaType(h.Get("Content-Disposition"))
+	if err != nil {
+		return ""
+	}
+	return params["filename"]
+}
+
+// metadataHeaders collects X-Metadata-<key> headers (keys lowercased).
+func metadataHeaders(h http.Header) map[string]string {
+	var md map[string]string
+	for k, vs := range h {
+		key, ok := strings.CutPrefix(k, "X-Metadata-")
+		if !ok || key == "" || len(vs) == 0 {
+			continue
+		}
+		if md == nil {
+			md = make(map[string]string)
+		}
+		md[strings.ToLower(key)] = vs[0]
+	}
+	return md
+}
+
+// writeFile writes src to path (resolved for u) as u, creating parents.
+func (s *Server) writeFile(u *users.User, path string, src io.Reader, md map[string]string) (uploadedEntry, error) {
+	resolved, err := resolvePath(path, u)
+	if err != nil {
+		return uploadedEntry{}, err
+	}
+	err = linux.RunAs(credOf(u), func() error {
+		if fi, err := os.Stat(resolved); err == nil && fi.IsDir() {
+			return invalidArgument("path %s is a directory", resolved)
+		}
+		if err := os.MkdirAll(filepath.Dir(resolved), dirMode); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(resolved, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fileMode)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(f, src)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		if len(md) > 0 {
+			return linux.WriteMetadata(resolved, md)
+		}
+		return nil
+	})
+	if err != nil {
+		return uploadedEntry{}, fmt.Errorf("writing %s: %w", resolved, err)
+	}
+	s.cfg.Log.Debug("wrote file", "path", resolved, "user", u.Name)
+	return uploadedEntry{Path: resolved, Name: filepath.Base(resolved), Type: "file", Metadata: md}, nil
+}

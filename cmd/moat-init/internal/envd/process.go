@@ -1,0 +1,214 @@
+package envd
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/moatdev/moat/api/envd/process"
+	"github.com/moatdev/moat/api/envd/process/processconnect"
+)
+
+// processService implements process.Process.
+type processService struct{ s *Server }
+
+var _ processconnect.ProcessHandler = (*processService)(nil)
+
+// Start runs a process as the request's user and streams its events: a
+// start event, data events, then an end event. When the request's deadline
+// passes first, the process group is killed and the stream ends with
+// DeadlineExceeded; a client that merely disconnects leaves it running.
+func (ps *processService) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
+	u, err := ps.s.rpcUser(req.Header())
+	if err != nil {
+		return err
+	}
+	msg := req.Msg
+	if msg.GetProcess().GetCmd() == "" {
+		return invalidArgument("process.cmd is required")
+	}
+	r := spawnRequest{
+		user:     u,
+		config:   msg.GetProcess(),
+		tag:      msg.Tag,
+		stdin:    msg.GetStdin(),
+		defaults: ps.s.cfg.Env,
+	}
+	if msg.Pty != nil {
+		r.pty = msg.GetPty().GetSize()
+		if r.pty == nil {
+			r.pty = &pb.PTY_Size{Cols: 80, Rows: 24}
+		}
+	}
+	p, sub, err := ps.s.spawn(r)
+	if err != nil {
+		return rpcError(err)
+	}
+	send := func(ev *pb.ProcessEvent) error { return stream.Send(&pb.StartResponse{Event: ev}) }
+	return ps.follow(ctx, req.Header(), p, sub, send, true)
+}
+
+// Connect attaches to a running process: a start event, then its further
+// output and its end. The deadline ends only the stream.
+func (ps *processService) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], stream *connect.ServerStream[pb.ConnectResponse]) error {
+	p, err := ps.s.procs.find(req.Msg.GetProcess())
+	if err != nil {
+		return err
+	}
+	sub := p.subscribe()
+	if sub == nil {
+		return notFound("process with pid %d has ended", p.pid)
+	}
+	send := func(ev *pb.ProcessEvent) error { return stream.Send(&pb.ConnectResponse{Event: ev}) }
+	return ps.follow(ctx, req.Header(), p, sub, send, false)
+}
+
+// follow streams a process's events to one client until the end event, the
+// client's departure or its deadline.
+func (ps *processService) follow(ctx context.Context, h http.Header, p *proc, sub *subscriber,
+	send func(*pb.ProcessEvent) error, killOnDeadline bool) error {
+	defer p.unsubscribe(sub)
+	if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: p.pid}}}); err != nil {
+		return err
+	}
+	var tick <-chan time.Time
+	if d := keepaliveInterval(h); d > 0 {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case ev := <-sub.ch:
+			if err := send(ev); err != nil {
+				return err
+			}
+			if ev.GetEnd() != nil {
+				return nil
+			}
+		case <-tick:
+			if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Keepalive{Keepalive: &pb.ProcessEvent_KeepAlive{}}}); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				if killOnDeadline {
+					ps.s.cfg.Log.Info("deadline exceeded, killing process", "pid", p.pid)
+					p.signal(syscall.SIGKILL)
+				}
+				return connect.NewError(connect.CodeDeadlineExceeded, errorf("process %d: deadline exceeded", p.pid))
+			}
+			return connect.NewError(connect.CodeCanceled, ctx.Err())
+		}
+	}
+}
+
+// List returns the running processes started through Start.
+func (ps *processService) List(context.Context, *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
+	procs := ps.s.procs.list()
+	out := &pb.ListResponse{Processes: make([]*pb.ProcessInfo, 0, len(procs))}
+	for _, p := range procs {
+		out.Processes = append(out.Processes, &pb.ProcessInfo{Config: p.config, Pid: p.pid, Tag: p.tag})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// SendInput writes to a process's stdin or terminal.
+func (ps *processService) SendInput(_ context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
+	p, err := ps.s.procs.find(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := writeInput(p, req.Msg.GetInput()); err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&pb.SendInputResponse{}), nil
+}
+
+func writeInput(p *proc, in *pb.ProcessInput) error {
+	switch v := in.GetInput().(type) {
+	case *pb.ProcessInput_Stdin:
+		return p.writeInput(v.Stdin, false)
+	case *pb.ProcessInput_Pty:
+		return p.writeInput(v.Pty, true)
+	default:
+		return invalidArgument("input must be stdin or pty")
+	}
+}
+
+// StreamInput writes the inputs of one client stream in order: a start
+// event selecting the process, then data events.
+func (ps *processService) StreamInput(_ context.Context, stream *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
+	var p *proc
+	for stream.Receive() {
+		switch ev := stream.Msg().GetEvent().(type) {
+		case *pb.StreamInputRequest_Start:
+			found, err := ps.s.procs.find(ev.Start.GetProcess())
+			if err != nil {
+				return nil, err
+			}
+			p = found
+		case *pb.StreamInputRequest_Data:
+			if p == nil {
+				return nil, failedPrecondition("data before start event")
+			}
+			if err := writeInput(p, ev.Data.GetInput()); err != nil {
+				return nil, rpcError(err)
+			}
+		}
+	}
+	if err := stream.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return connect.NewResponse(&pb.StreamInputResponse{}), nil
+}
+
+// CloseStdin closes a process's stdin pipe.
+func (ps *processService) CloseStdin(_ context.Context, req *connect.Request[pb.CloseStdinRequest]) (*connect.Response[pb.CloseStdinResponse], error) {
+	p, err := ps.s.procs.find(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := p.closeStdin(); err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
+}
+
+// SendSignal sends SIGTERM or SIGKILL to a process's process group.
+func (ps *processService) SendSignal(_ context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
+	p, err := ps.s.procs.find(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	var sig syscall.Signal
+	switch req.Msg.GetSignal() {
+	case pb.Signal_SIGNAL_SIGKILL:
+		sig = syscall.SIGKILL
+	case pb.Signal_SIGNAL_SIGTERM:
+		sig = syscall.SIGTERM
+	default:
+		return nil, invalidArgument("unsupported signal %v", req.Msg.GetSignal())
+	}
+	p.signal(sig)
+	return connect.NewResponse(&pb.SendSignalResponse{}), nil
+}
+
+// Update resizes a process's terminal.
+func (ps *processService) Update(_ context.Context, req *connect.Request[pb.UpdateRequest]) (*connect.Response[pb.UpdateResponse], error) {
+	p, err := ps.s.procs.find(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if size := req.Msg.GetPty().GetSize(); size != nil {
+		if err := p.resize(size.GetCols(), size.GetRows()); err != nil {
+			return nil, rpcError(err)
+		}
+	}
+	return connect.NewResponse(&pb.UpdateResponse{}), nil
+}

@@ -1,0 +1,145 @@
+// Command moat-init is PID 1 of every moat sandbox. It reaps orphaned
+// processes, forwards SIGTERM to everything in the sandbox, and serves the
+// E2B envd protocol (process and filesystem services, file transfer) on
+// port 49983 so that E2B SDKs can drive the sandbox.
+//
+// Configuration comes from the environment: MOAT_ACCESS_TOKEN (required),
+// MOAT_ENV (JSON object of default process environment variables) and
+// MOAT_DEFAULT_USER (default "user", falling back to root). The listen
+// address is the -addr flag.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/moatdev/moat/cmd/moat-init/internal/envd"
+	"github.com/moatdev/moat/cmd/moat-init/internal/linux"
+	"github.com/moatdev/moat/cmd/moat-init/internal/users"
+)
+
+// Shutdown timing: how long processes get between SIGTERM and SIGKILL.
+const (
+	termGrace = 5 * time.Second
+	killGrace = time.Second
+)
+
+func main() {
+	// moat-init idles most of its life: keep the heap small.
+	debug.SetGCPercent(50)
+	debug.SetMemoryLimit(24 << 20)
+
+	addr := flag.String("addr", ":49983", "listen `address` of the envd protocol")
+	logLevel := flag.String("log-level", "info", "log `level`: debug, info, warn or error")
+	flag.Parse()
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "moat-init: -log-level: %v\n", err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if err := run(*addr, log); err != nil {
+		log.Error("moat-init failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+// run serves until SIGTERM or SIGINT, then stops every process and returns.
+func run(addr string, log *slog.Logger) error {
+	cfg, err := configFromEnv()
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+
+	reaper := linux.NewReaper(log)
+	if err := reaper.Start(); err != nil {
+		return err
+	}
+	defer reaper.Stop()
+
+	srv := envd.New(envd.Config{
+		Token:       cfg.token,
+		DefaultUser: cfg.defaultUser,
+		Env:         cfg.env,
+		Users:       users.NewDB("/etc/passwd", "/etc/group"),
+		Reaper:      reaper,
+		Log:         log,
+	})
+
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening: %w", err)
+	}
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		// No ReadTimeout or WriteTimeout: process and watch streams and
+		// file transfers last as long as they need.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	log.Info("moat-init serving", "addr", ln.Addr().String(), "pid", os.Getpid(),
+		"default_user", cfg.defaultUser)
+	// Startup allocations are garbage now; hand the pages back.
+	debug.FreeOSMemory()
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serving: %w", err)
+	case sig := <-sigs:
+		log.Info("shutting down", "signal", sig.String())
+	}
+	_ = ln.Close()
+	stopAll(reaper, log)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := hs.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		log.Debug("shutdown", "err", err)
+	}
+	return nil
+}
+
+// stopAll sends SIGTERM to every process, waits up to termGrace for them
+// to exit, then kills what is left.
+func stopAll(r *linux.Reaper, log *slog.Logger) {
+	r.SignalAll(syscall.SIGTERM)
+	if waitChildren(termGrace) {
+		return
+	}
+	log.Warn("processes still running after SIGTERM, killing them")
+	r.SignalAll(syscall.SIGKILL)
+	waitChildren(killGrace)
+}
+
+// waitChildren polls until no child is left or d passes.
+func waitChildren(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for linux.HasChildren() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}

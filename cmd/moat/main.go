@@ -1,0 +1,142 @@
+// Command moat runs coding agents' tasks in disposable sandboxes. It reaches the moat
+// daemon only through the Go SDK (sdk/); when no daemon runs, commands start one in-process
+// (root only). `moat serve` is the daemon itself.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/moatdev/moat/internal/daemon"
+	"github.com/moatdev/moat/sdk"
+)
+
+// exitError carries a command's exit code out of cobra.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return "exit status " + strconv.Itoa(e.code) }
+
+// app holds the global flags and the lazily connected client.
+type app struct {
+	socket   string
+	dataDir  string
+	runDir   string
+	logLevel string
+
+	client  *sdk.Client
+	cleanup func()
+}
+
+func main() {
+	a := &app{}
+	root := a.rootCmd()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := root.ExecuteContext(ctx)
+	stop()
+	if a.cleanup != nil {
+		a.cleanup()
+	}
+	var ee exitError
+	switch {
+	case errors.As(err, &ee):
+		os.Exit(ee.code)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "moat:", err)
+		os.Exit(1)
+	}
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "moat",
+		Short:         "Self-hosted sandboxes for coding agents",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Long: `moat runs each agent task in a disposable sandbox on this Linux host: a real OCI
+runtime (runc, crun or gVisor's runsc), its own user namespace and uid range, seccomp, cgroup
+limits, an overlay root with no host mounts, and no network path out.`,
+	}
+	def := os.Getenv("MOAT_SOCKET")
+	if def == "" {
+		def = sdk.DefaultSocket
+	}
+	root.PersistentFlags().StringVar(&a.socket, "socket", def, "daemon socket (env MOAT_SOCKET)")
+	root.PersistentFlags().StringVar(&a.dataDir, "data", envOr("MOAT_DATA", "/var/lib/moat"), "data directory for the in-process daemon and `serve` (env MOAT_DATA)")
+	root.PersistentFlags().StringVar(&a.runDir, "run-dir", envOr("MOAT_RUN_DIR", "/run/moat"), "runtime state directory (env MOAT_RUN_DIR)")
+	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "warn", "daemon log level for the in-process daemon: debug, info, warn, error")
+	root.AddCommand(
+		a.serveCmd(), a.runCmd(), a.createCmd(), a.execCmd(), a.lsCmd(), a.inspectCmd(),
+		a.lifecycleCmd("stop", "Stop a sandbox's processes; its drive is kept"),
+		a.lifecycleCmd("start", "Start a stopped sandbox again with its drive"),
+		a.lifecycleCmd("pause", "Freeze a sandbox's processes in memory"),
+		a.lifecycleCmd("resume", "Thaw a paused sandbox"),
+		a.rmCmd(), a.shellCmd(), a.cpCmd(), a.templateCmd(), a.doctorCmd(), a.benchCmd(),
+		a.apikeyCmd(), a.eventsCmd(),
+	)
+	return root
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func (a *app) logger(w *os.File) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(a.logLevel))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl}))
+}
+
+// connect returns a client of the running daemon, or of an in-process one when none
+// answers and this process is root.
+func (a *app) connect(ctx context.Context) (*sdk.Client, error) {
+	if a.client != nil {
+		return a.client, nil
+	}
+	c := sdk.NewUnix(a.socket)
+	err := c.Ping(ctx)
+	if err == nil {
+		a.client = c
+		return c, nil
+	}
+	if !errors.Is(err, sdk.ErrNoDaemon) {
+		return nil, fmt.Errorf("daemon at %s: %w", a.socket, err)
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("no moat daemon at %s, and running one in-process needs root: start it with `sudo moat serve`, or point --socket / MOAT_SOCKET at a running daemon", a.socket)
+	}
+	sock := filepath.Join(a.runDir, fmt.Sprintf("embedded-%d.sock", os.Getpid()))
+	d, err := daemon.New(ctx, daemon.Config{DataDir: a.dataDir, RunDir: a.runDir, Socket: sock, Log: a.logger(os.Stderr)})
+	if err != nil {
+		return nil, fmt.Errorf("starting in-process daemon: %w", err)
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(sctx, func() { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		d.Close()
+		return nil, fmt.Errorf("starting in-process daemon: %w", err)
+	}
+	a.cleanup = func() {
+		cancel()
+		<-done
+		d.Close()
+	}
+	a.client = sdk.NewUnix(sock)
+	return a.client, nil
+}

@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/bench"
+	"github.com/moatdev/moat/internal/daemon"
+	"github.com/moatdev/moat/internal/doctor"
+	"github.com/moatdev/moat/sdk"
+)
+
+// watchResize reports the terminal's size on every SIGWINCH until ctx ends.
+func watchResize(ctx context.Context, fd int) <-chan sdk.TermSize {
+	out := make(chan sdk.TermSize, 1)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGWINCH)
+	go func() {
+		defer signal.Stop(sig)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-sig:
+				if w, h, err := term.GetSize(fd); err == nil {
+					select {
+					case out <- sdk.TermSize{Cols: uint32(w), Rows: uint32(h)}:
+					default:
+					}
+				}
+			}
+		}
+	}()
+	return out
+}
+
+func (a *app) templateCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "template", Short: "Manage templates (root filesystems for sandboxes)"}
+	var asJSON bool
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List templates",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			list, err := c.Templates(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if list == nil {
+					list = []v1.Template{}
+				}
+				return printJSON(list)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSOURCE\tLAYERS\tCREATED")
+			for _, t := range list {
+				created := "-"
+				if !t.Created.IsZero() {
+					created = t.Created.Local().Format("2006-01-02 15:04")
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", t.Name, t.Source, t.Layers, created)
+			}
+			return tw.Flush()
+		},
+	}
+	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+
+	var mirror string
+	build := &cobra.Command{
+		Use:   "build debian",
+		Short: "Build the clean Debian bookworm template with debootstrap (takes minutes)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.templateOp(cmd.Context(), "build", v1.TemplateRequest{Name: args[0], Mirror: mirror})
+		},
+	}
+	build.Flags().StringVar(&mirror, "mirror", "", "Debian mirror URL (default: the host's apt source)")
+
+	var name string
+	imp := &cobra.Command{
+		Use:   "import FILE",
+		Short: "Import a docker-archive or OCI-layout tar as a template",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path, err := absPath(args[0])
+			if err != nil {
+				return err
+			}
+			if name == "" {
+				return fmt.Errorf("--name is required")
+			}
+			return a.templateOp(cmd.Context(), "import", v1.TemplateRequest{Name: name, Path: path})
+		},
+	}
+	imp.Flags().StringVar(&name, "name", "", "template name")
+
+	var pullName string
+	var insecure bool
+	pull := &cobra.Command{
+		Use:   "pull REF",
+		Short: "Pull an image from a registry as a template",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n := pullName
+			if n == "" {
+				n = defaultTemplateName(args[0])
+			}
+			return a.templateOp(cmd.Context(), "pull", v1.TemplateRequest{Name: n, Ref: args[0], Insecure: insecure})
+		},
+	}
+	pull.Flags().StringVar(&pullName, "name", "", "template name (default: derived from REF)")
+	pull.Flags().BoolVar(&insecure, "insecure", false, "plain-HTTP registry")
+	cmd.AddCommand(ls, build, imp, pull)
+	return cmd
+}
+
+// defaultTemplateName derives a template name from an image reference:
+// registry:5000/library/alpine:3.20 → alpine-3.20.
+func defaultTemplateName(ref string) string {
+	last := ref[strings.LastIndex(ref, "/")+1:]
+	last, _, _ = strings.Cut(last, "@")
+	last = strings.ReplaceAll(strings.ToLower(last), ":", "-")
+	var b strings.Builder
+	for _, r := range last {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_' {
+			b.WriteRune(r)
+		}
+	}
+	return strings.TrimLeft(b.String(), ".-_")
+}
+
+func (a *app) templateOp(ctx context.Context, op string, req v1.TemplateRequest) error {
+	c, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	t, err := c.TemplateOp(ctx, op, req, func(msg string) { fmt.Fprintln(os.Stderr, msg) })
+	if err != nil {
+		return err
+	}
+	fmt.Println(t.Name)
+	return nil
+}
+
+func absPath(p string) (string, error) {
+	if strings.HasPrefix(p, "/") {
+		return p, nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	return wd + "/" + p, nil
+}
+
+func (a *app) doctorCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check runtimes and kernel features; say what would add isolation",
+		Long:  "doctor exits 0 when at least one runtime works on this host.",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			var r doctor.Report
+			if err := c.Doctor(cmd.Context(), &r); err != nil {
+				return err
+			}
+			if asJSON {
+				if err := printJSON(r); err != nil {
+					return err
+				}
+			} else {
+				printDoctor(r)
+			}
+			if !r.OK {
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printDoctor(r doctor.Report) {
+	mark := func(ok bool) string {
+		if ok {
+			return "ok  "
+		}
+		return "MISS"
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUNTIMES")
+	for _, rt := range r.Runtimes {
+		line := fmt.Sprintf("  %s\t%s\t%s\t%s", mark(rt.Usable), rt.Name, rt.Version, rt.Isolation)
+		if !rt.Usable {
+			line += "\t" + rt.Problem
+			if rt.Fix != "" {
+				line += "  → " + rt.Fix
+			}
+		}
+		fmt.Fprintln(tw, line)
+	}
+	fmt.Fprintln(tw, "KERNEL")
+	for _, k := range append(r.Kernel, r.Tools...) {
+		line := fmt.Sprintf("  %s\t%s\t%s", mark(k.OK), k.Name, k.Detail)
+		if !k.OK && k.Fix != "" {
+			line += "  → " + k.Fix
+		}
+		fmt.Fprintln(tw, line)
+	}
+	fmt.Fprintln(tw, "ISOLATION LEVELS")
+	for _, l := range r.Isolation {
+		line := fmt.Sprintf("  %s\t%s\t%s", mark(l.Available), l.Name, l.Detail)
+		if !l.Available && l.Fix != "" {
+			line += "  → " + l.Fix
+		}
+		fmt.Fprintln(tw, line)
+	}
+	tw.Flush()
+}
+
+func (a *app) apikeyCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "apikey", Short: "Manage API keys for the daemon's TCP listener"}
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create an API key; prints the key alone on stdout (it is stored hashed)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			k, err := c.CreateAPIKey(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Println(k.Key)
+			return nil
+		},
+	}
+	var asJSON bool
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List API keys (ids only)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			keys, err := c.APIKeys(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if keys == nil {
+					keys = []v1.APIKey{}
+				}
+				return printJSON(keys)
+			}
+			for _, k := range keys {
+				fmt.Printf("%s\t%s\n", k.ID, k.Created.Local().Format("2006-01-02 15:04:05"))
+			}
+			return nil
+		},
+	}
+	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	rm := &cobra.Command{
+		Use:   "rm ID",
+		Short: "Delete an API key",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return c.DeleteAPIKey(cmd.Context(), args[0])
+		},
+	}
+	cmd.AddCommand(create, ls, rm)
+	return cmd
+}
+
+func (a *app) benchCmd() *cobra.Command {
+	var o bench.Options
+	var asJSON bool
+	var runtimes string
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure create→first output per runtime against the raw runtime, idle memory, burst rate",
+		Long: `bench creates sandboxes through the API and measures, for each runtime, the time from
+create to the first output of a command (p50/p99 over --runs), beside the raw runtime's own
+create + first exec of the same root filesystem with moat's spec in the same run; then the
+host memory taken per idle sandbox and the burst create rate. Needs root on the daemon's host.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			o.RunDir = a.runDir
+			o.Runtimes = strings.Split(runtimes, ",")
+			o.RuntimeArgs = daemon.RuntimeArgs(a.runDir)
+			o.Progress = func(s string) { fmt.Fprintln(os.Stderr, "bench:", s) }
+			res, err := bench.Run(cmd.Context(), c, o)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(res)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "RUNTIME\tAPI p50\tAPI p99\tRAW p50\tRAW p99\tRATIO p50\tRUNS")
+			for _, r := range res.Runtimes {
+				if r.Error != "" {
+					fmt.Fprintf(tw, "%s\terror: %s\n", r.Runtime, r.Error)
+					continue
+				}
+				fmt.Fprintf(tw, "%s\t%.1f ms\t%.1f ms\t%.1f ms\t%.1f ms\t%.2f\t%d\n", r.Runtime,
+					r.API.P50, r.API.P99, r.Raw.P50, r.Raw.P99, r.Ratio, r.API.N)
+			}
+			tw.Flush()
+			fmt.Printf("idle memory: %.2f MiB per sandbox (host MemAvailable delta over %d idle runc sandboxes); moat-init RSS %.0f KiB\n",
+				res.IdleMiBPerSandbox, res.IdleN, res.IdleInitRSSKiB)
+			fmt.Printf("burst: %.1f creates/s (%d at once)\n", res.BurstPerSecond, res.BurstN)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&o.Runs, "runs", 30, "measured runs per runtime")
+	cmd.Flags().StringVar(&runtimes, "runtimes", "runc,runsc", "runtimes to measure")
+	cmd.Flags().IntVar(&o.Idle, "idle", 10, "idle sandboxes for the memory figure (0: skip)")
+	cmd.Flags().IntVar(&o.Burst, "burst", 20, "sandboxes for the burst create figure (0: skip)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

@@ -1,0 +1,525 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/daemon"
+	"github.com/moatdev/moat/sdk"
+)
+
+// sandboxFlags are the flags shared by run and create.
+type sandboxFlags struct {
+	runtime, template, repo, user string
+	env                           []string
+	memory, disk                  string
+	cpus                          float64
+	pids                          int64
+	timeout                       string
+}
+
+func (f *sandboxFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.runtime, "runtime", "", "OCI runtime: runc (default), crun or runsc")
+	fl.StringVar(&f.template, "template", "", "template (default: host)")
+	fl.StringVar(&f.repo, "repo", "", "git work tree whose HEAD is checked out at /workspace")
+	fl.StringVar(&f.user, "user", "", "default user inside (default: user)")
+	fl.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE (repeatable)")
+	fl.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M or 2G (default 2G)")
+	fl.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores (default 2)")
+	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes (default 1024)")
+	fl.StringVar(&f.disk, "disk", "", "drive size, e.g. 1G (default 10G)")
+	fl.StringVar(&f.timeout, "timeout", "", "stop the sandbox after this long, e.g. 10m (default: never; `run`: the command is killed and moat exits 124)")
+}
+
+// request validates the flags before anything is created.
+func (f *sandboxFlags) request() (v1.CreateSandboxRequest, time.Duration, error) {
+	req := v1.CreateSandboxRequest{Runtime: f.runtime, Template: f.template, User: f.user, CPUs: f.cpus, Pids: f.pids}
+	var err error
+	if req.Env, err = parseEnv(f.env); err != nil {
+		return req, 0, err
+	}
+	if f.memory != "" {
+		if req.MemoryBytes, err = parseSize(f.memory); err != nil {
+			return req, 0, fmt.Errorf("--memory: %w", err)
+		}
+	}
+	if f.disk != "" {
+		if req.DiskBytes, err = parseSize(f.disk); err != nil {
+			return req, 0, fmt.Errorf("--disk: %w", err)
+		}
+	}
+	if f.cpus < 0 {
+		return req, 0, fmt.Errorf("--cpus %g: must be positive", f.cpus)
+	}
+	if f.pids < 0 {
+		return req, 0, fmt.Errorf("--pids %d: must be positive", f.pids)
+	}
+	var timeout time.Duration
+	if f.timeout != "" {
+		if timeout, err = parseDuration(f.timeout); err != nil {
+			return req, 0, fmt.Errorf("--timeout: %w", err)
+		}
+		req.TimeoutSeconds = int64((timeout + time.Second - 1) / time.Second)
+	}
+	if f.repo != "" {
+		abs, err := filepath.Abs(f.repo)
+		if err != nil {
+			return req, 0, err
+		}
+		if st, err := os.Stat(abs); err != nil || !st.IsDir() {
+			return req, 0, fmt.Errorf("--repo %s: not a directory", f.repo)
+		}
+		req.Repo = abs
+	}
+	return req, timeout, nil
+}
+
+func (a *app) runCmd() *cobra.Command {
+	var f sandboxFlags
+	var keep bool
+	var workdir string
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARG...]",
+		Short: "Run one command in a new sandbox, stream its output, exit with its code",
+		Long: `run creates a sandbox, runs CMD in it through bash -l -c as the sandbox's user,
+streams stdout and stderr, deletes the sandbox (unless --keep) and exits with CMD's exit code.
+A single CMD argument is a shell line ('make test && echo ok'); several are quoted as words.
+Without a running daemon, run starts one in-process (root only).`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req, timeout, err := f.request()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			c, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			sb, err := c.Create(ctx, req)
+			if err != nil {
+				return err
+			}
+			if keep {
+				fmt.Fprintf(os.Stderr, "moat: sandbox %s (kept)\n", sb.ID)
+			}
+			defer func() {
+				if !keep {
+					if err := c.Delete(context.WithoutCancel(ctx), sb.ID); err != nil {
+						fmt.Fprintf(os.Stderr, "moat: deleting sandbox %s: %v\n", sb.ID, err)
+					}
+				}
+			}()
+			if workdir == "" && req.Repo != "" {
+				workdir = "/workspace"
+			}
+			execCtx := ctx
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				execCtx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			code, err := c.Exec(execCtx, sb.ID, sdk.ExecRequest{
+				Cmd: "/bin/bash", Args: []string{"-l", "-c", shellLine(args)},
+				Workdir: workdir, Stdout: os.Stdout, Stderr: os.Stderr, Stdin: stdinIfPiped(),
+			})
+			if err != nil {
+				if errors.Is(execCtx.Err(), context.DeadlineExceeded) {
+					fmt.Fprintf(os.Stderr, "moat: timeout after %s\n", timeout)
+					return exitError{124}
+				}
+				if ctx.Err() != nil {
+					return exitError{130}
+				}
+				return err
+			}
+			if code != 0 {
+				return exitError{code}
+			}
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&keep, "keep", false, "keep the sandbox after the command ends")
+	cmd.Flags().StringVar(&workdir, "workdir", "", "working directory inside (default: /workspace with --repo, else the user's home)")
+	return cmd
+}
+
+// stdinIfPiped forwards stdin only when it is not a terminal (a pipe or file), so that
+// `echo x | moat run -- cat` works and an interactive shell doesn't hold the command open.
+func stdinIfPiped() io.Reader {
+	if term.IsTerminal(int(os.Stdin.Fd())) {
+		return nil
+	}
+	st, err := os.Stdin.Stat()
+	if err != nil || st.Mode()&os.ModeCharDevice != 0 {
+		return nil
+	}
+	return os.Stdin
+}
+
+func (a *app) createCmd() *cobra.Command {
+	var f sandboxFlags
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "create [flags]",
+		Short: "Create and start a sandbox; prints its ID",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req, _, err := f.request()
+			if err != nil {
+				return err
+			}
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			sb, err := c.Create(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(sb)
+			}
+			fmt.Println(sb.ID)
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the sandbox as JSON")
+	return cmd
+}
+
+func (a *app) execCmd() *cobra.Command {
+	var user, workdir string
+	var env []string
+	var tty bool
+	cmd := &cobra.Command{
+		Use:   "exec [flags] ID -- CMD [ARG...]",
+		Short: "Run a command in a running sandbox",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			envs, err := parseEnv(env)
+			if err != nil {
+				return err
+			}
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			req := sdk.ExecRequest{
+				Cmd: "/bin/bash", Args: []string{"-l", "-c", shellLine(args[1:])},
+				User: user, Env: envs, Workdir: workdir, Stdout: os.Stdout, Stderr: os.Stderr, Stdin: stdinIfPiped(),
+			}
+			if tty {
+				return a.interactive(cmd.Context(), c, args[0], req)
+			}
+			code, err := c.Exec(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return exitError{code}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&user, "user", "", "user to run as (default: the sandbox's user)")
+	cmd.Flags().StringVar(&workdir, "workdir", "", "working directory (default: the user's home)")
+	cmd.Flags().StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE (repeatable)")
+	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run on a pseudo-terminal")
+	return cmd
+}
+
+func (a *app) shellCmd() *cobra.Command {
+	var user string
+	cmd := &cobra.Command{
+		Use:   "shell ID",
+		Short: "Open an interactive login shell in a sandbox",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return a.interactive(cmd.Context(), c, args[0], sdk.ExecRequest{Cmd: "/bin/bash", Args: []string{"-l"}, User: user})
+		},
+	}
+	cmd.Flags().StringVar(&user, "user", "", "user to log in as (default: the sandbox's user)")
+	return cmd
+}
+
+// interactive runs req on a PTY wired to this terminal (raw mode, resize on SIGWINCH).
+func (a *app) interactive(ctx context.Context, c *sdk.Client, id string, req sdk.ExecRequest) error {
+	fd := int(os.Stdin.Fd())
+	cols, rows := 80, 24
+	if term.IsTerminal(fd) {
+		if w, h, err := term.GetSize(fd); err == nil {
+			cols, rows = w, h
+		}
+		old, err := term.MakeRaw(fd)
+		if err != nil {
+			return fmt.Errorf("terminal raw mode: %w", err)
+		}
+		defer term.Restore(fd, old)
+	}
+	req.TTY = &sdk.TermSize{Cols: uint32(cols), Rows: uint32(rows)}
+	req.Stdin, req.Stdout = os.Stdin, os.Stdout
+	req.Resize = watchResize(ctx, fd)
+	code, err := c.Exec(ctx, id, req)
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return exitError{code}
+	}
+	return nil
+}
+
+func (a *app) lsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List sandboxes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			list, err := c.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if list == nil {
+					list = []v1.Sandbox{}
+				}
+				return printJSON(list)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATE\tRUNTIME\tTEMPLATE\tCREATED\tNOTE")
+			for _, sb := range list {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.State, sb.Runtime, sb.Template,
+					sb.CreatedAt.Local().Format("2006-01-02 15:04:05"), sb.Error)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func (a *app) inspectCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect ID",
+		Short: "Print one sandbox as JSON",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			sb, err := c.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(sb)
+		},
+	}
+}
+
+func (a *app) eventsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "events ID",
+		Short: "Show a sandbox's lifecycle events",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			evs, err := c.Events(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(evs)
+			}
+			for _, e := range evs {
+				fmt.Printf("%s  %-10s %s\n", e.Time.Local().Format(time.RFC3339), e.Kind, e.Detail)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func (a *app) lifecycleCmd(op, short string) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   op + " ID...",
+		Short: short,
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fn := map[string]func(context.Context, string) (*v1.Sandbox, error){
+				"stop": c.Stop, "start": c.Start, "pause": c.Pause, "resume": c.Resume,
+			}[op]
+			var errs []error
+			for _, id := range args {
+				sb, err := fn(cmd.Context(), id)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				if asJSON {
+					_ = printJSON(sb)
+				} else {
+					fmt.Printf("%s %s\n", sb.ID, sb.State)
+				}
+			}
+			return errors.Join(errs...)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func (a *app) rmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm ID...",
+		Short: "Delete sandboxes (processes, drive and everything else)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			var errs []error
+			for _, id := range args {
+				if err := c.Delete(cmd.Context(), id); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				fmt.Println(id)
+			}
+			return errors.Join(errs...)
+		},
+	}
+}
+
+func (a *app) cpCmd() *cobra.Command {
+	var user string
+	cmd := &cobra.Command{
+		Use:   "cp SRC DST",
+		Short: "Copy a file into or out of a sandbox (ID:PATH on one side; - is stdin/stdout)",
+		Long: `cp copies one file. Exactly one of SRC and DST is ID:PATH in a sandbox. The path inside is
+resolved by the sandbox's own moat-init, in the sandbox's mount namespace: it can never reach
+host files. A relative path inside is relative to the user's home.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			srcID, srcPath, srcRemote := splitRemote(args[0])
+			dstID, dstPath, dstRemote := splitRemote(args[1])
+			if srcRemote == dstRemote {
+				return errors.New("cp: exactly one of SRC and DST must be ID:PATH")
+			}
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if srcRemote {
+				rc, err := c.ReadFile(ctx, srcID, srcPath, user)
+				if err != nil {
+					return err
+				}
+				defer rc.Close()
+				if dstPath == "-" {
+					_, err = io.Copy(os.Stdout, rc)
+					return err
+				}
+				if st, err := os.Stat(dstPath); err == nil && st.IsDir() {
+					dstPath = filepath.Join(dstPath, filepath.Base(srcPath))
+				}
+				f, err := os.Create(dstPath)
+				if err != nil {
+					return err
+				}
+				if _, err := io.Copy(f, rc); err != nil {
+					f.Close()
+					return err
+				}
+				return f.Close()
+			}
+			var r io.Reader = os.Stdin
+			if srcPath != "-" {
+				f, err := os.Open(srcPath)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if st, _ := f.Stat(); st != nil && st.IsDir() {
+					return fmt.Errorf("cp: %s is a directory (copy files one at a time)", srcPath)
+				}
+				r = f
+				if strings.HasSuffix(dstPath, "/") {
+					dstPath += filepath.Base(srcPath)
+				}
+			}
+			return c.WriteFile(ctx, dstID, dstPath, user, r)
+		},
+	}
+	cmd.Flags().StringVar(&user, "user", "", "user inside whose permissions apply (default: the sandbox's user)")
+	return cmd
+}
+
+func (a *app) serveCmd() *cobra.Command {
+	var listen string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the moat daemon",
+		Long: `serve runs the daemon: SQLite state under --data, the API on --socket (mode 0600) and,
+with --listen ADDR, on TCP for clients with an API key (moat apikey create).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if a.logLevel == "warn" {
+				a.logLevel = "info"
+			}
+			d, err := daemon.New(cmd.Context(), daemon.Config{
+				DataDir: a.dataDir, RunDir: a.runDir, Socket: a.socket, Listen: listen, Log: a.logger(os.Stderr),
+			})
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			return d.Serve(cmd.Context(), nil)
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this TCP address (API keys required)")
+	return cmd
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

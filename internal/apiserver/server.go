@@ -1,0 +1,392 @@
+// Package apiserver is moat's HTTP edge: one route table, one authentication gate, and one
+// mapping from error classes to HTTP status codes. It serves the native REST API under /v1
+// and forwards each sandbox's envd protocol (Connect-RPC + /files) to its moat-init.
+package apiserver
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/sandbox"
+)
+
+// Sandboxes is the lifecycle surface the API needs. Implemented by *sandbox.Manager.
+type Sandboxes interface {
+	Create(ctx context.Context, opts sandbox.CreateOptions) (*sandbox.Sandbox, error)
+	Get(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	List(ctx context.Context) ([]*sandbox.Sandbox, error)
+	Stop(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	Start(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	Pause(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	Resume(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	Delete(ctx context.Context, id string) error
+	EnvdTransport() http.RoundTripper
+}
+
+// Templates is the template surface the API needs.
+type Templates interface {
+	List(ctx context.Context) ([]v1.Template, error)
+	Build(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error)
+	Import(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error)
+	Pull(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error)
+}
+
+// Authenticator checks API keys on TCP listeners. The unix socket (mode 0600, root) needs
+// none.
+type Authenticator interface {
+	CheckAPIKey(ctx context.Context, key string) error
+}
+
+// APIKeys manages API keys. Only the unix socket serves these routes.
+type APIKeys interface {
+	CreateAPIKey(ctx context.Context) (v1.APIKey, error)
+	ListAPIKeys(ctx context.Context) ([]v1.APIKey, error)
+	DeleteAPIKey(ctx context.Context, id string) error
+}
+
+// Events lists a sandbox's lifecycle events.
+type Events interface {
+	Events(ctx context.Context, id string) ([]v1.Event, error)
+}
+
+// Server is the HTTP API.
+type Server struct {
+	sandboxes Sandboxes
+	templates Templates
+	events    Events
+	keys      APIKeys
+	doctor    func(ctx context.Context) any
+	log       *slog.Logger
+	mux       *http.ServeMux
+	proxy     *httputil.ReverseProxy
+}
+
+// New builds the route table.
+func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, doctor func(context.Context) any, log *slog.Logger) *Server {
+	s := &Server{sandboxes: sb, templates: tpl, events: ev, keys: keys, doctor: doctor, log: log, mux: http.NewServeMux()}
+	s.proxy = &httputil.ReverseProxy{
+		Rewrite:       s.rewriteEnvd,
+		Transport:     sb.EnvdTransport(),
+		FlushInterval: -1, // stream process output as it comes
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			s.log.Warn("envd forward failed", "path", r.URL.Path, "err", err)
+			writeError(w, fmt.Errorf("sandbox is not reachable: %w", errdefs.ErrUnavailable))
+		},
+	}
+	// The one route table.
+	routes := []struct {
+		pattern string
+		h       http.HandlerFunc
+	}{
+		{"GET /v1/health", s.health},
+		{"POST /v1/sandboxes", s.create},
+		{"GET /v1/sandboxes", s.list},
+		{"GET /v1/sandboxes/{id}", s.get},
+		{"DELETE /v1/sandboxes/{id}", s.delete},
+		{"POST /v1/sandboxes/{id}/stop", s.lifecycle((Sandboxes).Stop)},
+		{"POST /v1/sandboxes/{id}/start", s.lifecycle((Sandboxes).Start)},
+		{"POST /v1/sandboxes/{id}/pause", s.lifecycle((Sandboxes).Pause)},
+		{"POST /v1/sandboxes/{id}/resume", s.lifecycle((Sandboxes).Resume)},
+		{"GET /v1/sandboxes/{id}/events", s.sandboxEvents},
+		{"/v1/sandboxes/{id}/envd/{rest...}", s.envd},
+		{"GET /v1/templates", s.listTemplates},
+		{"POST /v1/templates/build", s.templateOp(Templates.Build)},
+		{"POST /v1/templates/import", s.templateOp(Templates.Import)},
+		{"POST /v1/templates/pull", s.templateOp(Templates.Pull)},
+		{"GET /v1/doctor", s.runDoctor},
+		{"POST /v1/apikeys", s.createKey},
+		{"GET /v1/apikeys", s.listKeys},
+		{"DELETE /v1/apikeys/{id}", s.deleteKey},
+	}
+	for _, r := range routes {
+		s.mux.HandleFunc(r.pattern, r.h)
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, fmt.Errorf("no route for %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound))
+	})
+	return s
+}
+
+// Handler returns the API with the authentication gate: when auth is nil (the unix
+// socket) every request passes; otherwise `Authorization: Bearer <key>` must hold a valid
+// API key.
+func (s *Server) Handler(auth Authenticator) http.Handler {
+	if auth == nil {
+		return s.mux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || key == "" {
+			writeError(w, fmt.Errorf("an API key is required (Authorization: Bearer <key>): %w", errdefs.ErrUnauthenticated))
+			return
+		}
+		if err := auth.CheckAPIKey(r.Context(), key); err != nil {
+			writeError(w, err)
+			return
+		}
+		if strings.HasPrefix(r.URL.Path, "/v1/apikeys") {
+			writeError(w, fmt.Errorf("API keys are managed on the daemon's unix socket only: %w", errdefs.ErrUnauthenticated))
+			return
+		}
+		s.mux.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	var req v1.CreateSandboxRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	sb, err := s.sandboxes.Create(r.Context(), sandbox.CreateOptions{
+		Runtime: req.Runtime, Template: req.Template, Repo: req.Repo, User: req.User, Env: req.Env,
+		Limits: sandbox.Limits{
+			MemoryBytes: req.MemoryBytes, CPUs: req.CPUs, Pids: req.Pids, DiskBytes: req.DiskBytes,
+		},
+		Timeout:  time.Duration(req.TimeoutSeconds) * time.Second,
+		Metadata: req.Metadata,
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, ToAPI(sb))
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	list, err := s.sandboxes.List(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out := make([]v1.Sandbox, 0, len(list))
+	for _, sb := range list {
+		out = append(out, ToAPI(sb))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sandboxes.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ToAPI(sb))
+}
+
+func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
+	if err := s.sandboxes.Delete(r.Context(), r.PathValue("id")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) lifecycle(op func(Sandboxes, context.Context, string) (*sandbox.Sandbox, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sb, err := op(s.sandboxes, r.Context(), r.PathValue("id"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, ToAPI(sb))
+	}
+}
+
+func (s *Server) sandboxEvents(w http.ResponseWriter, r *http.Request) {
+	evs, err := s.events.Events(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, evs)
+}
+
+// envdTarget is the context key carrying the resolved sandbox for the envd rewrite.
+type envdTarget struct{}
+
+type envdDest struct {
+	id, token, rest string
+}
+
+// envd forwards /v1/sandboxes/{id}/envd/<rest> to the sandbox's moat-init, adding the
+// sandbox's access token. Only running sandboxes are reachable.
+func (s *Server) envd(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sandboxes.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if sb.State != sandbox.StateRunning {
+		writeError(w, fmt.Errorf("sandbox %s is %s, not running: %w", sb.ID, sb.State, errdefs.ErrConflict))
+		return
+	}
+	dest := envdDest{id: sb.ID, token: sb.AccessToken, rest: "/" + r.PathValue("rest")}
+	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), envdTarget{}, dest)))
+}
+
+func (s *Server) rewriteEnvd(pr *httputil.ProxyRequest) {
+	dest := pr.In.Context().Value(envdTarget{}).(envdDest)
+	pr.Out.URL = &url.URL{Scheme: "http", Host: dest.id, Path: dest.rest, RawQuery: pr.In.URL.RawQuery}
+	pr.Out.Host = dest.id
+	pr.Out.Header.Set("X-Access-Token", dest.token)
+	// The caller's credentials for the daemon never reach the sandbox. The user to run as
+	// travels as X-Moat-User and becomes envd's Basic user header.
+	pr.Out.Header.Del("Authorization")
+	if u := pr.In.Header.Get(UserHeader); u != "" {
+		pr.Out.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u+":")))
+	}
+	pr.Out.Header.Del(UserHeader)
+}
+
+// UserHeader names the user an envd call through the native API runs as.
+const UserHeader = "X-Moat-User"
+
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
+	list, err := s.templates.List(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// templateOp runs a long template operation, streaming progress as NDJSON lines; the last
+// line carries the result or the error.
+func (s *Server) templateOp(op func(Templates, context.Context, v1.TemplateRequest, func(string)) (v1.Template, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req v1.TemplateRequest
+		if err := decode(r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK)
+		rc := http.NewResponseController(w)
+		enc := json.NewEncoder(w)
+		progress := func(msg string) {
+			_ = enc.Encode(v1.Progress{Message: msg})
+			_ = rc.Flush()
+		}
+		t, err := op(s.templates, r.Context(), req, progress)
+		if err != nil {
+			s.log.Error("template operation failed", "name", req.Name, "err", err)
+			_ = enc.Encode(v1.Progress{Done: true, Error: clientMessage(err)})
+			return
+		}
+		_ = enc.Encode(v1.Progress{Done: true, Result: &t})
+	}
+}
+
+func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
+	k, err := s.keys.CreateAPIKey(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, k)
+}
+
+func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
+	keys, err := s.keys.ListAPIKeys(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, keys)
+}
+
+func (s *Server) deleteKey(w http.ResponseWriter, r *http.Request) {
+	if err := s.keys.DeleteAPIKey(r.Context(), r.PathValue("id")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) runDoctor(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.doctor(r.Context()))
+}
+
+// ToAPI converts a sandbox record to its wire form (without the access token).
+func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
+	out := v1.Sandbox{
+		ID: sb.ID, State: string(sb.State), Runtime: sb.Runtime, Template: sb.Template, Repo: sb.Repo,
+		User: sb.User, Env: sb.Env, Metadata: sb.Metadata, Error: sb.Error,
+		CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, ExpiresAt: sb.ExpiresAt,
+		Limits: v1.Limits{MemoryBytes: sb.Limits.MemoryBytes, CPUs: sb.Limits.CPUs, Pids: sb.Limits.Pids, DiskBytes: sb.Limits.DiskBytes},
+	}
+	if sb.Runtime != "runsc" {
+		out.HostUID = sb.HostIDs().Host
+	}
+	return out
+}
+
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("request body: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// classes is the one mapping from error classes to HTTP status and wire code.
+var classes = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{errdefs.ErrNotFound, http.StatusNotFound, "not_found"},
+	{errdefs.ErrInvalidArgument, http.StatusBadRequest, "invalid_argument"},
+	{errdefs.ErrAlreadyExists, http.StatusConflict, "already_exists"},
+	{errdefs.ErrConflict, http.StatusConflict, "conflict"},
+	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
+	{errdefs.ErrUnauthenticated, http.StatusUnauthorized, "unauthenticated"},
+}
+
+// StatusOf maps an error to its HTTP status and wire code.
+func StatusOf(err error) (int, string) {
+	for _, c := range classes {
+		if errors.Is(err, c.err) {
+			return c.status, c.code
+		}
+	}
+	return http.StatusInternalServerError, "internal"
+}
+
+// clientMessage is the text a client sees: classified errors carry messages written for
+// the client; anything else is an internal error whose detail stays in the daemon log.
+func clientMessage(err error) string {
+	if _, code := StatusOf(err); code == "internal" {
+		return "internal error: " + err.Error()
+	}
+	return err.Error()
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status, code := StatusOf(err)
+	writeJSON(w, status, v1.Error{Code: code, Message: clientMessage(err)})
+}

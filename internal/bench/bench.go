@@ -1,0 +1,373 @@
+// Package bench measures moat against a baseline taken in the same run: time from create
+// to a command's first output through the API, beside the raw OCI runtime's own create +
+// first exec of the same root filesystem; idle memory per sandbox; burst create rate.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/sdk"
+)
+
+// Options configure a benchmark run.
+type Options struct {
+	Runs     int      // measured runs per runtime (≥ 30 for the figures that count)
+	Runtimes []string // runtimes to measure
+	Idle     int      // sandboxes for the idle-memory figure
+	Burst    int      // sandboxes for the burst-create figure
+	RunDir   string   // the daemon's run directory (for the raw baseline's bundle)
+	// RuntimeArgs returns the global flags moat's driver passes to a runtime, so the raw
+	// baseline runs the runtime exactly as moat does.
+	RuntimeArgs func(name string) (binary string, global []string, err error)
+	Progress    func(string)
+}
+
+// Latency is a distribution summary in milliseconds.
+type Latency struct {
+	P50 float64 `json:"p50_ms"`
+	P99 float64 `json:"p99_ms"`
+	Min float64 `json:"min_ms"`
+	N   int     `json:"n"`
+}
+
+// RuntimeResult is the latency figure for one runtime.
+type RuntimeResult struct {
+	Runtime string  `json:"runtime"`
+	API     Latency `json:"api_create_to_first_output"`
+	Raw     Latency `json:"raw_runtime_create_and_first_exec"`
+	Ratio   float64 `json:"ratio_p50"` // API p50 / raw p50
+	Error   string  `json:"error,omitempty"`
+}
+
+// Result is the whole report.
+type Result struct {
+	Runtimes          []RuntimeResult `json:"runtimes"`
+	IdleMiBPerSandbox float64         `json:"idle_mib_per_sandbox"`
+	IdleInitRSSKiB    float64         `json:"idle_moat_init_rss_kib"`
+	IdleN             int             `json:"idle_n"`
+	BurstPerSecond    float64         `json:"burst_creates_per_second"`
+	BurstN            int             `json:"burst_n"`
+}
+
+var smallSandbox = v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 256 << 20}
+
+// Run measures. It deletes every sandbox it creates.
+func Run(ctx context.Context, c *sdk.Client, o Options) (*Result, error) {
+	if o.Progress == nil {
+		o.Progress = func(string) {}
+	}
+	res := &Result{}
+	for _, rt := range o.Runtimes {
+		o.Progress(fmt.Sprintf("%s: %d × create → first output through the API, and the raw runtime on the same rootfs", rt, o.Runs))
+		r := RuntimeResult{Runtime: rt}
+		if err := latency(ctx, c, o, rt, &r); err != nil {
+			r.Error = err.Error()
+		}
+		res.Runtimes = append(res.Runtimes, r)
+	}
+	if o.Idle > 0 {
+		o.Progress(fmt.Sprintf("idle memory: %d idle runc sandboxes", o.Idle))
+		if err := idle(ctx, c, o, res); err != nil {
+			return res, fmt.Errorf("idle memory: %w", err)
+		}
+	}
+	if o.Burst > 0 {
+		o.Progress(fmt.Sprintf("burst: %d creates at once", o.Burst))
+		if err := burst(ctx, c, o, res); err != nil {
+			return res, fmt.Errorf("burst: %w", err)
+		}
+	}
+	return res, nil
+}
+
+func latency(ctx context.Context, c *sdk.Client, o Options, rt string, r *RuntimeResult) error {
+	req := smallSandbox
+	req.Runtime = rt
+	// Warm-up: first-use work (host template layer, drive image cache) is not measured.
+	if err := createExecDelete(ctx, c, req, nil); err != nil {
+		return err
+	}
+	var api []time.Duration
+	for range o.Runs {
+		if err := createExecDelete(ctx, c, req, &api); err != nil {
+			return err
+		}
+	}
+	r.API = summarize(api)
+
+	// The baseline: the same runtime, with moat's own spec and root filesystem, creating a
+	// container whose process prints one line.
+	sb, err := c.Create(ctx, req)
+	if err != nil {
+		return err
+	}
+	defer c.Delete(context.WithoutCancel(ctx), sb.ID)
+	raw, err := rawRuns(ctx, o, rt, sb.ID)
+	if err != nil {
+		return fmt.Errorf("raw baseline: %w", err)
+	}
+	r.Raw = summarize(raw)
+	if r.Raw.P50 > 0 {
+		r.Ratio = r.API.P50 / r.Raw.P50
+	}
+	return nil
+}
+
+// createExecDelete times create → first stdout byte of `echo ready`, then deletes.
+func createExecDelete(ctx context.Context, c *sdk.Client, req v1.CreateSandboxRequest, into *[]time.Duration) error {
+	start := time.Now()
+	sb, err := c.Create(ctx, req)
+	if err != nil {
+		return err
+	}
+	defer c.Delete(context.WithoutCancel(ctx), sb.ID)
+	fw := &firstWrite{}
+	code, err := c.Exec(ctx, sb.ID, sdk.ExecRequest{Cmd: "/bin/echo", Args: []string{"ready"}, Stdout: fw, User: "root"})
+	if err != nil {
+		return err
+	}
+	if code != 0 || fw.at.IsZero() {
+		return fmt.Errorf("echo in the sandbox exited %d with no output", code)
+	}
+	if into != nil {
+		*into = append(*into, fw.at.Sub(start))
+	}
+	return nil
+}
+
+type firstWrite struct{ at time.Time }
+
+func (f *firstWrite) Write(p []byte) (int, error) {
+	if f.at.IsZero() && len(p) > 0 {
+		f.at = time.Now()
+	}
+	return len(p), nil
+}
+
+// rawRuns runs the runtime directly on sandbox id's bundle (its hardened config.json and
+// mounted rootfs), with the process replaced by `echo ready`, and times each run until
+// the first output.
+func rawRuns(ctx context.Context, o Options, rt, id string) ([]time.Duration, error) {
+	bin, global, err := o.RuntimeArgs(rt)
+	if err != nil {
+		return nil, err
+	}
+	sbDir := filepath.Join(o.RunDir, "sandboxes", id)
+	data, err := os.ReadFile(filepath.Join(sbDir, "bundle", "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var spec map[string]any
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return nil, err
+	}
+	proc := spec["process"].(map[string]any)
+	proc["args"] = []string{"/bin/echo", "ready"}
+	work, err := os.MkdirTemp("", "moat-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	root := filepath.Join(work, "state")
+	// Swap --root for a private state directory.
+	var args []string
+	for i := 0; i < len(global); i++ {
+		if global[i] == "--root" {
+			i++
+			continue
+		}
+		if strings.HasPrefix(global[i], "--root=") {
+			continue
+		}
+		args = append(args, global[i])
+	}
+	args = append([]string{"--root", root}, args...)
+	var out []time.Duration
+	for i := range o.Runs {
+		bundle := filepath.Join(work, fmt.Sprintf("b%d", i))
+		if err := os.MkdirAll(bundle, 0o700); err != nil {
+			return nil, err
+		}
+		if lin, ok := spec["linux"].(map[string]any); ok {
+			lin["cgroupsPath"] = fmt.Sprintf("/moat/bench-%s-%d", id, i)
+		}
+		b, _ := json.Marshal(spec)
+		if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
+			return nil, err
+		}
+		cid := fmt.Sprintf("bench-%s-%d", id[3:], i)
+		argv := append(append([]string{}, args...), "run", "--bundle", bundle, cid)
+		name := bin
+		if rt == "runsc" {
+			// runsc runs inside the sandbox's network namespace, as moat's driver does.
+			argv = append([]string{"--net=" + filepath.Join(sbDir, "netns"), bin}, argv...)
+			name = "nsenter"
+		}
+		d, err := timeFirstLine(ctx, name, argv)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func timeFirstLine(ctx context.Context, name string, argv []string) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, argv...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	d := time.Since(start)
+	_, _ = io.Copy(io.Discard, stdout)
+	werr := cmd.Wait()
+	if line != "ready\n" {
+		return 0, fmt.Errorf("%s %s: got %q: %v %s", name, strings.Join(argv, " "), line, werr, stderr.String())
+	}
+	return d, nil
+}
+
+func idle(ctx context.Context, c *sdk.Client, o Options, res *Result) error {
+	before, err := memAvailable()
+	if err != nil {
+		return err
+	}
+	var ids []string
+	defer func() {
+		for _, id := range ids {
+			_ = c.Delete(context.WithoutCancel(ctx), id)
+		}
+	}()
+	for range o.Idle {
+		sb, err := c.Create(ctx, smallSandbox)
+		if err != nil {
+			return err
+		}
+		ids = append(ids, sb.ID)
+	}
+	time.Sleep(3 * time.Second) // let start-up allocations settle
+	after, err := memAvailable()
+	if err != nil {
+		return err
+	}
+	res.IdleN = o.Idle
+	res.IdleMiBPerSandbox = float64(before-after) / float64(o.Idle) / 1024
+	res.IdleInitRSSKiB = initRSS()
+	return nil
+}
+
+func burst(ctx context.Context, c *sdk.Client, o Options, res *Result) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var ids []string
+	var firstErr error
+	start := time.Now()
+	for range o.Burst {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb, err := c.Create(ctx, smallSandbox)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			ids = append(ids, sb.ID)
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	for _, id := range ids {
+		_ = c.Delete(context.WithoutCancel(ctx), id)
+	}
+	if firstErr != nil {
+		return firstErr
+	}
+	res.BurstN = o.Burst
+	res.BurstPerSecond = float64(o.Burst) / elapsed.Seconds()
+	return nil
+}
+
+// memAvailable is the host's MemAvailable in KiB.
+func memAvailable() (int64, error) {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				return strconv.ParseInt(f[0], 10, 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("no MemAvailable in /proc/meminfo")
+}
+
+// initRSS is the median VmRSS (KiB) of the host's moat-init processes.
+func initRSS() float64 {
+	var rss []float64
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		comm, _ := os.ReadFile(filepath.Join(d, "comm"))
+		if strings.TrimSpace(string(comm)) != "moat-init" {
+			continue
+		}
+		status, _ := os.ReadFile(filepath.Join(d, "status"))
+		for _, line := range strings.Split(string(status), "\n") {
+			if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				f := strings.Fields(rest)
+				if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+					rss = append(rss, v)
+				}
+			}
+		}
+	}
+	if len(rss) == 0 {
+		return 0
+	}
+	slices.Sort(rss)
+	return rss[len(rss)/2]
+}
+
+func summarize(ds []time.Duration) Latency {
+	if len(ds) == 0 {
+		return Latency{}
+	}
+	ms := make([]float64, len(ds))
+	for i, d := range ds {
+		ms[i] = float64(d.Microseconds()) / 1000
+	}
+	slices.Sort(ms)
+	pct := func(p float64) float64 {
+		i := int(p*float64(len(ms))+0.5) - 1
+		return ms[max(0, min(i, len(ms)-1))]
+	}
+	return Latency{P50: pct(0.50), P99: pct(0.99), Min: ms[0], N: len(ms)}
+}

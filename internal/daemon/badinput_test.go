@@ -1,0 +1,157 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/testutil"
+	"github.com/moatdev/moat/sdk"
+)
+
+type syscallStatfs = unix.Statfs_t
+
+var statfs = unix.Statfs
+
+// TestBadInput: each bad request fails with a clear error naming what exists, and leaves
+// nothing behind.
+func TestBadInput(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		req  v1.CreateSandboxRequest
+		is   error
+		want []string
+	}{
+		{"unknown runtime", v1.CreateSandboxRequest{Runtime: "kata"}, sdk.ErrNotFound, []string{`"kata"`, "runc"}},
+		{"crun on a hybrid host or a missing runtime", v1.CreateSandboxRequest{Runtime: "crun"}, nil, []string{"crun"}},
+		{"unknown template", v1.CreateSandboxRequest{Template: "nope"}, sdk.ErrNotFound, []string{"nope", "host"}},
+		{"unknown user", v1.CreateSandboxRequest{User: "alice"}, sdk.ErrNotFound, []string{"alice", "user"}},
+		{"invalid user", v1.CreateSandboxRequest{User: "../x"}, sdk.ErrInvalidArgument, []string{"../x"}},
+		{"tiny memory", v1.CreateSandboxRequest{MemoryBytes: 1000}, sdk.ErrInvalidArgument, []string{"memory"}},
+		{"tiny disk", v1.CreateSandboxRequest{DiskBytes: 1000, MemoryBytes: 64 << 20}, sdk.ErrInvalidArgument, []string{"disk"}},
+		{"bad env name", v1.CreateSandboxRequest{Env: map[string]string{"A=B": "c"}}, sdk.ErrInvalidArgument, []string{"A=B"}},
+		{"repo that is not a git tree", v1.CreateSandboxRequest{Repo: t.TempDir()}, nil, []string{"git"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sb, err := e.c.Create(ctx, c.req)
+			if err == nil {
+				e.c.Delete(ctx, sb.ID)
+				if c.name == "crun on a hybrid host or a missing runtime" {
+					t.Skip("crun works on this host")
+				}
+				t.Fatalf("created %+v", sb)
+			}
+			if c.is != nil && !errors.Is(err, c.is) {
+				t.Errorf("error class: %v (want %v)", err, c.is)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+	if list, _ := e.c.List(ctx); len(list) != 0 {
+		t.Errorf("failed creates left %d sandboxes", len(list))
+	}
+	if _, err := e.c.Get(ctx, "sb-000000000000"); !isNotFound(err) {
+		t.Errorf("unknown sandbox: %v", err)
+	}
+	if _, err := e.c.Stop(ctx, "sb-000000000000"); !isNotFound(err) {
+		t.Errorf("stop unknown sandbox: %v", err)
+	}
+	drives, _ := filepath.Glob(filepath.Join(e.dataDir, "drives", "*"))
+	if len(drives) != 0 {
+		t.Errorf("failed creates left drives: %v", drives)
+	}
+}
+
+// TestDaemonKill9Restart: a daemon killed with SIGKILL while sandboxes run loses nothing:
+// after a restart every sandbox is listed, running ones are usable, and deleting them
+// leaves nothing behind.
+func TestDaemonKill9Restart(t *testing.T) {
+	testutil.RequiresRoot(t)
+	bin := testutil.Binaries(t)
+	data := t.TempDir()
+	run := "/run/moat-test-" + shortID()
+	sock := filepath.Join(run, "moat.sock")
+	defer os.RemoveAll(run)
+	start := func() *exec.Cmd {
+		cmd := exec.Command(filepath.Join(bin, "moat"), "serve", "--data", data, "--run-dir", run, "--socket", sock)
+		cmd.Stderr = testWriter{t}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		c := sdk.NewUnix(sock)
+		testutil.WaitFor(t, 20*time.Second, "daemon socket", func() bool { return c.Ping(context.Background()) == nil })
+		return cmd
+	}
+	c := sdk.NewUnix(sock)
+	ctx := context.Background()
+	d1 := start()
+	a, err := c.Create(ctx, v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 128 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Create(ctx, v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 128 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Stop(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, a.ID, sdk.ExecRequest{Cmd: "/bin/bash", Args: []string{"-c", "echo before > /home/user/f; sleep 1000 &"}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = d1.Process.Signal(syscall.SIGKILL)
+	_ = d1.Wait()
+
+	d2 := start()
+	defer func() {
+		_ = d2.Process.Signal(syscall.SIGTERM)
+		_ = d2.Wait()
+	}()
+	list, err := c.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]string{}
+	for _, sb := range list {
+		states[sb.ID] = sb.State
+	}
+	if states[a.ID] != "running" || states[b.ID] != "stopped" {
+		t.Fatalf("after kill -9 and restart: %v", states)
+	}
+	var out strings.Builder
+	code, err := c.Exec(ctx, a.ID, sdk.ExecRequest{Cmd: "/bin/bash", Args: []string{"-c", "cat /home/user/f; pgrep -c sleep"}, Stdout: &out})
+	if err != nil || code != 0 || out.String() != "before\n1\n" {
+		t.Fatalf("running sandbox after restart: code %d err %v out %q", code, err, out.String())
+	}
+	if _, err := c.Start(ctx, b.ID); err != nil {
+		t.Fatalf("starting the stopped sandbox after restart: %v", err)
+	}
+	for _, id := range []string{a.ID, b.ID} {
+		if err := c.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, 30*time.Second, "deletions", func() bool {
+		l, _ := c.List(ctx)
+		return len(l) == 0
+	})
+	e := &env{t: t, dataDir: data, runDir: run}
+	e.assertNoLeaks([]v1.Sandbox{*a, *b})
+}

@@ -1,0 +1,325 @@
+// Package daemon is moat's composition root: it builds every subsystem (state store,
+// storage, network, runtimes, sandbox manager, API server) in start order, serves the API on
+// a unix socket and optionally TCP, and shuts down through named closers in reverse order.
+// `moat serve` runs it; `moat run` without a daemon runs it in-process on a private socket.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moatdev/moat/internal/apiserver"
+	"github.com/moatdev/moat/internal/doctor"
+	"github.com/moatdev/moat/internal/linux"
+	moatruntime "github.com/moatdev/moat/internal/runtime"
+	"github.com/moatdev/moat/internal/netns"
+	"github.com/moatdev/moat/internal/sandbox"
+	"github.com/moatdev/moat/internal/storage"
+	"github.com/moatdev/moat/internal/store"
+)
+
+// Config configures a daemon.
+type Config struct {
+	DataDir  string // default /var/lib/moat
+	RunDir   string // default /run/moat
+	Socket   string // default /run/moat/moat.sock
+	Listen   string // optional TCP address; requires API keys
+	InitPath string // moat-init binary; default: next to the running executable
+	Log      *slog.Logger
+}
+
+// Daemon is a running moat daemon.
+type Daemon struct {
+	cfg     Config
+	log     *slog.Logger
+	Store   *store.Store
+	Manager *sandbox.Manager
+	api     *apiserver.Server
+	closers []namedCloser
+	lock    *os.File
+	servers []*http.Server
+	wg      sync.WaitGroup
+}
+
+type namedCloser struct {
+	name string
+	fn   func() error
+}
+
+// Defaults fills unset fields.
+func (c *Config) Defaults() {
+	if c.DataDir == "" {
+		c.DataDir = "/var/lib/moat"
+	}
+	if c.RunDir == "" {
+		c.RunDir = "/run/moat"
+	}
+	if c.Socket == "" {
+		c.Socket = filepath.Join(c.RunDir, "moat.sock")
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+}
+
+// FindInit locates the moat-init binary: next to the running executable, then
+// /usr/local/lib/moat/moat-init, then /usr/lib/moat/moat-init.
+func FindInit() (string, error) {
+	var candidates []string
+	if exe, err := os.Executable(); err == nil {
+		candidates = append(candidates, filepath.Join(filepath.Dir(exe), "moat-init"))
+	}
+	candidates = append(candidates, "/usr/local/lib/moat/moat-init", "/usr/lib/moat/moat-init")
+	for _, c := range candidates {
+		if st, err := os.Stat(c); err == nil && st.Mode().IsRegular() {
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("moat-init not found (looked in %v); build it with `make build`", candidates)
+}
+
+// New builds the subsystems in start order. It takes the data directory's lock: the
+// first process to hold it alone reconciles the host with the stored state.
+func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
+	cfg.Defaults()
+	d := &Daemon{cfg: cfg, log: cfg.Log}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the moat daemon must run as root (it creates namespaces, mounts and cgroups)")
+	}
+	if cfg.InitPath == "" {
+		if cfg.InitPath, err = FindInit(); err != nil {
+			return nil, err
+		}
+	}
+	for _, dir := range []string{cfg.DataDir, cfg.RunDir} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("creating %s: %w", dir, err)
+		}
+	}
+	exclusive, err := d.takeLock()
+	if err != nil {
+		return nil, err
+	}
+
+	st, err := store.Open(filepath.Join(cfg.DataDir, "moat.db"))
+	if err != nil {
+		return nil, err
+	}
+	d.Store = st
+	d.addCloser("store", st.Close)
+
+	stor, err := storage.New(cfg.DataDir, cfg.RunDir, d.log.With("component", "storage"))
+	if err != nil {
+		return nil, fmt.Errorf("opening storage: %w", err)
+	}
+
+	net := netns.New(cfg.RunDir, d.log.With("component", "netns"))
+
+	runtimes := map[string]sandbox.Runtime{}
+	unusable := map[string]string{}
+	for _, name := range moatruntime.Names {
+		if name == "crun" {
+			if why := moatruntime.CrunCgroupProblem(); why != "" {
+				unusable[name] = why
+				continue
+			}
+		}
+		rt, err := moatruntime.New(name, moatruntime.Options{Root: filepath.Join(cfg.RunDir, "runtime", name)}, d.log.With("component", "runtime", "runtime", name))
+		if err != nil {
+			unusable[name] = err.Error()
+			continue
+		}
+		runtimes[name] = rt
+	}
+	if len(runtimes) == 0 {
+		return nil, errors.New("no OCI runtime available: apt-get install runc (see `moat doctor`)")
+	}
+
+	d.Manager = sandbox.NewManager(sandbox.Config{
+		RunDir: cfg.RunDir, DataDir: cfg.DataDir, InitPath: cfg.InitPath,
+		DefaultLimits: sandbox.Limits{MemoryBytes: 2 << 30, CPUs: 2, Pids: 1024, DiskBytes: 10 << 30},
+		Unusable: unusable,
+	}, st, runtimes, stor, net, namespaces{}, d.log.With("component", "sandbox"))
+	d.addCloser("background work", func() error { d.Manager.Wait(); return nil })
+
+	if exclusive {
+		if err := stor.Cleanup(ctx); err != nil {
+			d.log.Warn("cleaning storage", "err", err)
+		}
+		if err := d.Manager.Reconcile(ctx); err != nil {
+			return nil, fmt.Errorf("reconciling sandboxes: %w", err)
+		}
+	}
+	if err := d.shareLock(); err != nil {
+		return nil, err
+	}
+
+	d.api = apiserver.New(d.Manager, templates{stor}, events{st}, apiKeys{st}, func(ctx context.Context) any {
+		return doctor.Run(ctx, ProbeRuntime)
+	}, d.log.With("component", "api"))
+	return d, nil
+}
+
+// ProbeRuntime is the doctor's runtime probe.
+func ProbeRuntime(ctx context.Context, name string) doctor.Runtime {
+	p := moatruntime.Probe(ctx, name)
+	iso := "container (shared kernel)"
+	if name == "runsc" {
+		iso = "gVisor (user-space kernel)"
+	}
+	return doctor.Runtime{Name: name, Path: p.Path, Version: p.Version, Usable: p.Usable, Isolation: iso, Problem: p.Problem, Fix: p.Fix}
+}
+
+// takeLock takes the data directory lock: exclusive when no other moat process holds it
+// (this one then reconciles), shared otherwise.
+func (d *Daemon) takeLock() (bool, error) {
+	f, err := os.OpenFile(filepath.Join(d.cfg.DataDir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return false, err
+	}
+	d.lock = f
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err == nil {
+		return true, nil
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+		return false, fmt.Errorf("locking %s: %w", f.Name(), err)
+	}
+	return false, nil
+}
+
+func (d *Daemon) shareLock() error {
+	return unix.Flock(int(d.lock.Fd()), unix.LOCK_SH)
+}
+
+func (d *Daemon) addCloser(name string, fn func() error) {
+	d.closers = append(d.closers, namedCloser{name, fn})
+}
+
+// Serve serves the API until ctx ends: on the unix socket (mode 0600) and, when
+// configured, on TCP with API keys. It also enforces sandbox timeouts.
+func (d *Daemon) Serve(ctx context.Context, ready func()) error {
+	if err := os.MkdirAll(filepath.Dir(d.cfg.Socket), 0o700); err != nil {
+		return err
+	}
+	_ = os.Remove(d.cfg.Socket)
+	old := unix.Umask(0o177)
+	ul, err := net.Listen("unix", d.cfg.Socket)
+	unix.Umask(old)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", d.cfg.Socket, err)
+	}
+	if err := os.Chmod(d.cfg.Socket, 0o600); err != nil {
+		ul.Close()
+		return err
+	}
+	d.serve(ul, d.api.Handler(nil))
+	if d.cfg.Listen != "" {
+		tl, err := net.Listen("tcp", d.cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listening on %s: %w", d.cfg.Listen, err)
+		}
+		d.serve(tl, d.api.Handler(d.Store))
+		d.log.Info("listening", "addr", tl.Addr().String())
+	}
+	d.log.Info("moat daemon ready", "socket", d.cfg.Socket, "data", d.cfg.DataDir)
+	if ready != nil {
+		ready()
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return d.shutdownServers()
+		case now := <-tick.C:
+			d.Manager.Expire(ctx, now)
+		}
+	}
+}
+
+func (d *Daemon) serve(l net.Listener, h http.Handler) {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		// No write timeout: process output streams for as long as commands run.
+	}
+	d.servers = append(d.servers, srv)
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("API server stopped", "addr", l.Addr().String(), "err", err)
+		}
+	}()
+}
+
+func (d *Daemon) shutdownServers() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var errs []error
+	for _, s := range d.servers {
+		if err := s.Shutdown(ctx); err != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	d.wg.Wait()
+	_ = os.Remove(d.cfg.Socket)
+	return errors.Join(errs...)
+}
+
+// Close runs the named closers in reverse order. Sandboxes keep running: a daemon restart
+// adopts them.
+func (d *Daemon) Close() error {
+	var errs []error
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		c := d.closers[i]
+		if err := c.fn(); err != nil {
+			errs = append(errs, fmt.Errorf("closing %s: %w", c.name, err))
+		}
+	}
+	d.closers = nil
+	if d.lock != nil {
+		d.lock.Close()
+		d.lock = nil
+	}
+	return errors.Join(errs...)
+}
+
+// namespaces implements sandbox.Namespaces with internal/linux.
+type namespaces struct{}
+
+func (namespaces) Create(userns, netns string, ids sandbox.IDRange) error {
+	return linux.CreateUserAndNetNS(linux.NamespaceFiles{User: userns, Net: netns}, linux.IDRange{Host: ids.Host, Size: ids.Size})
+}
+
+func (namespaces) Remove(userns, netns string) error {
+	return errors.Join(linux.UnmountFile(netns), linux.UnmountFile(userns))
+}
+
+// RuntimeArgs returns, for the benchmark's raw baseline, how moat's driver invokes a
+// runtime: its binary and global flags, with the daemon's run directory.
+func RuntimeArgs(runDir string) func(name string) (string, []string, error) {
+	return func(name string) (string, []string, error) {
+		rt, err := moatruntime.New(name, moatruntime.Options{Root: filepath.Join(runDir, "runtime", name)}, nil)
+		if err != nil {
+			return "", nil, err
+		}
+		return rt.Binary(), rt.GlobalArgs(), nil
+	}
+}

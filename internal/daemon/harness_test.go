@@ -1,0 +1,239 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/daemon"
+	"github.com/moatdev/moat/internal/testutil"
+	"github.com/moatdev/moat/sdk"
+)
+
+// env is one in-process daemon with its own data and run directories.
+type env struct {
+	t       *testing.T
+	d       *daemon.Daemon
+	c       *sdk.Client
+	dataDir string
+	runDir  string
+	stop    func()
+}
+
+func shortID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// newEnv starts a daemon for the test; it is shut down (and every sandbox deleted, with a
+// leak check) when the test ends.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	bin := testutil.Binaries(t)
+	e := &env{t: t, dataDir: t.TempDir(), runDir: "/run/moat-test-" + shortID()}
+	e.start(filepath.Join(bin, "moat-init"))
+	t.Cleanup(func() {
+		ctx := context.Background()
+		list, _ := e.c.List(ctx)
+		for _, sb := range list {
+			_ = e.c.Delete(ctx, sb.ID)
+		}
+		e.d.Manager.Wait()
+		e.assertNoLeaks(list)
+		e.stop()
+		os.RemoveAll(e.runDir)
+	})
+	return e
+}
+
+func (e *env) start(initPath string) {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	log := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d, err := daemon.New(ctx, daemon.Config{
+		DataDir: e.dataDir, RunDir: e.runDir, Socket: filepath.Join(e.runDir, "moat.sock"),
+		InitPath: initPath, Log: log,
+	})
+	if err != nil {
+		cancel()
+		e.t.Fatalf("starting daemon: %v", err)
+	}
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(ctx, func() { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		e.t.Fatalf("daemon: %v", err)
+	}
+	e.d = d
+	e.c = sdk.NewUnix(filepath.Join(e.runDir, "moat.sock"))
+	e.stop = func() {
+		cancel()
+		<-done
+		d.Close()
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// create makes a sandbox with small default limits.
+func (e *env) create(req v1.CreateSandboxRequest) *v1.Sandbox {
+	e.t.Helper()
+	if req.MemoryBytes == 0 {
+		req.MemoryBytes = 512 << 20
+	}
+	if req.DiskBytes == 0 {
+		req.DiskBytes = 256 << 20
+	}
+	sb, err := e.c.Create(context.Background(), req)
+	if err != nil {
+		e.t.Fatalf("create %+v: %v", req, err)
+	}
+	return sb
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// sh runs a bash line in sandbox id as user ("" = default).
+func (e *env) sh(id, user, line string) result {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code, err := e.c.Exec(ctx, id, sdk.ExecRequest{
+		Cmd: "/bin/bash", Args: []string{"-l", "-c", line}, User: user, Stdout: &out, Stderr: &errb,
+	})
+	if err != nil {
+		e.t.Fatalf("exec %q in %s: %v", line, id, err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+// mustSh runs line and fails the test unless it exits 0; it returns stdout.
+func (e *env) mustSh(id, line string) string {
+	e.t.Helper()
+	r := e.sh(id, "", line)
+	if r.code != 0 {
+		e.t.Fatalf("%q exited %d\nstdout: %s\nstderr: %s", line, r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// assertNoLeaks checks from the host that nothing of the given (deleted) sandboxes
+// remains: mounts, runtime state, cgroups, network links, drives, processes, files.
+func (e *env) assertNoLeaks(deleted []v1.Sandbox) {
+	t := e.t
+	t.Helper()
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if strings.Contains(line, e.runDir+"/sandboxes/") {
+			t.Errorf("leaked mount: %s", line)
+		}
+	}
+	for _, sb := range deleted {
+		for _, p := range []string{
+			filepath.Join(e.runDir, "sandboxes", sb.ID),
+			filepath.Join(e.dataDir, "drives", sb.ID+".img"),
+			"/sys/fs/cgroup/memory/moat/" + sb.ID,
+			"/sys/fs/cgroup/pids/moat/" + sb.ID,
+		} {
+			if _, err := os.Stat(p); err == nil {
+				t.Errorf("leaked %s", p)
+			}
+		}
+		if sb.HostUID != 0 {
+			if pids := processesInRange(sb.HostUID, 65536); len(pids) > 0 {
+				t.Errorf("sandbox %s: processes still running as its uids: %v", sb.ID, pids)
+			}
+		}
+	}
+	for _, rt := range []string{"runc", "runsc"} {
+		root := filepath.Join(e.runDir, "runtime", rt)
+		if bin, err := exec.LookPath(rt); err == nil {
+			out, _ := exec.Command(bin, "--root", root, "list", "-q").Output()
+			if s := strings.TrimSpace(string(out)); s != "" {
+				t.Errorf("runtime %s still lists containers: %s", rt, s)
+			}
+		}
+	}
+	out, _ := exec.Command("ip", "-o", "link", "show").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		for _, sb := range deleted {
+			if strings.Contains(line, sb.ID[3:9]) {
+				t.Errorf("leaked link for %s: %s", sb.ID, line)
+			}
+		}
+	}
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range loops {
+		data, _ := os.ReadFile(f)
+		if strings.HasPrefix(string(data), e.dataDir) {
+			t.Errorf("leaked loop device %s → %s", f, strings.TrimSpace(string(data)))
+		}
+	}
+}
+
+// processesInRange lists host pids whose real uid lies in [base, base+size).
+func processesInRange(base uint32, size uint32) []string {
+	var out []string
+	dirs, _ := filepath.Glob("/proc/[0-9]*/status")
+	for _, f := range dirs {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+				fields := strings.Fields(rest)
+				if len(fields) > 0 {
+					var uid uint64
+					for _, c := range fields[0] {
+						uid = uid*10 + uint64(c-'0')
+					}
+					if uid >= uint64(base) && uid < uint64(base)+uint64(size) {
+						out = append(out, filepath.Base(filepath.Dir(f)))
+					}
+				}
+				break
+			}
+		}
+	}
+	return out
+}
+
+// runtimesUnderTest are the runtimes that work on this host.
+func runtimesUnderTest(t *testing.T) []string {
+	var out []string
+	for _, rt := range []string{"runc", "runsc"} {
+		if _, err := exec.LookPath(rt); err == nil {
+			out = append(out, rt)
+		}
+	}
+	if len(out) == 0 {
+		t.Skip("no OCI runtime installed")
+	}
+	return out
+}
+
+func isNotFound(err error) bool { return errors.Is(err, sdk.ErrNotFound) }

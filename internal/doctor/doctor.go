@@ -1,0 +1,233 @@
+// Package doctor inspects the host: which OCI runtimes exist and work, which kernel features
+// moat relies on are present, which isolation levels that gives, and the exact package or
+// setting that would add more. It only reads and probes; it changes nothing lasting.
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moatdev/moat/internal/linux"
+)
+
+// Check is one finding.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+// Runtime is the finding for one OCI runtime.
+type Runtime struct {
+	Name      string `json:"name"`
+	Path      string `json:"path,omitempty"`
+	Version   string `json:"version,omitempty"`
+	Usable    bool   `json:"usable"`
+	Isolation string `json:"isolation"`
+	Problem   string `json:"problem,omitempty"`
+	Fix       string `json:"fix,omitempty"`
+}
+
+// Level is an isolation level and whether this host can give it.
+type Level struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+	Detail    string `json:"detail"`
+	Fix       string `json:"fix,omitempty"`
+}
+
+// Report is the whole diagnosis. OK is true when at least one runtime works.
+type Report struct {
+	Runtimes  []Runtime `json:"runtimes"`
+	Kernel    []Check   `json:"kernel"`
+	Tools     []Check   `json:"tools"`
+	Isolation []Level   `json:"isolation"`
+	OK        bool      `json:"ok"`
+}
+
+// RuntimeProber probes one runtime by name. Implemented with internal/runtime.
+type RuntimeProber func(ctx context.Context, name string) Runtime
+
+// Run diagnoses the host.
+func Run(ctx context.Context, probe RuntimeProber) Report {
+	var r Report
+	for _, name := range []string{"runc", "crun", "runsc"} {
+		rt := probe(ctx, name)
+		r.Runtimes = append(r.Runtimes, rt)
+		if rt.Usable {
+			r.OK = true
+		}
+	}
+	r.Kernel = kernelChecks()
+	r.Tools = toolChecks()
+	r.Isolation = levels(r)
+	return r
+}
+
+func kernelChecks() []Check {
+	var out []Check
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	out = append(out, Check{Name: "kernel", OK: true, Detail: unix.ByteSliceToString(uts.Release[:])})
+
+	n := readInt("/proc/sys/user/max_user_namespaces")
+	out = append(out, Check{Name: "user namespaces", OK: n > 0,
+		Detail: fmt.Sprintf("user.max_user_namespaces = %d", n),
+		Fix:    "sysctl -w user.max_user_namespaces=15000 (and persist it in /etc/sysctl.d)"})
+
+	fs, _ := os.ReadFile("/proc/filesystems")
+	out = append(out, Check{Name: "overlayfs", OK: strings.Contains(string(fs), "\toverlay\n"),
+		Detail: "needed for sandbox root filesystems", Fix: "modprobe overlay"})
+
+	out = append(out, idmapCheck())
+
+	_, nftErr := os.Stat("/sys/module/nf_tables")
+	out = append(out, Check{Name: "nftables", OK: nftErr == nil || strings.Contains(string(mustRead("/proc/net/protocols")), "NETLINK"),
+		Detail: "used by the egress boundary", Fix: "modprobe nf_tables; apt-get install nftables"})
+
+	out = append(out, cgroupCheck()...)
+
+	_, kvmErr := os.Stat("/dev/kvm")
+	out = append(out, Check{Name: "KVM", OK: kvmErr == nil, Detail: map[bool]string{true: "/dev/kvm present", false: "no /dev/kvm"}[kvmErr == nil],
+		Fix: "enable virtualization (bare metal, or nested virtualization on the VM host) for microVM isolation"})
+
+	abi, err := landlockABI()
+	out = append(out, Check{Name: "Landlock", OK: err == nil && abi > 0,
+		Detail: map[bool]string{true: fmt.Sprintf("ABI %d", abi), false: fmt.Sprintf("unavailable: %v", err)}[err == nil],
+		Fix:    "boot with lsm=landlock,… (CONFIG_SECURITY_LANDLOCK=y)"})
+
+	avail, _ := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail")
+	out = append(out, Check{Name: "seccomp", OK: len(avail) > 0, Detail: strings.TrimSpace(string(avail)),
+		Fix: "a kernel with CONFIG_SECCOMP_FILTER=y"})
+
+	_, loopErr := os.Stat("/dev/loop-control")
+	out = append(out, Check{Name: "loop devices", OK: loopErr == nil, Detail: "sandbox drives are ext4 images on loop devices (disk limits)",
+		Fix: "modprobe loop"})
+	return out
+}
+
+// idmapCheck attempts a real idmapped mount of an empty directory.
+func idmapCheck() Check {
+	c := Check{Name: "idmapped mounts", Detail: "template layers are mapped into each sandbox's own uid range",
+		Fix: "a kernel ≥ 5.19 with overlayfs on idmapped layers"}
+	dir, err := os.MkdirTemp("", "moat-doctor-")
+	if err != nil {
+		c.Detail = err.Error()
+		return c
+	}
+	defer os.RemoveAll(dir)
+	files := linux.NamespaceFiles{User: filepath.Join(dir, "userns"), Net: filepath.Join(dir, "netns")}
+	if err := linux.CreateUserAndNetNS(files, linux.IDRange{Host: 0x7ffe0000, Size: 65536}); err != nil {
+		c.Detail = "creating a user namespace: " + err.Error()
+		return c
+	}
+	defer linux.UnmountFile(files.Net)
+	defer linux.UnmountFile(files.User)
+	src := filepath.Join(dir, "src")
+	dst := filepath.Join(dir, "dst")
+	_ = os.Mkdir(src, 0o755)
+	if err := linux.IDMapMount(src, dst, files.User); err != nil {
+		c.Detail = err.Error()
+		return c
+	}
+	_ = unix.Unmount(dst, unix.MNT_DETACH)
+	c.OK = true
+	return c
+}
+
+func cgroupCheck() []Check {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/cgroup", &st); err != nil {
+		return []Check{{Name: "cgroups", Detail: err.Error()}}
+	}
+	if st.Type == unix.CGROUP2_SUPER_MAGIC {
+		return []Check{{Name: "cgroups", OK: true, Detail: "v2 (unified)"}}
+	}
+	detail := "v1"
+	if _, err := os.Stat("/sys/fs/cgroup/unified/cgroup.controllers"); err == nil {
+		detail = "hybrid: v1 controllers with a v2 mount at /sys/fs/cgroup/unified"
+	}
+	out := []Check{{Name: "cgroups", OK: true, Detail: detail,
+		Fix: "boot with systemd.unified_cgroup_hierarchy=1 for cgroup v2 (crun needs it on this host)"}}
+	_, err := os.Stat("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
+	out = append(out, Check{Name: "memory+swap accounting", OK: err == nil || noSwap(),
+		Detail: map[bool]string{true: "swap cannot extend a sandbox's memory limit", false: "memsw unavailable and swap is on: sandboxes could swap past their memory limit"}[err == nil || noSwap()],
+		Fix:    "boot with swapaccount=1, or run without swap"})
+	return out
+}
+
+func noSwap() bool {
+	data, _ := os.ReadFile("/proc/swaps")
+	return len(strings.Split(strings.TrimSpace(string(data)), "\n")) <= 1
+}
+
+func toolChecks() []Check {
+	var out []Check
+	for _, t := range []struct{ name, why, pkg string }{
+		{"mkfs.ext4", "formats sandbox drives", "e2fsprogs"},
+		{"git", "repository layers (--repo)", "git"},
+		{"debootstrap", "`moat template build debian`", "debootstrap"},
+	} {
+		p, err := exec.LookPath(t.name)
+		out = append(out, Check{Name: t.name, OK: err == nil, Detail: t.why + map[bool]string{true: " (" + p + ")", false: ""}[err == nil],
+			Fix: "apt-get install " + t.pkg})
+	}
+	return out
+}
+
+func levels(r Report) []Level {
+	usable := map[string]bool{}
+	for _, rt := range r.Runtimes {
+		usable[rt.Name] = rt.Usable
+	}
+	kvm := false
+	for _, k := range r.Kernel {
+		if k.Name == "KVM" {
+			kvm = k.OK
+		}
+	}
+	return []Level{
+		{Name: "container", Available: usable["runc"] || usable["crun"],
+			Detail: "shared host kernel; own user namespace and uid range, seccomp allowlist, reduced capabilities, cgroup limits",
+			Fix:    "apt-get install runc"},
+		{Name: "gvisor", Available: usable["runsc"],
+			Detail: "separate user-space kernel (gVisor): a kernel bug inside does not reach the host kernel directly",
+			Fix:    "apt-get install runsc"},
+		{Name: "microvm", Available: false,
+			Detail: map[bool]string{true: "KVM present, but moat has no microVM runtime yet", false: "needs KVM (/dev/kvm), absent here"}[kvm],
+			Fix:    "bare metal or nested virtualization; not supported by moat yet"},
+	}
+}
+
+func readInt(path string) int {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	return n
+}
+
+func mustRead(path string) []byte {
+	data, _ := os.ReadFile(path)
+	return data
+}
+
+// landlockABI asks the kernel for its Landlock ABI version.
+func landlockABI() (int, error) {
+	const createRulesetVersion = 1 << 0
+	r, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, createRulesetVersion)
+	if errno != 0 {
+		return 0, errors.New(errno.Error())
+	}
+	return int(r), nil
+}

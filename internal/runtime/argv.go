@@ -1,0 +1,95 @@
+package runtime
+
+// Typed options for each runtime subcommand, rendered to argv. runc, crun and runsc share
+// this command-line interface (runsc adds a few global flags).
+
+// globalOpts are the flags before the subcommand.
+type globalOpts struct {
+	root       string   // --root: state directory
+	network    string   // runsc --network: sandbox, host or none
+	ociSeccomp bool     // runsc --oci-seccomp: enforce the spec's seccomp profile inside gVisor
+	overlay2   string   // runsc --overlay2
+	extra      []string // caller-supplied, verbatim
+}
+
+func (g globalOpts) args() []string {
+	var a []string
+	if g.root != "" {
+		a = append(a, "--root", g.root)
+	}
+	if g.network != "" {
+		a = append(a, "--network="+g.network)
+	}
+	if g.ociSeccomp {
+		a = append(a, "--oci-seccomp")
+	}
+	if g.overlay2 != "" {
+		a = append(a, "--overlay2="+g.overlay2)
+	}
+	return append(a, g.extra...)
+}
+
+// createOpts: `create --bundle B [--pid-file F] ID`. The container's stdio are the
+// runtime's own (pass-through, no terminal).
+type createOpts struct {
+	bundle  string
+	pidFile string
+}
+
+func (c createOpts) args(id string) []string {
+	a := []string{"create", "--bundle", c.bundle}
+	if c.pidFile != "" {
+		a = append(a, "--pid-file", c.pidFile)
+	}
+	return append(a, id)
+}
+
+// runOpts: `run --bundle B ID` (create + start + wait, used by Probe).
+type runOpts struct{ bundle string }
+
+func (r runOpts) args(id string) []string { return []string{"run", "--bundle", r.bundle, id} }
+
+type startOpts struct{}
+
+func (startOpts) args(id string) []string { return []string{"start", id} }
+
+// killOpts: `kill [--all] ID SIGNAL`.
+type killOpts struct {
+	all    bool
+	signal string
+}
+
+func (k killOpts) args(id string) []string {
+	a := []string{"kill"}
+	if k.all {
+		a = append(a, "--all")
+	}
+	return append(a, id, k.signal)
+}
+
+// deleteOpts: `delete [--force] ID`.
+type deleteOpts struct{ force bool }
+
+func (d deleteOpts) args(id string) []string {
+	a := []string{"delete"}
+	if d.force {
+		a = append(a, "--force")
+	}
+	return append(a, id)
+}
+
+type stateOpts struct{}
+
+func (stateOpts) args(id string) []string { return []string{"state", id} }
+
+type pauseOpts struct{}
+
+func (pauseOpts) args(id string) []string { return []string{"pause", id} }
+
+type resumeOpts struct{}
+
+func (resumeOpts) args(id string) []string { return []string{"resume", id} }
+
+type listOpts struct{}
+
+func (listOpts) args() []string { return []string{"list", "--format", "json"} }

@@ -1,0 +1,118 @@
+package sandbox
+
+import (
+	"context"
+	"io"
+	"net"
+)
+
+// Runtime starts and stops the container of a sandbox with one OCI runtime binary.
+// Implemented by *runtime.OCI (internal/runtime).
+type Runtime interface {
+	// Name is the runtime's name as recorded on the sandbox: "runc", "crun" or "runsc".
+	Name() string
+	// Start creates and starts the container described by spec; its PID 1 is moat-init.
+	// It returns once the container process runs. On error nothing of the container remains.
+	Start(ctx context.Context, spec ContainerSpec) error
+	// Stop kills the container (SIGKILL to all its processes) and deletes the runtime's
+	// state for it. Idempotent: an unknown container is not an error.
+	Stop(ctx context.Context, id string) error
+	// Running reports whether the container exists and its init process is alive.
+	Running(ctx context.Context, id string) (bool, error)
+	// Pause freezes every process of the container; Resume thaws them.
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+}
+
+// ContainerSpec is everything a runtime needs to start one sandbox's container.
+type ContainerSpec struct {
+	ID        string
+	BundleDir string // the runtime writes config.json here; created by the caller
+	Rootfs    string // mounted overlay root
+	InitPath  string // host path of the moat-init binary (bind-mounted read-only)
+	InitEnv   []string
+	Hostname  string
+	UserNS    string // path of the pinned user namespace (empty for runsc)
+	IDs       IDRange
+	NetNS     string // path of the pinned network namespace S
+	Limits    Limits
+	LogPath   string // moat-init's stdout and stderr go here
+}
+
+// IDRange maps container ids [0, Size) to host ids [Host, Host+Size).
+type IDRange struct {
+	Host uint32
+	Size uint32
+}
+
+// Limits are the cgroup and disk limits of one sandbox. Zero means the daemon default.
+type Limits struct {
+	MemoryBytes int64   // memory limit; swap may not add to it
+	CPUs        float64 // CPU quota in cores
+	Pids        int64   // maximum number of tasks
+	DiskBytes   int64   // size of the sandbox's drive
+}
+
+// Storage owns templates, layers and drives. Implemented by *storage.Store.
+type Storage interface {
+	// Template resolves a template name; ErrNotFound (wrapped) names those that exist.
+	Template(ctx context.Context, name string) (Template, error)
+	// RepoLayer returns the cached layer holding a checkout of dir's HEAD at /workspace,
+	// building it on first use.
+	RepoLayer(ctx context.Context, dir string) (Layer, error)
+	// CreateDrive makes the sandbox's empty drive of the given size.
+	CreateDrive(ctx context.Context, id string, sizeBytes int64) error
+	// Mount assembles the sandbox's root filesystem at req.Target.
+	Mount(ctx context.Context, req MountRequest) error
+	// Unmount undoes Mount. Idempotent.
+	Unmount(ctx context.Context, id string, target string) error
+	// DeleteDrive removes the drive. Idempotent.
+	DeleteDrive(ctx context.Context, id string) error
+}
+
+// Template is a resolved, immutable root filesystem recipe.
+type Template struct {
+	Name  string
+	Parts []Part
+	// Env, User and Workdir are the image's defaults (from its OCI config), if any.
+	Env     []string
+	User    string
+	Workdir string
+}
+
+// Part is one overlay of a template: Layers (first = topmost) mounted at Target.
+type Part struct {
+	Target string   // "/" or an absolute path such as "/usr"
+	Layers []string // host directories
+}
+
+// Layer is an immutable directory tree to add on top of a template's root part.
+type Layer struct {
+	ID   string
+	Path string
+}
+
+// MountRequest describes one sandbox root filesystem.
+type MountRequest struct {
+	ID       string
+	Template Template
+	Extra    []Layer // topmost lowers of the "/" part (e.g. the repo layer)
+	Target   string  // where the root goes (created)
+	UserNS   string  // idmap the lowers through this user namespace (empty: plain)
+	RootUID  uint32  // host uid/gid of the sandbox's root (owns the upper dirs)
+}
+
+// Network plumbs a sandbox's network namespace to its gateway. Implemented by
+// *netns.Manager.
+type Network interface {
+	// Setup creates the gateway namespace of sandbox id and the veth pair between it and
+	// the sandbox namespace at sandboxNS. Idempotent.
+	Setup(ctx context.Context, id string, sandboxNS string) error
+	// Teardown removes what Setup made. Idempotent.
+	Teardown(ctx context.Context, id string) error
+	// DialSandbox connects from the gateway namespace to port in the sandbox.
+	DialSandbox(ctx context.Context, id string, port int) (net.Conn, error)
+}
+
+// Closer is anything with a named shutdown step.
+type Closer interface{ io.Closer }

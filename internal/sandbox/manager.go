@@ -1,0 +1,726 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moatdev/moat/internal/errdefs"
+)
+
+// EnvdPort is the port moat-init serves the envd protocol on inside every sandbox.
+const EnvdPort = 49983
+
+// Store is the durable sandbox state. Implemented by *store.Store.
+type Store interface {
+	Insert(ctx context.Context, sb *Sandbox) error
+	Update(ctx context.Context, id string, fn func(*Sandbox) error) (*Sandbox, error)
+	Get(ctx context.Context, id string) (*Sandbox, error)
+	List(ctx context.Context) ([]*Sandbox, error)
+	Delete(ctx context.Context, id string) error
+}
+
+// Namespaces pins the per-sandbox user and network namespaces. Implemented in the
+// composition root with internal/linux.
+type Namespaces interface {
+	// Create makes the user namespace (mapped onto ids) and the network namespace owned
+	// by it, pinned at the given paths.
+	Create(userns, netns string, ids IDRange) error
+	// Remove unpins both. Idempotent.
+	Remove(userns, netns string) error
+}
+
+// Config is what the Manager needs besides its subsystems.
+type Config struct {
+	RunDir        string // e.g. /run/moat
+	DataDir       string // e.g. /var/lib/moat
+	InitPath      string // host path of the moat-init binary
+	DefaultLimits Limits
+	// HealthTimeout bounds how long a new sandbox may take to answer /health.
+	HealthTimeout time.Duration
+	// Unusable names runtimes known to this host that cannot run sandboxes, with why.
+	Unusable map[string]string
+}
+
+// Manager drives sandboxes through their lifecycle. It is safe for concurrent use; operations
+// on one sandbox are serialized.
+type Manager struct {
+	cfg      Config
+	store    Store
+	runtimes map[string]Runtime
+	storage  Storage
+	network  Network
+	ns       Namespaces
+	log      *slog.Logger
+
+	locks    sync.Map // id → *sync.Mutex
+	bg       sync.WaitGroup
+	envd     *http.Transport
+	shutdown chan struct{}
+}
+
+// NewManager wires a Manager. runtimes maps runtime names ("runc", "runsc", …) to drivers;
+// only those that work on this host should be present.
+func NewManager(cfg Config, st Store, runtimes map[string]Runtime, storage Storage, network Network, ns Namespaces, log *slog.Logger) *Manager {
+	if cfg.HealthTimeout == 0 {
+		cfg.HealthTimeout = 20 * time.Second
+	}
+	m := &Manager{
+		cfg: cfg, store: st, runtimes: runtimes, storage: storage, network: network, ns: ns, log: log,
+		shutdown: make(chan struct{}),
+	}
+	m.envd = &http.Transport{
+		// Hosts are sandbox IDs: every connection is dialled from the sandbox's gateway
+		// namespace; nothing resolves or routes through the host.
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			return m.network.DialSandbox(ctx, host, EnvdPort)
+		},
+		MaxIdleConnsPerHost: 8,
+		IdleConnTimeout:     60 * time.Second,
+		DisableCompression:  true,
+	}
+	return m
+}
+
+// CreateOptions are the caller's choices for a new sandbox. Zero values take defaults.
+type CreateOptions struct {
+	Runtime  string            `json:"runtime,omitempty"`
+	Template string            `json:"template,omitempty"`
+	Repo     string            `json:"repo,omitempty"`
+	User     string            `json:"user,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Limits   Limits            `json:"limits"`
+	Timeout  time.Duration     `json:"timeout,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+var (
+	userRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+	envRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// DefaultRuntime is used when CreateOptions.Runtime is empty.
+const DefaultRuntime = "runc"
+
+// Runtimes lists the runtime names this manager can use, sorted.
+func (m *Manager) Runtimes() []string {
+	names := make([]string, 0, len(m.runtimes))
+	for n := range m.runtimes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// validate fills defaults and rejects bad options before anything is created.
+func (m *Manager) validate(opts *CreateOptions) error {
+	if opts.Runtime == "" {
+		opts.Runtime = DefaultRuntime
+	}
+	if why, ok := m.cfg.Unusable[opts.Runtime]; ok {
+		return fmt.Errorf("runtime %q cannot run sandboxes on this host: %s (available: %s): %w",
+			opts.Runtime, why, strings.Join(m.Runtimes(), ", "), errdefs.ErrUnavailable)
+	}
+	if _, ok := m.runtimes[opts.Runtime]; !ok {
+		return fmt.Errorf("runtime %q is not available on this host (available: %s; see `moat doctor`): %w",
+			opts.Runtime, strings.Join(m.Runtimes(), ", "), errdefs.ErrNotFound)
+	}
+	if opts.Template == "" {
+		opts.Template = "host"
+	}
+	if opts.User == "" {
+		opts.User = "user"
+	}
+	if !userRE.MatchString(opts.User) {
+		return fmt.Errorf("user %q is not a valid user name: %w", opts.User, errdefs.ErrInvalidArgument)
+	}
+	for k := range opts.Env {
+		if !envRE.MatchString(k) {
+			return fmt.Errorf("environment variable name %q is invalid: %w", k, errdefs.ErrInvalidArgument)
+		}
+	}
+	if opts.Timeout < 0 {
+		return fmt.Errorf("timeout %s is negative: %w", opts.Timeout, errdefs.ErrInvalidArgument)
+	}
+	l := &opts.Limits
+	d := m.cfg.DefaultLimits
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = d.MemoryBytes
+	}
+	if l.CPUs == 0 {
+		l.CPUs = d.CPUs
+	}
+	if l.Pids == 0 {
+		l.Pids = d.Pids
+	}
+	if l.DiskBytes == 0 {
+		l.DiskBytes = d.DiskBytes
+	}
+	return l.Validate()
+}
+
+// Validate rejects limits a sandbox cannot run with.
+func (l Limits) Validate() error {
+	switch {
+	case l.MemoryBytes < 32<<20:
+		return fmt.Errorf("memory limit %d bytes is below the 32 MiB minimum: %w", l.MemoryBytes, errdefs.ErrInvalidArgument)
+	case l.CPUs <= 0 || l.CPUs > 1024:
+		return fmt.Errorf("cpus %g must be in (0, 1024]: %w", l.CPUs, errdefs.ErrInvalidArgument)
+	case l.Pids < 16:
+		return fmt.Errorf("pids limit %d is below the minimum of 16: %w", l.Pids, errdefs.ErrInvalidArgument)
+	case l.DiskBytes < 64<<20:
+		return fmt.Errorf("disk limit %d bytes is below the 64 MiB minimum: %w", l.DiskBytes, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Create makes and starts a sandbox. On any error, nothing of it remains.
+func (m *Manager) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
+	if err := m.validate(&opts); err != nil {
+		return nil, err
+	}
+	tmpl, err := m.storage.Template(ctx, opts.Template)
+	if err != nil {
+		return nil, err
+	}
+	var extra []Layer
+	if opts.Repo != "" {
+		layer, err := m.storage.RepoLayer(ctx, opts.Repo)
+		if err != nil {
+			return nil, fmt.Errorf("preparing repository %s: %w", opts.Repo, err)
+		}
+		extra = append(extra, layer)
+	}
+	now := time.Now().UTC()
+	sb := &Sandbox{
+		ID: newID(), State: StateCreating, Runtime: opts.Runtime, Template: opts.Template,
+		Repo: opts.Repo, User: opts.User, Env: opts.Env, Limits: opts.Limits, Metadata: opts.Metadata,
+		CreatedAt: now, UpdatedAt: now, AccessToken: newToken(),
+	}
+	if opts.Timeout > 0 {
+		exp := now.Add(opts.Timeout)
+		sb.ExpiresAt = &exp
+	}
+	if err := m.store.Insert(ctx, sb); err != nil {
+		return nil, err
+	}
+	unlock := m.lock(sb.ID)
+	defer unlock()
+	if err := m.storage.CreateDrive(ctx, sb.ID, sb.Limits.DiskBytes); err != nil {
+		m.destroy(sb.ID)
+		return nil, fmt.Errorf("creating drive: %w", err)
+	}
+	if err := m.up(ctx, sb, tmpl, extra); err != nil {
+		m.destroy(sb.ID)
+		return nil, err
+	}
+	return m.store.Update(ctx, sb.ID, func(s *Sandbox) error {
+		if err := checkTransition(s.ID, s.State, StateRunning); err != nil {
+			return err
+		}
+		s.State = StateRunning
+		return nil
+	})
+}
+
+// paths of one sandbox's run directory.
+type paths struct{ dir, userns, netns, rootfs, bundle string }
+
+func (m *Manager) paths(id string) paths {
+	dir := filepath.Join(m.cfg.RunDir, "sandboxes", id)
+	return paths{
+		dir:    dir,
+		userns: filepath.Join(dir, "userns"),
+		netns:  filepath.Join(dir, "netns"),
+		rootfs: filepath.Join(dir, "rootfs"),
+		bundle: filepath.Join(dir, "bundle"),
+	}
+}
+
+// LogPath is where moat-init's own output for sandbox id goes.
+func (m *Manager) LogPath(id string) string {
+	return filepath.Join(m.cfg.DataDir, "logs", id+".log")
+}
+
+// up brings a sandbox whose drive exists to running: namespaces, network, root filesystem,
+// container, and a healthy moat-init. On error the caller tears down with down.
+func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []Layer) error {
+	p := m.paths(sb.ID)
+	if err := os.MkdirAll(p.bundle, 0o700); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(m.LogPath(sb.ID)), 0o700); err != nil {
+		return err
+	}
+	ids := sb.HostIDs()
+	if err := m.ns.Create(p.userns, p.netns, ids); err != nil {
+		return fmt.Errorf("creating namespaces: %w", err)
+	}
+	if err := m.network.Setup(ctx, sb.ID, p.netns); err != nil {
+		return fmt.Errorf("setting up network: %w", err)
+	}
+	// gVisor has its own kernel and no user namespace of ours: its layers are not idmapped
+	// and its files belong to root of the host-side filesystem view.
+	req := MountRequest{ID: sb.ID, Template: tmpl, Extra: extra, Target: p.rootfs, UserNS: p.userns, RootUID: ids.Host}
+	if sb.Runtime == "runsc" {
+		req.UserNS, req.RootUID = "", 0
+	}
+	if err := m.storage.Mount(ctx, req); err != nil {
+		return fmt.Errorf("mounting root filesystem: %w", err)
+	}
+	if err := checkUser(p.rootfs, sb.User, sb.Template); err != nil {
+		return err
+	}
+	env, _ := json.Marshal(mergeEnv(tmpl.Env, sb.Env))
+	spec := ContainerSpec{
+		ID: sb.ID, BundleDir: p.bundle, Rootfs: p.rootfs, InitPath: m.cfg.InitPath,
+		InitEnv: []string{
+			"MOAT_ACCESS_TOKEN=" + sb.AccessToken,
+			"MOAT_ENV=" + string(env),
+			"MOAT_DEFAULT_USER=" + sb.User,
+		},
+		Hostname: "sandbox", UserNS: p.userns, IDs: ids, NetNS: p.netns,
+		Limits: sb.Limits, LogPath: m.LogPath(sb.ID),
+	}
+	if sb.Runtime == "runsc" {
+		spec.UserNS = ""
+	}
+	rt := m.runtimes[sb.Runtime]
+	if rt == nil {
+		return fmt.Errorf("sandbox %s was created with runtime %q, which is not available now (available: %s): %w",
+			sb.ID, sb.Runtime, strings.Join(m.Runtimes(), ", "), errdefs.ErrUnavailable)
+	}
+	if err := rt.Start(ctx, spec); err != nil {
+		return fmt.Errorf("starting %s container: %w", sb.Runtime, err)
+	}
+	if err := m.waitHealthy(ctx, sb.ID); err != nil {
+		return fmt.Errorf("moat-init did not become ready: %w (its log: %s)", err, m.LogPath(sb.ID))
+	}
+	return nil
+}
+
+// mergeEnv combines image defaults (KEY=VALUE list) with the sandbox's own variables.
+func mergeEnv(image []string, own map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range image {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "PATH" && k != "HOME" {
+			out[k] = v
+		}
+	}
+	for k, v := range own {
+		out[k] = v
+	}
+	return out
+}
+
+// checkUser fails with ErrNotFound naming the template's users when user is not in the
+// sandbox's /etc/passwd. The file is read through os.Root: it belongs to the sandbox.
+func checkUser(rootfs, user, template string) error {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	f, err := root.Open("etc/passwd")
+	if err != nil {
+		return fmt.Errorf("template %s has no /etc/passwd: %w", template, errdefs.ErrInvalidArgument)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	if err != nil {
+		return err
+	}
+	var users []string
+	for _, line := range strings.Split(string(data), "\n") {
+		name, _, _ := strings.Cut(line, ":")
+		if name == user {
+			return nil
+		}
+		if name != "" {
+			users = append(users, name)
+		}
+	}
+	if len(users) > 8 {
+		users = append(users[:8], "…")
+	}
+	return fmt.Errorf("user %q does not exist in template %s (users: %s): %w", user, template, strings.Join(users, ", "), errdefs.ErrNotFound)
+}
+
+// waitHealthy polls moat-init's /health through the gateway until it answers.
+func (m *Manager) waitHealthy(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.HealthTimeout)
+	defer cancel()
+	delay := 2 * time.Millisecond
+	var last error
+	for {
+		last = m.health(ctx, id)
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 100*time.Millisecond)
+	}
+}
+
+func (m *Manager) health(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+id+"/health", nil)
+	resp, err := m.envd.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("health: %s", resp.Status)
+	}
+	return nil
+}
+
+// down tears down everything up made, leaving the drive. Idempotent; survives
+// cancellation of the caller.
+func (m *Manager) down(id string, runtime string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := m.paths(id)
+	var errs []error
+	if rt := m.runtimes[runtime]; rt != nil {
+		if err := rt.Stop(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("stopping container: %w", err))
+		}
+	} else {
+		// The runtime went away since: try every runtime we have, one of them may know it.
+		for _, rt := range m.runtimes {
+			_ = rt.Stop(ctx, id)
+		}
+	}
+	m.envd.CloseIdleConnections()
+	if err := m.storage.Unmount(ctx, id, p.rootfs); err != nil {
+		errs = append(errs, fmt.Errorf("unmounting root filesystem: %w", err))
+	}
+	if err := m.network.Teardown(ctx, id); err != nil {
+		errs = append(errs, fmt.Errorf("tearing down network: %w", err))
+	}
+	if err := m.ns.Remove(p.userns, p.netns); err != nil {
+		errs = append(errs, fmt.Errorf("removing namespaces: %w", err))
+	}
+	if len(errs) == 0 {
+		if err := os.RemoveAll(p.dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// destroy removes every trace of a sandbox that never became usable (failed create).
+func (m *Manager) destroy(id string) {
+	sb, err := m.store.Get(context.Background(), id)
+	rt := ""
+	if err == nil {
+		rt = sb.Runtime
+	}
+	if err := m.down(id, rt); err != nil {
+		m.log.Error("cleaning up failed sandbox", "sandbox", id, "err", err)
+	}
+	ctx := context.WithoutCancel(context.Background())
+	if err := m.storage.DeleteDrive(ctx, id); err != nil {
+		m.log.Error("deleting drive of failed sandbox", "sandbox", id, "err", err)
+	}
+	os.Remove(m.LogPath(id))
+	if err := m.store.Delete(ctx, id); err != nil {
+		m.log.Error("deleting record of failed sandbox", "sandbox", id, "err", err)
+	}
+}
+
+// Get returns one sandbox.
+func (m *Manager) Get(ctx context.Context, id string) (*Sandbox, error) {
+	return m.store.Get(ctx, id)
+}
+
+// List returns every sandbox the daemon knows.
+func (m *Manager) List(ctx context.Context) ([]*Sandbox, error) {
+	return m.store.List(ctx)
+}
+
+// Stop stops a running or paused sandbox's processes and keeps its drive.
+func (m *Manager) Stop(ctx context.Context, id string) (*Sandbox, error) {
+	unlock := m.lock(id)
+	defer unlock()
+	sb, err := m.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State == StateStopped {
+		return sb, nil
+	}
+	if err := checkTransition(id, sb.State, StateStopped); err != nil {
+		return nil, err
+	}
+	return m.stopLocked(ctx, sb, "")
+}
+
+func (m *Manager) stopLocked(ctx context.Context, sb *Sandbox, reason string) (*Sandbox, error) {
+	downErr := m.down(sb.ID, sb.Runtime)
+	if downErr != nil {
+		m.log.Error("stopping sandbox", "sandbox", sb.ID, "err", downErr)
+	}
+	return m.store.Update(context.WithoutCancel(ctx), sb.ID, func(s *Sandbox) error {
+		s.State = StateStopped
+		s.Error = reason
+		if downErr != nil {
+			s.Error = strings.TrimSpace(reason + " teardown: " + downErr.Error())
+		}
+		return nil
+	})
+}
+
+// Start brings a stopped sandbox back with its drive.
+func (m *Manager) Start(ctx context.Context, id string) (*Sandbox, error) {
+	unlock := m.lock(id)
+	defer unlock()
+	sb, err := m.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State == StateRunning {
+		return sb, nil
+	}
+	if err := checkTransition(id, sb.State, StateCreating); err != nil {
+		return nil, err
+	}
+	tmpl, err := m.storage.Template(ctx, sb.Template)
+	if err != nil {
+		return nil, err
+	}
+	var extra []Layer
+	if sb.Repo != "" {
+		layer, err := m.storage.RepoLayer(ctx, sb.Repo)
+		if err != nil {
+			return nil, fmt.Errorf("preparing repository %s: %w", sb.Repo, err)
+		}
+		extra = append(extra, layer)
+	}
+	if _, err := m.store.Update(ctx, id, func(s *Sandbox) error { s.State = StateCreating; s.Error = ""; return nil }); err != nil {
+		return nil, err
+	}
+	if err := m.up(ctx, sb, tmpl, extra); err != nil {
+		_, _ = m.stopLocked(ctx, sb, err.Error())
+		return nil, fmt.Errorf("starting sandbox %s: %w", id, err)
+	}
+	return m.store.Update(ctx, id, func(s *Sandbox) error { s.State = StateRunning; return nil })
+}
+
+// Pause freezes a running sandbox's processes; Resume thaws them.
+func (m *Manager) Pause(ctx context.Context, id string) (*Sandbox, error) {
+	return m.freeze(ctx, id, StatePaused)
+}
+
+// Resume thaws a paused sandbox.
+func (m *Manager) Resume(ctx context.Context, id string) (*Sandbox, error) {
+	return m.freeze(ctx, id, StateRunning)
+}
+
+func (m *Manager) freeze(ctx context.Context, id string, to State) (*Sandbox, error) {
+	unlock := m.lock(id)
+	defer unlock()
+	sb, err := m.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State == to {
+		return sb, nil
+	}
+	if err := checkTransition(id, sb.State, to); err != nil {
+		return nil, err
+	}
+	rt := m.runtimes[sb.Runtime]
+	if rt == nil {
+		return nil, fmt.Errorf("runtime %s unavailable: %w", sb.Runtime, errdefs.ErrUnavailable)
+	}
+	op := rt.Pause
+	if to == StateRunning {
+		op = rt.Resume
+	}
+	if err := op(ctx, id); err != nil {
+		return nil, fmt.Errorf("%s sandbox %s: %w", map[State]string{StatePaused: "pausing", StateRunning: "resuming"}[to], id, err)
+	}
+	return m.store.Update(ctx, id, func(s *Sandbox) error { s.State = to; return nil })
+}
+
+// Delete removes a sandbox. The record turns "deleting" at once; the teardown (container,
+// mounts, network, drive) runs in the background, and a daemon that dies meanwhile
+// finishes it on its next start. Wait blocks until background deletions are done.
+func (m *Manager) Delete(ctx context.Context, id string) error {
+	unlock := m.lock(id)
+	sb, err := m.store.Update(ctx, id, func(s *Sandbox) error {
+		if s.State == StateDeleting {
+			return nil
+		}
+		if err := checkTransition(s.ID, s.State, StateDeleting); err != nil {
+			return err
+		}
+		s.State = StateDeleting
+		return nil
+	})
+	unlock()
+	if err != nil {
+		return err
+	}
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		m.finishDelete(sb)
+	}()
+	return nil
+}
+
+func (m *Manager) finishDelete(sb *Sandbox) {
+	unlock := m.lock(sb.ID)
+	defer unlock()
+	defer m.locks.Delete(sb.ID)
+	if err := m.down(sb.ID, sb.Runtime); err != nil {
+		m.log.Error("deleting sandbox: teardown", "sandbox", sb.ID, "err", err)
+		return // stays "deleting"; retried at the next start
+	}
+	ctx := context.Background()
+	if err := m.storage.DeleteDrive(ctx, sb.ID); err != nil {
+		m.log.Error("deleting sandbox: drive", "sandbox", sb.ID, "err", err)
+		return
+	}
+	os.Remove(m.LogPath(sb.ID))
+	if err := m.store.Delete(ctx, sb.ID); err != nil {
+		m.log.Error("deleting sandbox: record", "sandbox", sb.ID, "err", err)
+	}
+}
+
+// Wait blocks until background work (deletions) has finished.
+func (m *Manager) Wait() { m.bg.Wait() }
+
+// Reconcile makes the host match the store after a (possibly unclean) daemon start:
+// interrupted deletions finish, interrupted creations stop, running sandboxes whose
+// container is alive and healthy stay running, and the rest are stopped cleanly.
+func (m *Manager) Reconcile(ctx context.Context) error {
+	list, err := m.store.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, sb := range list {
+		switch sb.State {
+		case StateDeleting:
+			m.finishDelete(sb)
+		case StateCreating:
+			unlock := m.lock(sb.ID)
+			_, _ = m.stopLocked(ctx, sb, "interrupted while starting (daemon restart)")
+			unlock()
+		case StateRunning, StatePaused:
+			if m.alive(ctx, sb) {
+				m.log.Info("adopted running sandbox", "sandbox", sb.ID, "state", sb.State)
+				continue
+			}
+			unlock := m.lock(sb.ID)
+			_, _ = m.stopLocked(ctx, sb, "container was gone after a daemon restart")
+			unlock()
+		case StateStopped:
+			// Leftovers of a crash between teardown steps are removed; the drive stays.
+			if _, err := os.Stat(m.paths(sb.ID).dir); err == nil {
+				if err := m.down(sb.ID, sb.Runtime); err != nil {
+					m.log.Error("cleaning stopped sandbox", "sandbox", sb.ID, "err", err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (m *Manager) alive(ctx context.Context, sb *Sandbox) bool {
+	rt := m.runtimes[sb.Runtime]
+	if rt == nil {
+		return false
+	}
+	ok, err := rt.Running(ctx, sb.ID)
+	if err != nil || !ok {
+		return false
+	}
+	if sb.State == StatePaused {
+		return true
+	}
+	return m.health(ctx, sb.ID) == nil
+}
+
+// Expire stops every running sandbox whose timeout has passed. The daemon calls it
+// periodically.
+func (m *Manager) Expire(ctx context.Context, now time.Time) {
+	list, err := m.store.List(ctx)
+	if err != nil {
+		m.log.Error("listing sandboxes for expiry", "err", err)
+		return
+	}
+	for _, sb := range list {
+		if sb.ExpiresAt == nil || now.Before(*sb.ExpiresAt) || (sb.State != StateRunning && sb.State != StatePaused) {
+			continue
+		}
+		m.log.Info("sandbox timeout reached", "sandbox", sb.ID)
+		unlock := m.lock(sb.ID)
+		cur, err := m.store.Get(ctx, sb.ID)
+		if err == nil && (cur.State == StateRunning || cur.State == StatePaused) {
+			_, _ = m.stopLocked(ctx, cur, "timeout reached")
+		}
+		unlock()
+	}
+}
+
+// EnvdTransport returns the HTTP transport that reaches sandboxes' moat-init: request
+// URLs use the sandbox ID as host, e.g. http://sb-0123456789ab/health.
+func (m *Manager) EnvdTransport() http.RoundTripper { return m.envd }
+
+// lock serializes operations on one sandbox within this process.
+func (m *Manager) lock(id string) func() {
+	v, _ := m.locks.LoadOrStore(id, &sync.Mutex{})
+	mu := v.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
+
+func newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "sb-" + hex.EncodeToString(b[:])
+}
+
+func newToken() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// ValidID reports whether id has the form of a sandbox ID.
+func ValidID(id string) bool {
+	if len(id) != 15 || !strings.HasPrefix(id, "sb-") {
+		return false
+	}
+	_, err := hex.DecodeString(id[3:])
+	return err == nil && strings.ToLower(id) == id
+}

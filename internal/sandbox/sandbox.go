@@ -1,0 +1,89 @@
+// Package sandbox holds moat's sandbox model: the Sandbox record, its lifecycle state table,
+// and the Manager that drives a sandbox through its states with the runtime, storage and
+// network subsystems it is given. It declares the small interfaces it consumes (deps.go);
+// the composition root (internal/daemon) supplies the implementations.
+package sandbox
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/moatdev/moat/internal/errdefs"
+)
+
+// State is a sandbox's lifecycle state.
+type State string
+
+// The lifecycle (DESIGN §6). "deleting" is durable: a daemon that dies mid-delete finishes
+// the job when it starts again.
+const (
+	StateCreating State = "creating"
+	StateRunning  State = "running"
+	StatePaused   State = "paused"
+	StateStopped  State = "stopped"
+	StateDeleting State = "deleting"
+)
+
+// transitions is the one table of legal lifecycle moves.
+var transitions = map[State][]State{
+	StateCreating: {StateRunning, StateStopped, StateDeleting},
+	StateRunning:  {StatePaused, StateStopped, StateDeleting},
+	StatePaused:   {StateRunning, StateStopped, StateDeleting},
+	StateStopped:  {StateCreating, StateDeleting},
+	StateDeleting: {},
+}
+
+// CanTransition reports whether a sandbox in state from may move to state to.
+func CanTransition(from, to State) bool {
+	for _, s := range transitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// checkTransition returns an ErrConflict-class error when from → to is not allowed.
+func checkTransition(id string, from, to State) error {
+	if CanTransition(from, to) {
+		return nil
+	}
+	return fmt.Errorf("sandbox %s is %s, cannot become %s: %w", id, from, to, errdefs.ErrConflict)
+}
+
+// Sandbox is the durable record of one sandbox.
+type Sandbox struct {
+	ID        string            `json:"id"`
+	State     State             `json:"state"`
+	Runtime   string            `json:"runtime"`
+	Template  string            `json:"template"`
+	Repo      string            `json:"repo,omitempty"`
+	User      string            `json:"user"`
+	Env       map[string]string `json:"env,omitempty"`
+	Limits    Limits            `json:"limits"`
+	Slot      int               `json:"slot"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	Error     string            `json:"error,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+	// ExpiresAt, when set, is when the daemon stops the sandbox.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+
+	// AccessToken authenticates the daemon to the sandbox's moat-init. It is never
+	// sent to API clients of the native API.
+	AccessToken string `json:"-"`
+}
+
+// HostIDs returns the host uid/gid range of the sandbox's user namespace.
+func (s *Sandbox) HostIDs() IDRange {
+	return IDRange{Host: HostIDBase + uint32(s.Slot)*IDRangeSize, Size: IDRangeSize}
+}
+
+// Per-sandbox host id ranges: each sandbox gets its own 65536 ids, so no two sandboxes
+// (and no host user) share a uid. Base 0x40000000 stays clear of /etc/subuid ranges
+// (100000+) and systemd's dynamic and container ranges.
+const (
+	HostIDBase  uint32 = 0x40000000
+	IDRangeSize uint32 = 65536
+	MaxSlots           = 16384
+)

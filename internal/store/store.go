@@ -1,0 +1,343 @@
+// Package store is moat's durable state: sandboxes and their lifecycle events in SQLite
+// (modernc.org/sqlite, no cgo). The database lives in the data directory, mode 0600.
+// Every write is a transaction; a crash between two writes leaves the last committed
+// state, which the daemon reconciles with the host when it starts.
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	_ "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
+
+	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/sandbox"
+)
+
+// Store is the SQLite-backed sandbox store. Safe for concurrent use, including by
+// several processes on the same database file.
+type Store struct {
+	db *sql.DB
+}
+
+var _ sandbox.Store = (*Store)(nil)
+
+const schema = `
+CREATE TABLE IF NOT EXISTS sandboxes (
+	id    TEXT PRIMARY KEY,
+	slot  INTEGER NOT NULL UNIQUE,
+	state TEXT NOT NULL,
+	data  TEXT NOT NULL,
+	token TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+	seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+	time    TEXT NOT NULL,
+	sandbox TEXT NOT NULL,
+	kind    TEXT NOT NULL,
+	detail  TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_sandbox ON events(sandbox, seq);
+`
+
+// Open opens (creating if needed) the database at path.
+func Open(path string) (*Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("creating state directory: %w", err)
+	}
+	// The file is created 0600 before SQLite touches it; the WAL and SHM files follow
+	// the database file's mode.
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening state database: %w", err)
+	}
+	f.Close()
+	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("opening state database: %w", err)
+	}
+	db.SetMaxOpenConns(4)
+	if _, err := db.Exec(schema + apiKeySchema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("creating schema: %w", err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Insert stores a new sandbox, allocating the lowest free slot. It sets sb.Slot.
+func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("inserting sandbox: %w", err)
+	}
+	defer tx.Rollback()
+	// Lowest free slot: 0 if free, else the smallest slot+1 not taken.
+	row := tx.QueryRowContext(ctx, `
+		SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM sandboxes WHERE slot = 0) THEN 0 ELSE
+		(SELECT MIN(a.slot + 1) FROM sandboxes a WHERE NOT EXISTS
+			(SELECT 1 FROM sandboxes b WHERE b.slot = a.slot + 1)) END`)
+	var slot int
+	if err := row.Scan(&slot); err != nil {
+		return fmt.Errorf("allocating slot: %w", err)
+	}
+	if slot >= sandbox.MaxSlots {
+		return fmt.Errorf("all %d sandbox slots are in use: %w", sandbox.MaxSlots, errdefs.ErrUnavailable)
+	}
+	sb.Slot = slot
+	data, err := json.Marshal(sb)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes(id, slot, state, data, token) VALUES(?,?,?,?,?)`,
+		sb.ID, sb.Slot, string(sb.State), string(data), sb.AccessToken); err != nil {
+		return fmt.Errorf("inserting sandbox %s: %w", sb.ID, err)
+	}
+	if err := addEvent(ctx, tx, sb.ID, "created", string(sb.State)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Update runs fn on the current record of id inside a transaction and stores the result.
+// fn may return an error to abort. The record's UpdatedAt is set. When the state changed,
+// a transition event is recorded.
+func (s *Store) Update(ctx context.Context, id string, fn func(*sandbox.Sandbox) error) (*sandbox.Sandbox, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("updating sandbox %s: %w", id, err)
+	}
+	defer tx.Rollback()
+	sb, err := get(ctx, tx, id)
+	if err != nil {
+		return nil, err
+	}
+	before := sb.State
+	if err := fn(sb); err != nil {
+		return nil, err
+	}
+	sb.UpdatedAt = time.Now().UTC()
+	data, err := json.Marshal(sb)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = ?, data = ? WHERE id = ?`,
+		string(sb.State), string(data), id); err != nil {
+		return nil, fmt.Errorf("updating sandbox %s: %w", id, err)
+	}
+	if sb.State != before {
+		detail := string(before) + " -> " + string(sb.State)
+		if sb.Error != "" && sb.State == sandbox.StateStopped {
+			detail += ": " + sb.Error
+		}
+		if err := addEvent(ctx, tx, id, "transition", detail); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("updating sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// Get returns the sandbox id or an ErrNotFound-class error.
+func (s *Store) Get(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	return get(ctx, s.db, id)
+}
+
+// List returns every sandbox, oldest first.
+func (s *Store) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT data, token FROM sandboxes`)
+	if err != nil {
+		return nil, fmt.Errorf("listing sandboxes: %w", err)
+	}
+	defer rows.Close()
+	var out []*sandbox.Sandbox
+	for rows.Next() {
+		var data, token string
+		if err := rows.Scan(&data, &token); err != nil {
+			return nil, err
+		}
+		sb, err := decode(data, token)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(out, func(a, b *sandbox.Sandbox) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out, nil
+}
+
+// Delete removes the sandbox's record and records a "deleted" event. Deleting an
+// unknown id is not an error.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("deleting sandbox %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		if err := addEvent(ctx, tx, id, "deleted", ""); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// Event is one recorded lifecycle event.
+type Event struct {
+	Seq     int64     `json:"seq"`
+	Time    time.Time `json:"time"`
+	Sandbox string    `json:"sandbox"`
+	Kind    string    `json:"kind"`
+	Detail  string    `json:"detail"`
+}
+
+// Events returns the events of sandbox id, oldest first.
+func (s *Store) Events(ctx context.Context, id string) ([]Event, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT seq, time, sandbox, kind, detail FROM events WHERE sandbox = ? ORDER BY seq`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var t string
+		if err := rows.Scan(&e.Seq, &t, &e.Sandbox, &e.Kind, &e.Detail); err != nil {
+			return nil, err
+		}
+		e.Time, _ = time.Parse(time.RFC3339Nano, t)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func get(ctx context.Context, q querier, id string) (*sandbox.Sandbox, error) {
+	var data, token string
+	err := q.QueryRowContext(ctx, `SELECT data, token FROM sandboxes WHERE id = ?`, id).Scan(&data, &token)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading sandbox %s: %w", id, err)
+	}
+	return decode(data, token)
+}
+
+func decode(data, token string) (*sandbox.Sandbox, error) {
+	var sb sandbox.Sandbox
+	if err := json.Unmarshal([]byte(data), &sb); err != nil {
+		return nil, fmt.Errorf("decoding sandbox record: %w", err)
+	}
+	sb.AccessToken = token
+	return &sb, nil
+}
+
+func addEvent(ctx context.Context, tx *sql.Tx, id, kind, detail string) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO events(time, sandbox, kind, detail) VALUES(?,?,?,?)`,
+		time.Now().UTC().Format(time.RFC3339Nano), id, kind, detail)
+	if err != nil {
+		return fmt.Errorf("recording event: %w", err)
+	}
+	return nil
+}
+
+const apiKeySchema = `CREATE TABLE IF NOT EXISTS api_keys (
+	id      TEXT PRIMARY KEY,
+	hash    TEXT NOT NULL UNIQUE,
+	created TEXT NOT NULL
+);`
+
+// APIKey describes a stored key; the key itself is never stored, only its SHA-256.
+type APIKey struct {
+	ID      string    `json:"id"`
+	Created time.Time `json:"created"`
+}
+
+// CreateAPIKey makes a new key of the form e2b_<40 hex> (the shape the E2B SDKs accept),
+// stores its hash and returns the key. The key cannot be recovered later.
+func (s *Store) CreateAPIKey(ctx context.Context) (string, APIKey, error) {
+	var raw [20]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", APIKey{}, err
+	}
+	key := "e2b_" + hex.EncodeToString(raw[:])
+	k := APIKey{ID: "key-" + hex.EncodeToString(raw[:4]), Created: time.Now().UTC()}
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO api_keys(id, hash, created) VALUES(?,?,?)`,
+		k.ID, hashKey(key), k.Created.Format(time.RFC3339Nano)); err != nil {
+		return "", APIKey{}, fmt.Errorf("storing API key: %w", err)
+	}
+	return key, k, nil
+}
+
+// CheckAPIKey returns nil when key is a stored key, else an ErrUnauthenticated-class error.
+func (s *Store) CheckAPIKey(ctx context.Context, key string) error {
+	var id string
+	err := s.db.QueryRowContext(ctx, `SELECT id FROM api_keys WHERE hash = ?`, hashKey(key)).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
+	}
+	return err
+}
+
+// ListAPIKeys lists the stored keys (ids and creation times only).
+func (s *Store) ListAPIKeys(ctx context.Context) ([]APIKey, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, created FROM api_keys ORDER BY created`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []APIKey
+	for rows.Next() {
+		var k APIKey
+		var t string
+		if err := rows.Scan(&k.ID, &t); err != nil {
+			return nil, err
+		}
+		k.Created, _ = time.Parse(time.RFC3339Nano, t)
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// DeleteAPIKey removes the key with the given id.
+func (s *Store) DeleteAPIKey(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM api_keys WHERE id = ?`, id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("API key %q: %w", id, errdefs.ErrNotFound)
+	}
+	return nil
+}
+
+func hashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,272 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/moatdev/moat/api/envd/filesystem/filesystemconnect"
+	process "github.com/moatdev/moat/api/envd/process"
+	"github.com/moatdev/moat/api/envd/process/processconnect"
+)
+
+// userHeader carries the user an envd call runs as; the daemon turns it into envd's
+// user selection. (Must match internal/apiserver.UserHeader.)
+const userHeader = "X-Moat-User"
+
+func (c *Client) envdBase(id string) string {
+	return c.base + "/v1/sandboxes/" + url.PathEscape(id) + "/envd"
+}
+
+// headerInterceptor adds the API key and the user to every envd call.
+type headerInterceptor struct {
+	c    *Client
+	user string
+}
+
+func (h headerInterceptor) set(hdr http.Header) {
+	if h.c.apiKey != "" {
+		hdr.Set("Authorization", "Bearer "+h.c.apiKey)
+	}
+	if h.user != "" {
+		hdr.Set(userHeader, h.user)
+	}
+}
+
+func (h headerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		h.set(req.Header())
+		return next(ctx, req)
+	}
+}
+
+func (h headerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		h.set(conn.RequestHeader())
+		return conn
+	}
+}
+
+func (h headerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// Process returns a client of the sandbox's process service acting as user ("" = the
+// sandbox's default user).
+func (c *Client) Process(id, user string) processconnect.ProcessClient {
+	return processconnect.NewProcessClient(c.http, c.envdBase(id),
+		connect.WithInterceptors(headerInterceptor{c: c, user: user}))
+}
+
+// Filesystem returns a client of the sandbox's filesystem service acting as user.
+func (c *Client) Filesystem(id, user string) filesystemconnect.FilesystemClient {
+	return filesystemconnect.NewFilesystemClient(c.http, c.envdBase(id),
+		connect.WithInterceptors(headerInterceptor{c: c, user: user}))
+}
+
+// ExecRequest is one command to run in a sandbox.
+type ExecRequest struct {
+	Cmd     string   // program; "/bin/bash" with Args {"-l","-c",script} for a shell line
+	Args    []string // its arguments
+	User    string   // "" = the sandbox's default user
+	Env     map[string]string
+	Workdir string
+	Stdin   io.Reader // nil: /dev/null
+	Stdout  io.Writer // nil: discarded
+	Stderr  io.Writer // nil: discarded
+	// TTY, when set, runs the command on a pseudo-terminal of this size; output arrives on
+	// Stdout and Stdin feeds the terminal.
+	TTY *TermSize
+	// Resize delivers terminal size changes while a TTY command runs.
+	Resize <-chan TermSize
+}
+
+// TermSize is a terminal size in cells.
+type TermSize struct{ Cols, Rows uint32 }
+
+// ExitError reports a command's exit status when it is not zero.
+type ExitError struct {
+	Code   int
+	Status string
+}
+
+func (e *ExitError) Error() string { return e.Status }
+
+// Exec runs a command in sandbox id, streaming its output, and returns its exit code
+// (0 on success). A command that cannot start inside (missing program) exits 127 like a
+// shell. Errors other than the exit status are returned as err.
+func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (int, error) {
+	pc := c.Process(id, req.User)
+	start := &process.StartRequest{
+		Process: &process.ProcessConfig{Cmd: req.Cmd, Args: req.Args, Envs: req.Env},
+	}
+	if req.Workdir != "" {
+		start.Process.Cwd = &req.Workdir
+	}
+	if req.Stdin != nil {
+		t := true
+		start.Stdin = &t
+	}
+	if req.TTY != nil {
+		start.Pty = &process.PTY{Size: &process.PTY_Size{Cols: req.TTY.Cols, Rows: req.TTY.Rows}}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := pc.Start(ctx, connect.NewRequest(start))
+	if err != nil {
+		return -1, fmt.Errorf("starting command: %w", err)
+	}
+	defer stream.Close()
+	stdout, stderr := orDiscard(req.Stdout), orDiscard(req.Stderr)
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		switch {
+		case ev.GetStart() != nil:
+			pid := ev.GetStart().GetPid()
+			if req.Stdin != nil {
+				go c.pumpInput(ctx, pc, pid, req.Stdin, req.TTY != nil)
+			}
+			if req.Resize != nil {
+				go func() {
+					for {
+						select {
+						case <-ctx.Done():
+							return
+						case sz := <-req.Resize:
+							_, _ = pc.Update(ctx, connect.NewRequest(&process.UpdateRequest{
+								Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}},
+								Pty:     &process.PTY{Size: &process.PTY_Size{Cols: sz.Cols, Rows: sz.Rows}},
+							}))
+						}
+					}
+				}()
+			}
+		case ev.GetData() != nil:
+			d := ev.GetData()
+			switch {
+			case d.GetStdout() != nil:
+				_, _ = stdout.Write(d.GetStdout())
+			case d.GetStderr() != nil:
+				_, _ = stderr.Write(d.GetStderr())
+			case d.GetPty() != nil:
+				_, _ = stdout.Write(d.GetPty())
+			}
+		case ev.GetEnd() != nil:
+			end := ev.GetEnd()
+			code := exitCode(end.GetExitCode(), end.GetExited(), end.GetStatus())
+			return code, nil
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return -1, err
+	}
+	return -1, errors.New("command stream ended without an exit status")
+}
+
+// exitCode follows shell conventions: a signal-terminated process reports 128+signal.
+func exitCode(code int32, exited bool, status string) int {
+	if exited || code != 0 {
+		return int(code)
+	}
+	if sig, ok := strings.CutPrefix(status, "signal: "); ok {
+		for n, name := range signalNames {
+			if name == sig {
+				return 128 + n
+			}
+		}
+		return 128 + 9
+	}
+	return int(code)
+}
+
+var signalNames = map[int]string{1: "hangup", 2: "interrupt", 3: "quit", 6: "aborted", 9: "killed", 13: "broken pipe", 15: "terminated"}
+
+func (c *Client) pumpInput(ctx context.Context, pc processconnect.ProcessClient, pid uint32, r io.Reader, tty bool) {
+	sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}}
+	buf := make([]byte, 32*1024)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			in := &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: append([]byte(nil), buf[:n]...)}}
+			if tty {
+				in = &process.ProcessInput{Input: &process.ProcessInput_Pty{Pty: append([]byte(nil), buf[:n]...)}}
+			}
+			if _, serr := pc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: sel, Input: in})); serr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if !tty {
+				_, _ = pc.CloseStdin(ctx, connect.NewRequest(&process.CloseStdinRequest{Process: sel}))
+			}
+			return
+		}
+	}
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// ReadFile opens path in sandbox id (as user) for reading.
+func (c *Client) ReadFile(ctx context.Context, id, path, user string) (io.ReadCloser, error) {
+	q := url.Values{"path": {path}}
+	if user != "" {
+		q.Set("username", user)
+	}
+	resp, err := c.send(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id)+"/envd/files?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// WriteFile writes r to path in sandbox id (as user), creating parent directories.
+func (c *Client) WriteFile(ctx context.Context, id, path, user string, r io.Reader) error {
+	q := url.Values{"path": {path}}
+	if user != "" {
+		q.Set("username", user)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/sandboxes/"+url.PathEscape(id)+"/envd/files?"+q.Encode(), r)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	c.authorize(req)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return &Error{Status: resp.StatusCode, Code: codeForStatus(resp.StatusCode), Message: fmt.Sprintf("writing %s: %s: %s", path, resp.Status, strings.TrimSpace(string(data)))}
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return nil
+}
+
+func codeForStatus(status int) string {
+	switch status {
+	case http.StatusNotFound:
+		return "not_found"
+	case http.StatusBadRequest:
+		return "invalid_argument"
+	case http.StatusConflict:
+		return "conflict"
+	case http.StatusUnauthorized:
+		return "unauthenticated"
+	}
+	return "status_" + strconv.Itoa(status)
+}
