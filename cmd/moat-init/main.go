@@ -41,6 +41,7 @@ func main() {
 
 	addr := flag.String("addr", ":49983", "listen `address` of the envd protocol")
 	logLevel := flag.String("log-level", "info", "log `level`: debug, info, warn or error")
+	idle := flag.Duration("idle-trim", 5*time.Second, "trim resident memory after this long without requests (0: never)")
 	flag.Parse()
 
 	var level slog.Level
@@ -49,14 +50,14 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	if err := run(*addr, log); err != nil {
+	if err := run(*addr, *idle, log); err != nil {
 		log.Error("moat-init failed", "err", err)
 		os.Exit(1)
 	}
 }
 
 // run serves until SIGTERM or SIGINT, then stops every process and returns.
-func run(addr string, log *slog.Logger) error {
+func run(addr string, idleTick time.Duration, log *slog.Logger) error {
 	cfg, err := configFromEnv()
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
@@ -77,6 +78,13 @@ func run(addr string, log *slog.Logger) error {
 		Log:         log,
 	})
 
+	trimmer := &idleTrimmer{log: log}
+	stopTrim := make(chan struct{})
+	defer close(stopTrim)
+	if idleTick > 0 {
+		go trimmer.run(idleTick, stopTrim)
+	}
+
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listening: %w", err)
@@ -85,7 +93,7 @@ func run(addr string, log *slog.Logger) error {
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
 	hs := &http.Server{
-		Handler:           srv.Handler(),
+		Handler:           trimmer.wrap(srv.Handler()),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -97,12 +105,15 @@ func run(addr string, log *slog.Logger) error {
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	if os.Getpid() == 1 {
+		ignoreSignals(log)
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	log.Info("moat-init serving", "addr", ln.Addr().String(), "pid", os.Getpid(),
 		"default_user", cfg.defaultUser)
-	// Startup allocations are garbage now; hand the pages back.
-	debug.FreeOSMemory()
+	// Startup work is done; hand back its pages.
+	trimmer.trim()
 
 	select {
 	case err := <-serveErr:
@@ -118,6 +129,21 @@ func run(addr string, log *slog.Logger) error {
 		log.Debug("shutdown", "err", err)
 	}
 	return nil
+}
+
+// ignoreSignals keeps signals whose Go default is to exit (SIGHUP) or to
+// dump and exit (SIGQUIT) from ending PID 1: the kernel delivers them to a
+// namespace's init from inside only because the Go runtime handles them.
+// They are consumed rather than set to SIG_IGN, which children would
+// inherit across exec.
+func ignoreSignals(log *slog.Logger) {
+	ch := make(chan os.Signal, 4)
+	signal.Notify(ch, syscall.SIGHUP, syscall.SIGQUIT)
+	go func() {
+		for sig := range ch {
+			log.Info("ignoring signal", "signal", sig.String())
+		}
+	}()
 }
 
 // stopAll sends SIGTERM to every process, waits up to termGrace for them

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/storage"
 	"github.com/moatdev/moat/internal/store"
 )
 
@@ -49,3 +50,37 @@ func (a apiKeys) ListAPIKeys(ctx context.Context) ([]v1.APIKey, error) {
 }
 
 func (a apiKeys) DeleteAPIKey(ctx context.Context, id string) error { return a.st.DeleteAPIKey(ctx, id) }
+
+// templates adapts storage's template operations to the API.
+type templates struct{ s *storage.Store }
+
+func toAPITemplate(t storage.TemplateInfo) v1.Template {
+	return v1.Template{Name: t.Name, Source: t.Source, Builtin: t.Builtin, Created: t.Created, Layers: t.Layers}
+}
+
+func (t templates) List(ctx context.Context) ([]v1.Template, error) {
+	list, err := t.s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]v1.Template, 0, len(list))
+	for _, ti := range list {
+		out = append(out, toAPITemplate(ti))
+	}
+	return out, nil
+}
+
+func (t templates) Build(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error) {
+	ti, err := t.s.Build(ctx, req.Name, progress, storage.BuildOptions{Mirror: req.Mirror})
+	return toAPITemplate(ti), err
+}
+
+func (t templates) Import(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error) {
+	ti, err := t.s.Import(ctx, req.Name, req.Path, progress)
+	return toAPITemplate(ti), err
+}
+
+func (t templates) Pull(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error) {
+	ti, err := t.s.Pull(ctx, req.Name, req.Ref, progress, storage.PullOptions{Insecure: req.Insecure})
+	return toAPITemplate(ti), err
+}

@@ -106,10 +106,16 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			return nil, err
 		}
 	}
-	for _, dir := range []string{cfg.DataDir, cfg.RunDir} {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("creating %s: %w", dir, err)
-		}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", cfg.DataDir, err)
+	}
+	// The run directory holds sandbox root filesystems: traversable by every sandbox's
+	// host uid, listable by root only.
+	if err := os.MkdirAll(cfg.RunDir, 0o711); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", cfg.RunDir, err)
+	}
+	if err := os.Chmod(cfg.RunDir, 0o711); err != nil {
+		return nil, err
 	}
 	exclusive, err := d.takeLock()
 	if err != nil {
@@ -139,7 +145,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 				continue
 			}
 		}
-		rt, err := moatruntime.New(name, moatruntime.Options{Root: filepath.Join(cfg.RunDir, "runtime", name)}, d.log.With("component", "runtime", "runtime", name))
+		rt, err := moatruntime.New(name, moatruntime.Options{Root: filepath.Join(cfg.RunDir, "runtime", name)}, d.log.With("component", "runtime"))
 		if err != nil {
 			unusable[name] = err.Error()
 			continue
@@ -182,7 +188,7 @@ func ProbeRuntime(ctx context.Context, name string) doctor.Runtime {
 	if name == "runsc" {
 		iso = "gVisor (user-space kernel)"
 	}
-	return doctor.Runtime{Name: name, Path: p.Path, Version: p.Version, Usable: p.Usable, Isolation: iso, Problem: p.Problem, Fix: p.Fix}
+	return doctor.Runtime{Name: name, Path: p.Path, Version: p.Version, Usable: p.Works, Isolation: iso, Problem: p.Err, Fix: p.Hint}
 }
 
 // takeLock takes the data directory lock: exclusive when no other moat process holds it

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -44,15 +45,20 @@ func OpenNetNS(path string) (*os.File, error) {
 var ErrNotNetNS = errors.New("not a network namespace")
 
 // RunInNetNS runs fn on a dedicated OS thread that has joined the network namespace ns and
-// returns fn's error. Sockets (and netlink handles) created by fn belong to ns for their
-// whole life and may be used afterwards from any goroutine. fn runs on another goroutine
-// than the caller's; goroutines it starts do not run in ns.
+// returns fn's error. It may be called from any goroutine, including from inside another
+// RunInNetNS's fn. Sockets (and netlink handles) created by fn belong to ns for their whole
+// life and may be used afterwards from any goroutine. fn runs on another goroutine than the
+// caller's; goroutines it starts do not run in ns.
 //
-// The thread then returns to the namespace it came from. If it cannot, the goroutine exits
-// still locked to it and the Go runtime destroys the thread. ns is referenced for the
-// duration of the call: closing it concurrently is safe, and a call that starts after the
-// close fails with an error wrapping os.ErrClosed without running fn.
+// The thread then returns to the process's network namespace (/proc/self/ns/net). If it
+// cannot, the goroutine exits still locked to it and the Go runtime destroys the thread. ns
+// is referenced for the duration of the call: closing it concurrently is safe, and a call
+// that starts after the close fails with an error wrapping os.ErrClosed without running fn.
 func RunInNetNS(ns *os.File, fn func() error) error {
+	home, err := processNetNS()
+	if err != nil {
+		return err
+	}
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -62,22 +68,15 @@ func RunInNetNS(ns *os.File, fn func() error) error {
 				runtime.UnlockOSThread()
 			}
 		}()
-		orig, err := os.OpenFile("/proc/thread-self/ns/net", os.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			back = true
-			done <- fmt.Errorf("opening current network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
 		var fnErr error
-		err = controlFile(ns, func(fd int) error {
+		err := controlFile(ns, func(fd int) error {
 			if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
 				back = true
 				return fmt.Errorf("setns: %w", err)
 			}
 			fnErr = fn()
-			if err := controlFile(orig, func(o int) error { return unix.Setns(o, unix.CLONE_NEWNET) }); err != nil {
-				return fmt.Errorf("returning to the original network namespace (thread discarded): %w", err)
+			if err := unix.Setns(home, unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("returning to the process's network namespace (thread discarded): %w", err)
 			}
 			back = true
 			return nil
@@ -91,11 +90,29 @@ func RunInNetNS(ns *os.File, fn func() error) error {
 	return <-done
 }
 
+// processNetNS is a descriptor of the process's network namespace, where every thread not
+// locked by RunInNetNS or CreateNetNS is. Opening it costs more than the two setns(2) of a
+// trip, so it is opened once and kept for the life of the process.
+var processNetNS = sync.OnceValues(func() (int, error) {
+	fd, err := unix.Open("/proc/self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("opening the process's network namespace: %w", err)
+	}
+	return fd, nil
+})
+
 // CreateNetNS creates a new network namespace, runs init inside it and pins it at path with
-// a bind mount (path is created, its directory must exist or is created). init runs on the
-// creating thread, like fn of RunInNetNS. On error nothing is mounted at path and path is
-// removed.
+// a bind mount. path must not exist; its directory is created if needed. init runs on the
+// creating thread, like fn of RunInNetNS. On error nothing is mounted at path and path does
+// not exist.
 func CreateNetNS(path string, init func() error) error {
+	home, err := processNetNS()
+	if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return fmt.Errorf("creating network namespace at %s: %w", path, os.ErrExist)
+	}
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -105,28 +122,22 @@ func CreateNetNS(path string, init func() error) error {
 				runtime.UnlockOSThread()
 			}
 		}()
-		orig, err := os.OpenFile("/proc/thread-self/ns/net", os.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			back = true
-			done <- fmt.Errorf("opening current network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			back = true
+			back = true // a failed unshare changes nothing
 			done <- fmt.Errorf("unshare(CLONE_NEWNET): %w", err)
 			return
 		}
-		err = init()
+		err := init()
 		if err == nil {
-			err = BindNamespace(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), path)
+			if err = BindNamespace(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), path); err != nil {
+				_ = UnmountFile(path) // the pin file BindNamespace created
+			}
 		}
-		if err != nil {
-			_ = UnmountFile(path)
-		}
-		if serr := controlFile(orig, func(o int) error { return unix.Setns(o, unix.CLONE_NEWNET) }); serr != nil {
-			_ = UnmountFile(path)
-			done <- errors.Join(err, fmt.Errorf("returning to the original network namespace (thread discarded): %w", serr))
+		if serr := unix.Setns(home, unix.CLONE_NEWNET); serr != nil {
+			if err == nil {
+				_ = UnmountFile(path)
+			}
+			done <- errors.Join(err, fmt.Errorf("returning to the process's network namespace (thread discarded): %w", serr))
 			return
 		}
 		back = true

@@ -47,7 +47,10 @@ func CreateUserAndNetNS(files NamespaceFiles, r IDRange) (err error) {
 		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(r.Host), Size: int(r.Size)}},
 		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(r.Host), Size: int(r.Size)}},
-		Pdeathsig:   syscall.SIGKILL,
+		// setgroups must stay allowed inside: sudo, su and login call it. The mapping
+		// covers only the sandbox's own range, so dropping groups gains nothing.
+		GidMappingsEnableSetgroups: true,
+		Pdeathsig:                  syscall.SIGKILL,
 	}
 	if err := cmd.Start(); err != nil {
 		pr.Close()

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -162,7 +163,7 @@ func (m *Manager) Setup(ctx context.Context, id string, sandboxNS string) error 
 	if err := m.teardown(id); err != nil {
 		return fmt.Errorf("setting up network of sandbox %s: clearing a previous setup: %w", id, err)
 	}
-	if err := m.setup(id, s); err != nil {
+	if err := m.setup(ctx, id, s); err != nil {
 		if terr := m.teardown(id); terr != nil {
 			m.log.Error("rolling back network setup", "sandbox", id, "err", terr)
 			err = errors.Join(err, fmt.Errorf("rolling back: %w", terr))
@@ -174,7 +175,7 @@ func (m *Manager) Setup(ctx context.Context, id string, sandboxNS string) error 
 }
 
 // setup makes G and the veth pair; the caller rolls back on error.
-func (m *Manager) setup(id string, s *os.File) error {
+func (m *Manager) setup(ctx context.Context, id string, s *os.File) error {
 	path := m.gwPath(id)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
@@ -241,7 +242,49 @@ func (m *Manager) setup(id string, s *os.File) error {
 	if err := configureLink(hg, GatewayLink, GatewayAddr); err != nil {
 		return fmt.Errorf("gateway namespace: %w", err)
 	}
+	// Until the kernel's link watcher has seen the carrier, both ends drop every packet
+	// (their qdisc is noop): a dial right now would lose its SYN and wait a second for
+	// the retransmission. Return only when both ends pass traffic.
+	for _, end := range []struct {
+		h    *netlink.Handle
+		name string
+	}{{hs, SandboxLink}, {hg, GatewayLink}} {
+		if err := waitRunning(ctx, end.h, end.name); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// linkTimeout bounds the wait for a new link to pass traffic.
+const linkTimeout = 5 * time.Second
+
+// waitRunning waits until link name is operationally up with its qdisc attached, for at
+// most linkTimeout.
+func waitRunning(ctx context.Context, h *netlink.Handle, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, linkTimeout)
+	defer cancel()
+	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 10*time.Millisecond) {
+		l, err := h.LinkByName(name)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if l.Attrs().OperState == netlink.OperUp {
+			// The noop qdisc of an inactive link is not listed; noqueue (veth) is.
+			qs, err := h.QdiscList(l)
+			if err != nil {
+				return fmt.Errorf("%s: listing qdiscs: %w", name, err)
+			}
+			if len(qs) > 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s to run (operstate %s): %w", name, l.Attrs().OperState, ctx.Err())
+		case <-time.After(delay):
+		}
+	}
 }
 
 // configureLink gives link name its /30 address and brings it up.

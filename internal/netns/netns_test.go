@@ -152,6 +152,8 @@ func echoServer(tb testing.TB, path, addr string) net.Listener {
 	return ln
 }
 
+// hostLinkNames lists the veths of the host namespace (other kinds of link may come and go
+// with other packages' tests running alongside).
 func hostLinkNames(tb testing.TB) []string {
 	tb.Helper()
 	links, err := netlink.LinkList()
@@ -160,7 +162,9 @@ func hostLinkNames(tb testing.TB) []string {
 	}
 	var names []string
 	for _, l := range links {
-		names = append(names, l.Attrs().Name)
+		if l.Type() == "veth" {
+			names = append(names, l.Attrs().Name)
+		}
 	}
 	slices.Sort(names)
 	return names
@@ -342,6 +346,13 @@ func TestSandboxIsolated(t *testing.T) {
 			if v != want {
 				t.Errorf("gateway %s = %s, want %s", k, v, want)
 			}
+		}
+		return nil
+	})
+
+	inNS(t, sNS, func() error {
+		if v, err := readSysctl("net/ipv6/conf/" + SandboxLink + "/disable_ipv6"); err != nil || v != "1" {
+			t.Errorf("sandbox %s disable_ipv6 = %q (%v), want 1", SandboxLink, v, err)
 		}
 		return nil
 	})
@@ -643,6 +654,34 @@ func TestDialErrors(t *testing.T) {
 	time.AfterFunc(100*time.Millisecond, cancel2)
 	if _, err := e.m.DialSandbox(cctx, id, port); !errors.Is(err, context.Canceled) {
 		t.Errorf("dial canceled midway: %v, want Canceled", err)
+	}
+}
+
+// TestFirstDialFast: Setup returns only once the link passes traffic. Before that the
+// first SYN is dropped and a dial takes the 1s SYN retransmission timeout.
+func TestFirstDialFast(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for range 10 {
+		id := newID(t)
+		sNS := e.sandboxNS(t, id)
+		ln := echoServer(t, sNS, "0.0.0.0:0") // listening before the link exists
+		if err := e.m.Setup(ctx, id, sNS); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		c, err := e.m.DialSandbox(ctx, id, ln.Addr().(*net.TCPAddr).Port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exchange(t, c, "first")
+		c.Close()
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Errorf("first dial and exchange took %v", d)
+		}
+		if err := e.m.Teardown(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -21,8 +21,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -51,9 +53,9 @@ type Options struct {
 	Timeout time.Duration
 }
 
-// OCI is a sandbox.Runtime backed by one OCI runtime binary. It holds no per-container
-// state: everything is asked of the runtime, so a restarted daemon picks up where it left.
-// It is safe for concurrent use.
+// OCI is a sandbox.Runtime backed by one OCI runtime binary. It keeps no per-container state
+// of its own (only a cache): everything is asked of the runtime, so a restarted daemon
+// picks up where the last one left off. It is safe for concurrent use.
 type OCI struct {
 	name    string
 	binary  string
@@ -65,6 +67,9 @@ type OCI struct {
 	// nofileMax caps the sandbox's RLIMIT_NOFILE when this process cannot raise hard
 	// limits (no CAP_SYS_RESOURCE): the runtime could not either. 0: no cap.
 	nofileMax uint64
+
+	// netns caches container id → network namespace path for runsc (see netnsOf).
+	netns sync.Map
 
 	// runsc only: flags this runsc version supports.
 	ociSeccomp  bool // --oci-seccomp: enforce the spec's seccomp profile inside gVisor
@@ -192,11 +197,19 @@ func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error)
 	if err != nil {
 		return fmt.Errorf("starting container %s: encoding spec: %w", spec.ID, err)
 	}
-	if err := os.WriteFile(filepath.Join(spec.BundleDir, "config.json"), data, 0o600); err != nil {
-		return fmt.Errorf("starting container %s: writing spec: %w", spec.ID, err)
-	}
 	if err := os.MkdirAll(o.root, 0o700); err != nil {
 		return fmt.Errorf("starting container %s: %w", spec.ID, err)
+	}
+	// Never touch a container that exists already: the cleanup of a failed Start below
+	// would delete it.
+	if _, err := o.state(ctx, spec.ID); err == nil {
+		return fmt.Errorf("starting container %s: %w", spec.ID, errdefs.ErrAlreadyExists)
+	} else if !errors.Is(err, errdefs.ErrNotFound) {
+		return fmt.Errorf("starting container %s: %w", spec.ID, err)
+	}
+	// config.json holds InitEnv (the access token): readable by root only.
+	if err := os.WriteFile(filepath.Join(spec.BundleDir, "config.json"), data, 0o600); err != nil {
+		return fmt.Errorf("starting container %s: writing spec: %w", spec.ID, err)
 	}
 	logf, err := os.OpenFile(spec.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_CLOEXEC, 0o640)
 	if err != nil {
@@ -218,10 +231,13 @@ func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error)
 		}
 	}()
 
+	if o.name == "runsc" {
+		o.netns.Store(spec.ID, spec.NetNS)
+	}
 	if err := o.create(ctx, spec, logf, logStart); err != nil {
 		return err
 	}
-	if _, err := o.run(ctx, spec.ID, startOpts{}.args(spec.ID)); err != nil {
+	if _, err := o.control(ctx, spec.ID, startOpts{}.args(spec.ID)); err != nil {
 		return fmt.Errorf("starting container %s: %w", spec.ID, err)
 	}
 	if err := o.waitRunning(ctx, spec.ID); err != nil {
@@ -237,64 +253,163 @@ func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error)
 // create runs `<runtime> create`. The runtime's own stdio becomes the container's, so it is
 // the log file; the runtime's error text lands there too and is read back on failure.
 func (o *OCI) create(ctx context.Context, spec sandbox.ContainerSpec, logf *os.File, logStart int64) error {
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	cctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	cmd := o.command(ctx, createOpts{bundle: spec.BundleDir}.args(spec.ID))
+	err := o.runCreate(cctx, spec, nil, logf)
+	if err == nil {
+		return nil
+	}
+	if cctx.Err() != nil {
+		err = fmt.Errorf("%w (%v)", cctx.Err(), err)
+	}
+	msg := readLogTail(spec.LogPath, logStart)
+	if o.name == "runsc" && ctx.Err() == nil && cctx.Err() == nil {
+		if why := o.diagnoseCreate(ctx, spec); why != "" {
+			msg += " (" + why + ")"
+		}
+	}
+	return fmt.Errorf("creating container %s: %s create: %w: %s", spec.ID, o.name, err, msg)
+}
+
+// runCreate runs `<runtime> [extraGlobal] create` with out as the container's stdout and
+// stderr (nil: /dev/null) and waits for it.
+func (o *OCI) runCreate(ctx context.Context, spec sandbox.ContainerSpec, extraGlobal []string, out *os.File) error {
+	args := append(o.globalArgs(), extraGlobal...)
+	cmd := exec.CommandContext(ctx, o.binary, append(args, createOpts{bundle: spec.BundleDir}.args(spec.ID)...)...)
+	cmd.WaitDelay = time.Second
 	cmd.Stdin = nil // /dev/null
-	cmd.Stdout = logf
-	cmd.Stderr = logf
+	if out != nil {
+		cmd.Stdout = out
+		cmd.Stderr = out
+	}
 	// Own session: a signal to the daemon's terminal or process group never reaches
 	// the runtime or the container it leaves behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	var err error
-	if o.name == "runsc" {
-		err = startInNetNS(spec.NetNS, cmd)
-		if err == nil {
-			err = cmd.Wait()
-		}
-	} else {
-		err = cmd.Run()
+	if o.name != "runsc" {
+		return cmd.Run()
 	}
+	if err := startInNetNS(spec.NetNS, cmd); err != nil {
+		return err
+	}
+	return cmd.Wait()
+}
+
+// diagnoseCreate finds out why runsc create failed. runsc only says "cannot read client
+// sync file: waiting for sandbox to start: EOF" when its gofer or sandbox process dies;
+// their reasons go to debug logs only. So the create is repeated once with debug logs in a
+// temporary directory, the attempt removed again, and the logs' fatal errors returned.
+func (o *OCI) diagnoseCreate(ctx context.Context, spec sandbox.ContainerSpec) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.timeout)
+	defer cancel()
+	if err := o.Stop(ctx, spec.ID); err != nil {
+		return ""
+	}
+	dir, err := os.MkdirTemp("", "moat-runsc-diag-")
 	if err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
-		}
-		return fmt.Errorf("creating container %s: %s create: %w: %s", spec.ID, o.name, err, readLogTail(spec.LogPath, logStart))
+		return ""
 	}
-	return nil
+	defer os.RemoveAll(dir)
+	_ = o.runCreate(ctx, spec, []string{"--debug-log=" + dir + "/"}, nil)
+	_ = o.Stop(ctx, spec.ID)
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	// The gofer's and boot's own reasons first; create's only repeats the sync error.
+	rank := func(f string) int {
+		if strings.Contains(filepath.Base(f), "create") {
+			return 1
+		}
+		return 0
+	}
+	slices.SortStableFunc(files, func(a, b string) int { return rank(a) - rank(b) })
+	var reasons []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			_, why, ok := strings.Cut(l, "FATAL ERROR: ")
+			if ok && !slices.Contains(reasons, why) {
+				reasons = append(reasons, why)
+			}
+		}
+	}
+	return truncate(strings.Join(reasons, "; "), 2000)
 }
 
 // Stop kills every process of the container, waits for it to stop and deletes the
 // runtime's state (and thereby its cgroup). An unknown container is not an error. Stop
 // carries on when ctx is cancelled, bounded by the driver's timeout.
 func (o *OCI) Stop(ctx context.Context, id string) error {
+	if !validID(id) {
+		return fmt.Errorf("stopping container %q: bad id: %w", id, errdefs.ErrInvalidArgument)
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.timeout)
 	defer cancel()
 	st, err := o.state(ctx, id)
 	if errors.Is(err, errdefs.ErrNotFound) {
+		o.netns.Delete(id)
+		if err := removeCgroups(id); err != nil {
+			return fmt.Errorf("stopping container %s: %w", id, err)
+		}
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("stopping container %s: %w", id, err)
 	}
 	if st.Status != "stopped" {
-		if _, err := o.run(ctx, id, killOpts{all: true, signal: "KILL"}.args(id)); err != nil {
-			o.log.Debug("kill", "id", id, "err", err)
-		}
 		if st.Status == "paused" {
-			// Frozen processes die only once thawed.
-			if _, err := o.run(ctx, id, resumeOpts{}.args(id)); err != nil {
+			// Frozen processes die only once thawed, and runsc cannot delete a paused
+			// container (it panics on the paused => stopped transition).
+			if _, err := o.control(ctx, id, resumeOpts{}.args(id)); err != nil {
 				o.log.Debug("resume for kill", "id", id, "err", err)
 			}
 		}
-		if err := o.waitStatus(ctx, id, "stopped"); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			o.log.Warn("container did not stop after SIGKILL; forcing delete", "id", id, "err", err)
+		_, kerr := o.control(ctx, id, killOpts{all: true, signal: "KILL"}.args(id))
+		if kerr != nil && unknownFlag(kerr) {
+			// A runtime without kill --all: kill the init; the pid namespace does the rest.
+			_, kerr = o.control(ctx, id, killOpts{signal: "KILL"}.args(id))
+		}
+		if kerr != nil {
+			o.log.Debug("kill", "id", id, "err", kerr)
+		}
+		if kerr == nil {
+			// Bounded well inside ctx so that delete still has time.
+			if err := o.waitStatus(ctx, id, "stopped", o.timeout/3); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				o.log.Warn("container did not stop after SIGKILL; forcing delete", "id", id, "err", err)
+			}
 		}
 	}
-	if _, err := o.run(ctx, id, deleteOpts{force: true}.args(id)); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := o.control(ctx, id, deleteOpts{force: true}.args(id)); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return fmt.Errorf("stopping container %s: %w", id, err)
+	}
+	o.netns.Delete(id)
+	if err := removeCgroups(id); err != nil {
 		return fmt.Errorf("stopping container %s: %w", id, err)
 	}
 	return nil
+}
+
+// unknownFlag recognises a runtime's complaint about an unsupported flag.
+func unknownFlag(err error) bool {
+	m := err.Error()
+	return strings.Contains(m, "flag provided but not defined") || strings.Contains(m, "unknown flag") ||
+		strings.Contains(m, "unrecognized option")
+}
+
+// removeCgroups removes the container's (empty) cgroup directories, /moat/<id> in every
+// hierarchy. The runtime's delete normally has; a failed runsc create leaves them behind.
+func removeCgroups(id string) error {
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/moat/" + id)
+	if d := "/sys/fs/cgroup/moat/" + id; DetectCgroupMode() == CgroupUnified {
+		dirs = append(dirs, d)
+	}
+	var errs []error
+	for _, d := range dirs {
+		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing cgroup: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Running reports whether the container exists and its init process is alive (created,
@@ -316,7 +431,7 @@ func (o *OCI) Running(ctx context.Context, id string) (bool, error) {
 
 // Pause freezes every process of the container. Unknown containers are ErrNotFound.
 func (o *OCI) Pause(ctx context.Context, id string) error {
-	if _, err := o.run(ctx, id, pauseOpts{}.args(id)); err != nil {
+	if _, err := o.control(ctx, id, pauseOpts{}.args(id)); err != nil {
 		return fmt.Errorf("pausing container %s: %w", id, err)
 	}
 	return nil
@@ -324,7 +439,7 @@ func (o *OCI) Pause(ctx context.Context, id string) error {
 
 // Resume thaws a paused container. Unknown containers are ErrNotFound.
 func (o *OCI) Resume(ctx context.Context, id string) error {
-	if _, err := o.run(ctx, id, resumeOpts{}.args(id)); err != nil {
+	if _, err := o.control(ctx, id, resumeOpts{}.args(id)); err != nil {
 		return fmt.Errorf("resuming container %s: %w", id, err)
 	}
 	return nil
@@ -349,7 +464,7 @@ func (o *OCI) State(ctx context.Context, id string) (State, error) {
 }
 
 func (o *OCI) state(ctx context.Context, id string) (State, error) {
-	out, err := o.run(ctx, id, stateOpts{}.args(id))
+	out, err := o.control(ctx, id, stateOpts{}.args(id))
 	if err != nil {
 		return State{}, err
 	}
@@ -381,13 +496,13 @@ func (o *OCI) List(ctx context.Context) ([]string, error) {
 
 // waitRunning waits until the container runs; a container that stops instead is an error.
 func (o *OCI) waitRunning(ctx context.Context, id string) error {
-	return o.waitStatus(ctx, id, "running")
+	return o.waitStatus(ctx, id, "running", o.timeout)
 }
 
-// waitStatus polls the container's state until it is want, bounded by the timeout. A
-// container that reaches "stopped" while waiting for "running" fails at once.
-func (o *OCI) waitStatus(ctx context.Context, id, want string) error {
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+// waitStatus polls the container's state until it is want, for at most limit. A container
+// that reaches "stopped" while waiting for something else fails at once.
+func (o *OCI) waitStatus(ctx context.Context, id, want string, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	delay := 2 * time.Millisecond
 	for {
@@ -417,6 +532,10 @@ func (o *OCI) command(ctx context.Context, args []string) *exec.Cmd {
 	return cmd
 }
 
+// GlobalArgs are the global flags the driver passes before every subcommand (for
+// benchmarks that run the runtime directly exactly as moat does).
+func (o *OCI) GlobalArgs() []string { return o.globalArgs() }
+
 // globalArgs renders the driver's global flags.
 func (o *OCI) globalArgs() []string {
 	g := globalOpts{root: o.root, extra: o.extra}
@@ -435,13 +554,84 @@ func (o *OCI) globalArgs() []string {
 // timeout and returns its stdout. A failure carries the runtime's stderr; the runtime's
 // "no such container" is ErrNotFound.
 func (o *OCI) run(ctx context.Context, id string, args []string) ([]byte, error) {
+	return o.runIn(ctx, "", id, args)
+}
+
+// control runs a subcommand about an existing container. runsc (2022) reaches its
+// sandbox through an abstract unix socket, which belongs to the sandbox's network namespace
+// (S), so its commands run from inside S; from anywhere else runsc even reports a running
+// container as stopped.
+func (o *OCI) control(ctx context.Context, id string, args []string) ([]byte, error) {
+	netns, err := o.netnsOf(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return o.runIn(ctx, netns, id, args)
+}
+
+// netnsAnnotation records, in a runsc container's config.json, the network namespace runsc
+// was started in, so that any later command (from a restarted daemon too) finds it.
+const netnsAnnotation = "dev.moat.netns"
+
+// netnsOf returns the network namespace runtime commands about container id must run in:
+// "" (the daemon's) except for runsc, where it is the sandbox's S, found in the container's
+// bundle. A container whose namespace cannot be found is addressed from the daemon's.
+func (o *OCI) netnsOf(ctx context.Context, id string) (string, error) {
+	if o.name != "runsc" {
+		return "", nil
+	}
+	if v, ok := o.netns.Load(id); ok {
+		return v.(string), nil
+	}
+	out, err := o.run(ctx, id, stateOpts{}.args(id))
+	if err != nil {
+		return "", err
+	}
+	var st State
+	if err := json.Unmarshal(out, &st); err != nil || st.Bundle == "" {
+		return "", nil
+	}
+	data, err := os.ReadFile(filepath.Join(st.Bundle, "config.json"))
+	if err != nil {
+		o.log.Warn("container bundle unreadable; addressing it from the host namespace", "id", id, "err", err)
+		return "", nil
+	}
+	var spec struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return "", nil
+	}
+	ns := spec.Annotations[netnsAnnotation]
+	if ns != "" {
+		o.netns.Store(id, ns)
+	}
+	return ns, nil
+}
+
+// runIn is run from inside the network namespace netns (empty: the daemon's).
+func (o *OCI) runIn(ctx context.Context, netns, id string, args []string) ([]byte, error) {
+	if id != "" && !validID(id) {
+		return nil, fmt.Errorf("container id %q: %w", id, errdefs.ErrInvalidArgument)
+	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	cmd := o.command(ctx, args)
 	var stdout, stderr strings.Builder
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
-	err := cmd.Run()
+	var err error
+	if netns != "" {
+		if err = startInNetNS(netns, cmd); err == nil {
+			err = cmd.Wait()
+		} else if errors.Is(err, os.ErrNotExist) && cmd.Process == nil {
+			// The namespace is gone (torn down first): run from here; delete works.
+			o.log.Warn("network namespace gone; addressing container from the host namespace", "id", id, "netns", netns)
+			err = cmd.Run()
+		}
+	} else {
+		err = cmd.Run()
+	}
 	if err != nil {
 		msg := cleanRuntimeError(stderr.String())
 		if msg == "" {
@@ -488,7 +678,15 @@ func cleanRuntimeError(s string) string {
 		if m, ok := logrusMsg(line); ok {
 			line = m
 		}
-		parts = append(parts, line)
+		line = strings.Map(func(r rune) rune {
+			if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+				return '?' // no terminal escapes or line breaks in logs
+			}
+			return r
+		}, line)
+		if !slices.Contains(parts, line) { // runc repeats its retries
+			parts = append(parts, line)
+		}
 	}
 	return truncate(strings.Join(parts, "; "), 2000)
 }

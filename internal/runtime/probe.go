@@ -174,6 +174,7 @@ func probeRun(ctx context.Context, name, bin string) (err error) {
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
 	defer dcancel()
 	_ = exec.CommandContext(dctx, bin, append(g.args(), deleteOpts{force: true}.args(id)...)...).Run()
+	_ = removeCgroups(id)
 	if err != nil {
 		msg := cleanRuntimeError(string(out))
 		if cctx.Err() != nil {

@@ -175,9 +175,9 @@ var forbiddenSyscalls = []string{
 	"socketcall",
 }
 
-// seccompProfile returns the sandbox's seccomp profile for the host architecture family.
-// Every call returns a fresh value (callers may modify it).
-func seccompProfile() *specs.LinuxSeccomp {
+// seccompProfile returns the sandbox's seccomp profile for the named runtime. Every call
+// returns a fresh value (callers may modify it).
+func seccompProfile(runtimeName string) *specs.LinuxSeccomp {
 	p := &specs.LinuxSeccomp{
 		DefaultAction:   specs.ActErrno,
 		DefaultErrnoRet: &errnoEPERM,
@@ -201,12 +201,16 @@ func seccompProfile() *specs.LinuxSeccomp {
 		}},
 	})
 	// clone3 passes its flags in memory, out of seccomp's sight: answer ENOSYS so that
-	// glibc and Go fall back to clone.
-	p.Syscalls = append(p.Syscalls, specs.LinuxSyscall{
-		Names:    []string{"clone3"},
-		Action:   specs.ActErrno,
-		ErrnoRet: &errnoENOSYS,
-	})
+	// glibc and Go fall back to clone. (EPERM would not do: glibc >= 2.34 falls back only
+	// on ENOSYS, and every pthread_create would fail.)
+	clone3 := specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: &errnoENOSYS}
+	if runtimeName == "runsc" {
+		// gVisor (2022-12) ignores a rule's errnoRet and answers EPERM, which breaks
+		// threads; its kernel does not implement clone3 and answers ENOSYS itself, so the
+		// call is let through to it. Namespaces inside gVisor are the sentry's own.
+		clone3 = specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActAllow}
+	}
+	p.Syscalls = append(p.Syscalls, clone3)
 	// One rule per allowed value: separate rules are ORed.
 	for _, fam := range socketFamilies {
 		p.Syscalls = append(p.Syscalls, specs.LinuxSyscall{

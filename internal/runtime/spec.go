@@ -145,6 +145,8 @@ func buildSpec(cs sandbox.ContainerSpec, runtimeName string, host hostFeatures) 
 			// host uid thanks to the user namespace, and the capability bounding set,
 			// seccomp filter and cgroup limits below still apply to every process,
 			// setuid or not: no exec can gain more than the sandbox already has.
+			// (runsc 2022-12 ignores this and behaves as if no_new_privs were set, so
+			// setuid does not elevate and sudo does not work under gVisor.)
 			NoNewPrivileges: false,
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding:  slices.Clone(Capabilities),
@@ -154,7 +156,9 @@ func buildSpec(cs sandbox.ContainerSpec, runtimeName string, host hostFeatures) 
 				// exec as a non-root user.
 			},
 			Rlimits: []specs.POSIXRlimit{
-				// Language servers, bundlers and test runners open many files.
+				// Language servers, bundlers and test runners open many files. (Start
+				// lowers it to the daemon's own hard limit when the daemon lacks
+				// CAP_SYS_RESOURCE: the runtime could not raise it either.)
 				{Type: "RLIMIT_NOFILE", Hard: 65536, Soft: 65536},
 			},
 			// When the host runs out of memory, the kernel kills a sandbox before the
@@ -168,12 +172,15 @@ func buildSpec(cs sandbox.ContainerSpec, runtimeName string, host hostFeatures) 
 			// /sys/fs/cgroup/moat/<id> (v2). Stop removes it with the container.
 			CgroupsPath:   "/moat/" + cs.ID,
 			Resources:     resources(lim, host),
-			Seccomp:       seccompProfile(),
+			Seccomp:       seccompProfile(runtimeName),
 			MaskedPaths:   slices.Clone(maskedPaths),
 			ReadonlyPaths: slices.Clone(readonlyPaths),
 		},
 	}
-	if !gvisor {
+	if gvisor {
+		// Where runsc runs (see OCI.netnsOf); runsc ignores annotations it does not know.
+		s.Annotations = map[string]string{netnsAnnotation: cs.NetNS}
+	} else {
 		// The container joins the sandbox's pinned user namespace. runc (1.1) insists on
 		// seeing the mappings even when it joins by path; they must equal the
 		// namespace's own, which the daemon created with exactly this range.
@@ -192,7 +199,7 @@ func validateContainerSpec(cs sandbox.ContainerSpec, runtimeName string) error {
 	if !slices.Contains(Names, runtimeName) {
 		return bad("unknown runtime %q (want one of %s)", runtimeName, strings.Join(Names, ", "))
 	}
-	if cs.ID == "" || strings.ContainsAny(cs.ID, "/ \t\n") || cs.ID == "." || cs.ID == ".." {
+	if !validID(cs.ID) {
 		return bad("bad container id %q", cs.ID)
 	}
 	for name, p := range map[string]string{"rootfs": cs.Rootfs, "init path": cs.InitPath, "network namespace": cs.NetNS} {
@@ -212,6 +219,19 @@ func validateContainerSpec(cs sandbox.ContainerSpec, runtimeName string) error {
 		return bad("negative limits %+v", cs.Limits)
 	}
 	return nil
+}
+
+// validID accepts container ids that are safe as a path element and a runtime argument.
+func validID(id string) bool {
+	if id == "" || len(id) > 128 || id == "." || id == ".." || id[0] == '-' {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // effectiveLimits fills zero limits from DefaultLimits.

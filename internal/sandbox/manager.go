@@ -264,6 +264,16 @@ func (m *Manager) LogPath(id string) string {
 // container, and a healthy moat-init. On error the caller tears down with down.
 func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []Layer) error {
 	p := m.paths(sb.ID)
+	// Every directory on the way to the rootfs must be traversable (not readable) by the
+	// sandbox's host root uid; the bundle with the spec stays private.
+	for _, dir := range []string{filepath.Dir(p.dir), p.dir} {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			return err
+		}
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(p.bundle, 0o700); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -52,19 +53,35 @@ type extractor struct {
 	dirs map[string]bool
 	// seen are directories whose header was applied; later duplicates (lower layers in a
 	// flattened image) do not override the first (topmost) one.
-	seen  map[string]bool
-	stats extractStats
+	seen   map[string]bool
+	stats  extractStats
+	budget int64 // bytes of file content still allowed
+}
+
+// maxImageBytes bounds what one extraction may write (file contents as the tar declares
+// them, holes included): a few bytes of sparse-file tar can otherwise claim terabytes.
+const maxImageBytes = 64 << 30
+
+// extractOptions tune extractTar.
+type extractOptions struct {
+	// MaxBytes bounds the total size of the regular files; 0 means maxImageBytes.
+	MaxBytes int64
+	// Progress, when set, is called about once a second.
+	Progress func(extractStats)
 }
 
 // extractTar unpacks the tar stream r into root, which must be a directory only the caller
 // writes to. It keeps ownership, permission bits (set-id included) and the xattrs
-// security.capability and user.*; it skips device nodes, FIFOs and sockets. It refuses
-// (ErrInvalidArgument, stopping) entries with absolute names or ".." components, hard links
-// whose target is outside, and any entry that would be written through a symbolic link: a
-// parent component must be a real directory. Nothing is ever created outside root. When
-// progress is set it is called about once a second.
-func extractTar(ctx context.Context, r io.Reader, root *os.Root, progress func(extractStats)) (extractStats, error) {
-	x := &extractor{root: root, dirs: map[string]bool{".": true}, seen: map[string]bool{}}
+// security.capability and user.*; it skips device nodes, FIFOs and sockets; runs of zeroes
+// in files become holes. It refuses (ErrInvalidArgument, stopping) entries with absolute
+// names or ".." components, hard links whose target is outside, any entry that would be
+// written through a symbolic link (a parent component must be a real directory), and
+// content beyond opts.MaxBytes. Nothing is ever created outside root.
+func extractTar(ctx context.Context, r io.Reader, root *os.Root, opts extractOptions) (extractStats, error) {
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = maxImageBytes
+	}
+	x := &extractor{root: root, dirs: map[string]bool{".": true}, seen: map[string]bool{}, budget: opts.MaxBytes}
 	tr := tar.NewReader(r)
 	last := time.Now()
 	for {
@@ -81,8 +98,8 @@ func extractTar(ctx context.Context, r io.Reader, root *os.Root, progress func(e
 		if err := x.entry(hdr, tr); err != nil {
 			return x.stats, err
 		}
-		if progress != nil && time.Since(last) > time.Second {
-			progress(x.stats)
+		if opts.Progress != nil && time.Since(last) > time.Second {
+			opts.Progress(x.stats)
 			last = time.Now()
 		}
 	}
@@ -102,6 +119,9 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 			return x.meta(".", hdr)
 		}
 		return nil
+	}
+	if hdr.Typeflag == tar.TypeGNUSparse {
+		hdr.Typeflag = tar.TypeReg // the reader expands old GNU sparse files
 	}
 	switch hdr.Typeflag {
 	case tar.TypeReg, tar.TypeRegA, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
@@ -139,12 +159,19 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		if err := x.remove(rel); err != nil {
 			return err
 		}
+		if hdr.Size > x.budget {
+			return fmt.Errorf("tar entry %q: content beyond the %d-byte limit: %w", hdr.Name, maxOr(x.budget), errdefs.ErrInvalidArgument)
+		}
 		f, err := x.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
 			return err
 		}
-		n, err := io.Copy(f, r)
+		n, err := copySparse(f, io.LimitReader(r, x.budget+1))
 		x.stats.Bytes += n
+		x.budget -= n
+		if err == nil && x.budget < 0 {
+			err = fmt.Errorf("content beyond the size limit: %w", errdefs.ErrInvalidArgument)
+		}
 		if err == nil {
 			err = f.Chown(hdr.Uid, hdr.Gid)
 		}
@@ -302,6 +329,46 @@ func (x *extractor) xattrs(f *os.File, hdr *tar.Header) {
 		_ = linux.SetXattr(f, name, []byte(v))
 	}
 }
+
+func maxOr(budget int64) int64 { return max(budget, 0) }
+
+// copySparse copies r to the new, empty file f, leaving holes where whole 64 KiB chunks are
+// zero, and returns the number of bytes (holes included).
+func copySparse(f *os.File, r io.Reader) (int64, error) {
+	buf := make([]byte, 64<<10)
+	var off int64
+	hole := false
+	for {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			if isZero(buf[:n]) {
+				hole = true
+			} else {
+				if _, werr := f.WriteAt(buf[:n], off); werr != nil {
+					return off, werr
+				}
+				hole = false
+			}
+			off += int64(n)
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			return off, err
+		}
+	}
+	if hole {
+		if err := f.Truncate(off); err != nil {
+			return off, err
+		}
+	}
+	return off, nil
+}
+
+var zeroChunk = make([]byte, 64<<10)
+
+func isZero(b []byte) bool { return bytes.Equal(b, zeroChunk[:len(b)]) }
 
 // fileMode converts tar mode bits to an os.FileMode with set-id and sticky bits.
 func fileMode(m int64) os.FileMode {

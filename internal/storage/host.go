@@ -29,6 +29,11 @@ import (
 // private keys, apt credentials, sudoers, anything not world-readable, and nothing from
 // /root, /home, /var or moat's own data.
 //
+// Through the idmapping, host root's files in /usr belong to the sandbox's root: a file there
+// that only root may read becomes readable by the sandbox's root (a Debian /usr has none but
+// a polkit rules directory), and set-uid programs (sudo) are set-uid to the sandbox's root.
+// Filesystems mounted below the host's /usr are not included.
+//
 // The layer is named after a hash of its content (layers/host-etc-<hash>), built once per
 // content on first use by a process and reused afterwards.
 

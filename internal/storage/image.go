@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/moatdev/moat/internal/errdefs"
@@ -32,7 +35,7 @@ type PullOptions struct {
 
 // Import makes template tmplName from an image archive on the daemon's host: a docker-archive
 // (`docker save`) or an OCI image layout packed as a tar. The image's layers are flattened
-// into one layer (layers/img-<digest>; an image imported before is reused) and its config's
+// into one layer (layers/img-<config digest>; an image unpacked before is reused) and its config's
 // Env, User and WorkingDir become the template's defaults. An existing template of that name
 // is replaced. Bad archives give ErrInvalidArgument; a missing file ErrNotFound.
 func (s *Store) Import(ctx context.Context, tmplName, tarPath string, progress func(string)) (TemplateInfo, error) {
@@ -95,20 +98,41 @@ func (s *Store) Pull(ctx context.Context, tmplName, ref string, progress func(st
 	progress("resolving " + r.String())
 	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithPlatform(plat), remote.WithAuth(authn.Anonymous))
 	if err != nil {
-		var terr interface{ Temporary() bool }
-		if strings.Contains(err.Error(), "MANIFEST_UNKNOWN") || strings.Contains(err.Error(), "NAME_UNKNOWN") {
-			return TemplateInfo{}, fmt.Errorf("pulling %s: %v: %w", ref, err, errdefs.ErrNotFound)
-		}
-		if errors.As(err, &terr) || strings.Contains(err.Error(), "connect") {
-			return TemplateInfo{}, fmt.Errorf("pulling %s: %v: %w", ref, err, errdefs.ErrUnavailable)
-		}
-		return TemplateInfo{}, fmt.Errorf("pulling %s: %w", ref, err)
+		return TemplateInfo{}, fmt.Errorf("pulling %s: %w", ref, classifyRegistryError(err))
 	}
 	d, err := img.Digest()
 	if err != nil {
 		return TemplateInfo{}, fmt.Errorf("pulling %s: %w", ref, err)
 	}
 	return s.flattenImage(ctx, tmplName, img, "pull "+r.Context().String()+"@"+d.String(), progress)
+}
+
+// classifyRegistryError wraps a registry error with its class: unknown repositories and
+// tags (and anonymous access denied, which registries also answer for those) ErrNotFound,
+// network failures and 5xx ErrUnavailable.
+func classifyRegistryError(err error) error {
+	var terr *transport.Error
+	if errors.As(err, &terr) {
+		for _, d := range terr.Errors {
+			switch d.Code {
+			case transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode,
+				transport.UnauthorizedErrorCode, transport.DeniedErrorCode:
+				return fmt.Errorf("%v: %w", err, errdefs.ErrNotFound)
+			}
+		}
+		switch {
+		case terr.StatusCode == http.StatusNotFound || terr.StatusCode == http.StatusUnauthorized || terr.StatusCode == http.StatusForbidden:
+			return fmt.Errorf("%v: %w", err, errdefs.ErrNotFound)
+		case terr.StatusCode >= 500 || terr.StatusCode == http.StatusTooManyRequests:
+			return fmt.Errorf("%v: %w", err, errdefs.ErrUnavailable)
+		}
+		return err
+	}
+	var nerr net.Error
+	if errors.As(err, &nerr) {
+		return fmt.Errorf("%v: %w", err, errdefs.ErrUnavailable)
+	}
+	return err
 }
 
 var defaultPlatform = v1.Platform{OS: "linux", Architecture: "amd64"}
@@ -132,11 +156,13 @@ func (s *Store) checkNewName(name string) error {
 }
 
 // flattenImage extracts img's flattened file system into layers/img-<digest> (reusing it if
-// present) and writes the manifest of template name.
+// present) and writes the manifest of template tmplName.
 func (s *Store) flattenImage(ctx context.Context, tmplName string, img v1.Image, source string, progress func(string)) (TemplateInfo, error) {
-	digest, err := img.Digest()
+	// The config digest names the content: the config lists every layer's uncompressed
+	// digest. (The manifest digest of a docker-archive would mean compressing each layer.)
+	digest, err := img.ConfigName()
 	if err != nil {
-		return TemplateInfo{}, fmt.Errorf("image digest: %v: %w", err, errdefs.ErrInvalidArgument)
+		return TemplateInfo{}, fmt.Errorf("image config digest: %v: %w", err, errdefs.ErrInvalidArgument)
 	}
 	cfg, err := img.ConfigFile()
 	if err != nil {
@@ -165,9 +191,9 @@ func (s *Store) flattenImage(ctx context.Context, tmplName string, img v1.Image,
 		defer root.Close()
 		rc := mutate.Extract(img)
 		start := time.Now()
-		st, err := extractTar(ctx, rc, root, func(st extractStats) {
+		st, err := extractTar(ctx, rc, root, extractOptions{Progress: func(st extractStats) {
 			progress(fmt.Sprintf("unpacked %d files, %d MiB", st.Files, st.Bytes>>20))
-		})
+		}})
 		rc.Close()
 		if err != nil {
 			return TemplateInfo{}, fmt.Errorf("unpacking image %s: %w", digest, err)
@@ -249,7 +275,7 @@ func (s *Store) unpackLayout(ctx context.Context, p, tmp string) error {
 	defer root.Close()
 	rc := refuseLinks(tar.NewReader(f))
 	defer rc.Close()
-	if _, err := extractTar(ctx, rc, root, nil); err != nil {
+	if _, err := extractTar(ctx, rc, root, extractOptions{}); err != nil {
 		return fmt.Errorf("unpacking OCI layout %s: %w", p, err)
 	}
 	return nil

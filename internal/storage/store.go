@@ -52,13 +52,13 @@ type Store struct {
 
 	hostMu  sync.Mutex // serializes building the host layer
 	mountMu sync.Mutex // serializes drive attaches (see linux.MountImage)
-	repoMu  keyedMutex // one build per repository layer
+	locks   keyedMutex // one build per repository layer, one drive format at a time
 }
 
 // New opens (creating if needed) the storage under dataDir. runDir is the daemon's run
 // directory: Mount and Unmount only act on targets inside runDir/sandboxes/<id>/ (when
 // runDir is empty, anywhere). New does not build anything; the host template's layer is
-// made on first use, in milliseconds.
+// made on first use (well under a second) and found again by later processes.
 func New(dataDir, runDir string, log *slog.Logger) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -175,11 +175,15 @@ func (s *Store) isBuilding(name string) bool {
 	return s.building[name]
 }
 
-// commitLayer renames the finished temporary layer tmp to id. If id already exists (another
+// commitLayer makes the finished temporary layer tmp durable and renames it to id. If id already exists (another
 // build of the same content won), the existing one is kept. The temporary is gone afterwards
 // either way.
 func (s *Store) commitLayer(tmp, id string) error {
 	if err := s.layers.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	// The final name promises a complete tree, also after a crash.
+	if err := linux.SyncFS(s.layerPath(tmp)); err != nil {
 		return err
 	}
 	err := s.layers.Rename(tmp, id)

@@ -291,9 +291,10 @@ func (s *Store) collectLayers(ids []string) {
 }
 
 // Cleanup removes what a crash can leave behind: half-built layers and manifests and
-// half-created drives, and template layers (img-*, deb-*) no manifest refers to. It leaves
-// alone anything this process is building right now, repository layers (their users are
-// sandboxes, which the store does not know) and host layers. Call it at daemon start.
+// half-created drives, template layers (img-*, deb-*) no manifest refers to, and host
+// layers made from an earlier state of the host's /etc; never a layer that is mounted. It
+// leaves alone anything this process is building right now and repository layers (their
+// users are sandboxes, which the store does not know). Call it at daemon start.
 func (s *Store) Cleanup(ctx context.Context) error {
 	var errs []error
 	for _, sub := range []struct {
@@ -326,10 +327,20 @@ func (s *Store) Cleanup(ctx context.Context) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
+	// Host layers of an earlier /etc are unused once unmounted: sandboxes resolve the host
+	// template anew at each start.
+	currentHost := ""
+	if t, err := s.hostTemplate(); err == nil {
+		currentHost = filepath.Base(t.Parts[0].Layers[0])
+	} else {
+		errs = append(errs, err)
+	}
 	var unused []string
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "img-") || strings.HasPrefix(e.Name(), "deb-") {
-			unused = append(unused, e.Name())
+		n := e.Name()
+		if strings.HasPrefix(n, "img-") || strings.HasPrefix(n, "deb-") ||
+			(currentHost != "" && strings.HasPrefix(n, "host-etc-") && n != currentHost) {
+			unused = append(unused, n)
 		}
 	}
 	if len(unused) > 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"net/http"
+	"os"
 	"syscall"
 
 	"connectrpc.com/connect"
@@ -19,13 +20,15 @@ func code(err error) connect.Code {
 	switch {
 	case errors.As(err, &ce):
 		return ce.Code()
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
 		return connect.CodeDeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		return connect.CodeCanceled
 	case errors.Is(err, users.ErrUnknown), errors.Is(err, ErrBadAuthorization),
 		errors.Is(err, ErrBadSignature), errors.Is(err, ErrExpiredSignature):
 		return connect.CodeUnauthenticated
+	case errors.Is(err, os.ErrClosed), errors.Is(err, syscall.EPIPE):
+		return connect.CodeFailedPrecondition
 	case errors.Is(err, fs.ErrNotExist):
 		return connect.CodeNotFound
 	case errors.Is(err, fs.ErrExist):

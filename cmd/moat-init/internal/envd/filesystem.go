@@ -3,6 +3,7 @@ package envd
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 
@@ -25,12 +26,8 @@ var _ filesystemconnect.FilesystemHandler = (*filesystemService)(nil)
 const dirMode = 0o755
 
 // target resolves the request's user and path.
-func (fss *filesystemService) target(h interface{ Get(string) string }, path string) (*users.User, string, error) {
-	name, err := ParseBasicUser(h.Get("Authorization"))
-	if err != nil {
-		return nil, "", connect.NewError(connect.CodeUnauthenticated, err)
-	}
-	u, err := fss.s.user(name)
+func (fss *filesystemService) target(h http.Header, path string) (*users.User, string, error) {
+	u, err := fss.s.rpcUser(h)
 	if err != nil {
 		return nil, "", err
 	}

@@ -1,23 +1,17 @@
 package envd
 
 import (
-	"errors"
 	"fmt"
+	"log/slog"
 	"os"
-	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	pb "github.com/moatdev/moat/api/envd/process"
 	"github.com/moatdev/moat/cmd/moat-init/internal/linux"
-	"github.com/moatdev/moat/cmd/moat-init/internal/users"
 )
-
-// defaultPath is PATH for processes unless MOAT_ENV or the request sets it.
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // drainGrace is how long output is still collected after a process exits,
 // for data left in pipes. Output of background children that keep the
@@ -97,15 +91,17 @@ type proc struct {
 	config  *pb.ProcessConfig
 	started time.Time
 
-	// inMu serializes writes to and closing of stdin and the terminal.
-	inMu  sync.Mutex
-	stdin *os.File // write end of the stdin pipe; nil when closed or absent
-	pty   *os.File // terminal master; nil without a terminal
+	// inMu guards stdin and pty; writeMu serializes input writes.
+	inMu    sync.Mutex
+	writeMu sync.Mutex
+	stdin   *os.File // write end of the stdin pipe; nil when closed or absent
+	pty     *os.File // terminal master; nil without a terminal or once ended
 	// outputs are the read ends the pumps drain (stdout and stderr, or the
 	// terminal master).
 	outputs []*os.File
 
 	exited  chan struct{} // closed by the reaper callback
+	done    chan struct{} // closed once the end event is published
 	status  syscall.WaitStatus
 	pumping sync.WaitGroup
 
@@ -184,7 +180,7 @@ func (p *proc) pump(f *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent) {
 
 // finish waits for the exit status and the output, publishes the end event
 // and forgets the process.
-func (p *proc) finish(t *processTable) {
+func (p *proc) finish(t *processTable, log *slog.Logger) {
 	<-p.exited
 	drained := make(chan struct{})
 	go func() { p.pumping.Wait(); close(drained) }()
@@ -200,15 +196,18 @@ func (p *proc) finish(t *processTable) {
 		f.Close()
 	}
 	p.inMu.Lock()
-	if p.stdin != nil {
-		p.stdin.Close()
-		p.stdin = nil
-	}
-	p.pty = nil
+	stdin := p.stdin
+	p.stdin, p.pty = nil, nil
 	p.inMu.Unlock()
+	if stdin != nil {
+		stdin.Close()
+	}
 
 	t.remove(p)
-	p.publish(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: endEvent(p.status)}}, true)
+	end := endEvent(p.status)
+	log.Debug("process ended", "pid", p.pid, "status", end.GetStatus())
+	p.publish(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}}, true)
+	close(p.done)
 }
 
 // endEvent describes a wait status the way Go's os.ProcessState does, which
@@ -232,42 +231,58 @@ func endEvent(ws syscall.WaitStatus) *pb.ProcessEvent_EndEvent {
 	}
 }
 
-// writeInput writes data to the process's stdin, or to its terminal when
-// toPTY is set.
-func (p *proc) writeInput(data []byte, toPTY bool) error {
+// input returns the file input goes to: stdin, or the terminal when toPTY.
+func (p *proc) input(toPTY bool) (*os.File, error) {
 	p.inMu.Lock()
 	defer p.inMu.Unlock()
-	f := p.stdin
 	if toPTY {
-		f = p.pty
-		if f == nil {
-			return failedPrecondition("process %d has no terminal", p.pid)
+		if p.pty == nil {
+			return nil, failedPrecondition("process %d has no terminal", p.pid)
 		}
-	} else if f == nil {
-		if p.pty != nil {
-			return failedPrecondition("process %d has a terminal: send pty input", p.pid)
-		}
-		return failedPrecondition("stdin of process %d is not open", p.pid)
+		return p.pty, nil
 	}
-	if _, err := f.Write(data); err != nil {
+	if p.stdin == nil {
+		if p.pty != nil {
+			return nil, failedPrecondition("process %d has a terminal: send pty input", p.pid)
+		}
+		return nil, failedPrecondition("stdin of process %d is not open", p.pid)
+	}
+	return p.stdin, nil
+}
+
+// writeInput writes data to the process's stdin, or to its terminal when
+// toPTY is set. Writes are serialized; one that blocks on a full pipe ends
+// at deadline (when not zero), or when stdin is closed.
+func (p *proc) writeInput(data []byte, toPTY bool, deadline time.Time) error {
+	p.writeMu.Lock()
+	defer p.writeMu.Unlock()
+	f, err := p.input(toPTY)
+	if err != nil {
+		return err
+	}
+	_ = f.SetWriteDeadline(deadline)
+	_, err = f.Write(data)
+	_ = f.SetWriteDeadline(time.Time{})
+	if err != nil {
 		return fmt.Errorf("writing input of process %d: %w", p.pid, err)
 	}
 	return nil
 }
 
-// closeStdin closes the process's stdin pipe.
+// closeStdin closes the process's stdin pipe, ending a pending write.
 func (p *proc) closeStdin() error {
 	p.inMu.Lock()
-	defer p.inMu.Unlock()
-	if p.pty != nil {
+	f := p.stdin
+	p.stdin = nil
+	hasPTY := p.pty != nil
+	p.inMu.Unlock()
+	switch {
+	case hasPTY:
 		return failedPrecondition("process %d has a terminal: send Ctrl-D (0x04) instead", p.pid)
-	}
-	if p.stdin == nil {
+	case f == nil:
 		return failedPrecondition("stdin of process %d is not open", p.pid)
 	}
-	err := p.stdin.Close()
-	p.stdin = nil
-	if err != nil {
+	if err := f.Close(); err != nil {
 		return fmt.Errorf("closing stdin of process %d: %w", p.pid, err)
 	}
 	return nil
@@ -294,212 +309,4 @@ func (p *proc) resize(cols, rows uint32) error {
 		return invalidArgument("invalid terminal size %dx%d", cols, rows)
 	}
 	return linux.SetWinsize(p.pty, uint16(cols), uint16(rows))
-}
-
-// spawnRequest is a validated StartRequest for one user.
-type spawnRequest struct {
-	user     *users.User
-	config   *pb.ProcessConfig
-	tag      *string
-	pty      *pb.PTY_Size // nil: no terminal
-	stdin    bool
-	defaults map[string]string
-}
-
-// processEnv builds a process's environment: the user's identity and
-// PATH, then the sandbox defaults, then the request's own variables.
-func processEnv(u *users.User, defaults, request map[string]string) map[string]string {
-	shell := u.Shell
-	if shell == "" {
-		shell = "/bin/sh"
-	}
-	env := map[string]string{
-		"HOME":    homeOf(u),
-		"USER":    u.Name,
-		"LOGNAME": u.Name,
-		"PATH":    defaultPath,
-		"SHELL":   shell,
-	}
-	for k, v := range defaults {
-		env[k] = v
-	}
-	for k, v := range request {
-		env[k] = v
-	}
-	return env
-}
-
-func envList(env map[string]string) []string {
-	out := make([]string, 0, len(env))
-	for k, v := range env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
-			continue
-		}
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// lookPath finds file like a shell would with the given PATH. Names with a
-// slash are used as they are.
-func lookPath(file, path string) (string, error) {
-	if strings.Contains(file, "/") {
-		return file, nil
-	}
-	for _, dir := range filepath.SplitList(path) {
-		if dir == "" {
-			dir = "."
-		}
-		p := filepath.Join(dir, file)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%q: executable file not found in $PATH: %w", file, os.ErrNotExist)
-}
-
-// spawn starts a process and returns it with the first subscriber (the
-// Start stream) attached, so no output is missed.
-func (s *Server) spawn(r spawnRequest) (*proc, *subscriber, error) {
-	cfg := r.config
-	env := processEnv(r.user, r.defaults, cfg.GetEnvs())
-
-	dir := homeOf(r.user)
-	if cfg.Cwd != nil {
-		var err error
-		if dir, err = resolvePath(cfg.GetCwd(), r.user); err != nil {
-			return nil, nil, err
-		}
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return nil, nil, invalidArgument("cwd %q is not a directory", dir)
-		}
-	} else if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		dir = "/"
-	}
-
-	path, err := lookPath(cfg.GetCmd(), env["PATH"])
-	if err != nil {
-		return nil, nil, invalidArgument("%v", err)
-	}
-
-	p := &proc{
-		tag:     r.tag,
-		config:  cfg,
-		started: time.Now(),
-		exited:  make(chan struct{}),
-		subs:    make(map[*subscriber]struct{}),
-	}
-	// child holds the child's ends, closed here once it has them.
-	var child []*os.File
-	defer func() {
-		for _, f := range child {
-			f.Close()
-		}
-	}()
-	fail := func(err error) (*proc, *subscriber, error) {
-		for _, f := range p.outputs {
-			f.Close()
-		}
-		if p.stdin != nil {
-			p.stdin.Close()
-		}
-		return nil, nil, err
-	}
-
-	attr := linux.ExecAttr{
-		Path: path,
-		Args: append([]string{cfg.GetCmd()}, cfg.GetArgs()...),
-		Env:  envList(env),
-		Dir:  dir,
-	}
-	if os.Geteuid() == 0 || r.user.UID != uint32(os.Geteuid()) {
-		cred := credOf(r.user)
-		attr.Cred = &cred
-	}
-	var wraps []func([]byte) *pb.ProcessEvent_DataEvent
-	if r.pty != nil {
-		cols, rows := r.pty.GetCols(), r.pty.GetRows()
-		if cols == 0 || rows == 0 || cols > 0xffff || rows > 0xffff {
-			return fail(invalidArgument("invalid terminal size %dx%d", cols, rows))
-		}
-		master, slave, err := linux.OpenPTY(uint16(cols), uint16(rows))
-		if err != nil {
-			return fail(err)
-		}
-		child = append(child, slave)
-		p.pty = master
-		p.outputs = []*os.File{master}
-		wraps = append(wraps, func(b []byte) *pb.ProcessEvent_DataEvent {
-			return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Pty{Pty: b}}
-		})
-		attr.Files = []*os.File{slave, slave, slave}
-		attr.Setctty = true
-	} else {
-		var stdin *os.File
-		if r.stdin {
-			pr, pw, err := os.Pipe()
-			if err != nil {
-				return fail(fmt.Errorf("creating stdin pipe: %w", err))
-			}
-			child = append(child, pr)
-			p.stdin, stdin = pw, pr
-		} else {
-			devnull, err := os.Open(os.DevNull)
-			if err != nil {
-				return fail(fmt.Errorf("opening %s: %w", os.DevNull, err))
-			}
-			child = append(child, devnull)
-			stdin = devnull
-		}
-		outR, outW, err := os.Pipe()
-		if err != nil {
-			return fail(fmt.Errorf("creating stdout pipe: %w", err))
-		}
-		child = append(child, outW)
-		p.outputs = append(p.outputs, outR)
-		errR, errW, err := os.Pipe()
-		if err != nil {
-			return fail(fmt.Errorf("creating stderr pipe: %w", err))
-		}
-		child = append(child, errW)
-		p.outputs = append(p.outputs, errR)
-		wraps = append(wraps,
-			func(b []byte) *pb.ProcessEvent_DataEvent {
-				return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stdout{Stdout: b}}
-			},
-			func(b []byte) *pb.ProcessEvent_DataEvent {
-				return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stderr{Stderr: b}}
-			})
-		attr.Files = []*os.File{stdin, outW, errW}
-	}
-
-	sub := p.subscribe()
-	_, err = s.cfg.Reaper.Spawn(func() (int, error) {
-		pid, err := linux.ForkExec(attr)
-		if err != nil {
-			return 0, err
-		}
-		p.pid = uint32(pid)
-		s.procs.add(p)
-		return pid, nil
-	}, func(ws syscall.WaitStatus) {
-		p.status = ws
-		close(p.exited)
-	})
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) ||
-			errors.Is(err, syscall.ENOEXEC) {
-			return fail(invalidArgument("%v", err))
-		}
-		return fail(err)
-	}
-	for i, f := range p.outputs {
-		p.pumping.Add(1)
-		go p.pump(f, wraps[i])
-	}
-	go p.finish(s.procs)
-	s.cfg.Log.Info("started process", "pid", p.pid, "cmd", cfg.GetCmd(), "user", r.user.Name,
-		"pty", r.pty != nil, "tagged", r.tag != nil)
-	return p, sub, nil
 }

@@ -20,9 +20,11 @@ type processService struct{ s *Server }
 var _ processconnect.ProcessHandler = (*processService)(nil)
 
 // Start runs a process as the request's user and streams its events: a
-// start event, data events, then an end event. When the request's deadline
-// passes first, the process group is killed and the stream ends with
-// DeadlineExceeded; a client that merely disconnects leaves it running.
+// start event, data events, then an end event. The request's deadline
+// (connect-timeout-ms) bounds the process's life, as in envd: when it
+// passes, the process group is killed, whether or not the client is still
+// connected, and a connected stream ends with DeadlineExceeded. A client
+// that merely disconnects leaves the process running.
 func (ps *processService) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
 	u, err := ps.s.rpcUser(req.Header())
 	if err != nil {
@@ -49,8 +51,15 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[pb.Sta
 	if err != nil {
 		return rpcError(err)
 	}
+	if dl, ok := ctx.Deadline(); ok {
+		kill := time.AfterFunc(time.Until(dl), func() {
+			ps.s.cfg.Log.Info("deadline passed, killing process", "pid", p.pid)
+			p.signal(syscall.SIGKILL)
+		})
+		go func() { <-p.done; kill.Stop() }()
+	}
 	send := func(ev *pb.ProcessEvent) error { return stream.Send(&pb.StartResponse{Event: ev}) }
-	return ps.follow(ctx, req.Header(), p, sub, send, true)
+	return ps.follow(ctx, req.Header(), p, sub, send)
 }
 
 // Connect attaches to a running process: a start event, then its further
@@ -65,13 +74,13 @@ func (ps *processService) Connect(ctx context.Context, req *connect.Request[pb.C
 		return notFound("process with pid %d has ended", p.pid)
 	}
 	send := func(ev *pb.ProcessEvent) error { return stream.Send(&pb.ConnectResponse{Event: ev}) }
-	return ps.follow(ctx, req.Header(), p, sub, send, false)
+	return ps.follow(ctx, req.Header(), p, sub, send)
 }
 
 // follow streams a process's events to one client until the end event, the
 // client's departure or its deadline.
 func (ps *processService) follow(ctx context.Context, h http.Header, p *proc, sub *subscriber,
-	send func(*pb.ProcessEvent) error, killOnDeadline bool) error {
+	send func(*pb.ProcessEvent) error) error {
 	defer p.unsubscribe(sub)
 	if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: p.pid}}}); err != nil {
 		return err
@@ -89,6 +98,9 @@ func (ps *processService) follow(ctx context.Context, h http.Header, p *proc, su
 				return err
 			}
 			if ev.GetEnd() != nil {
+				if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+					return deadlineExceeded(p)
+				}
 				return nil
 			}
 		case <-tick:
@@ -97,15 +109,15 @@ func (ps *processService) follow(ctx context.Context, h http.Header, p *proc, su
 			}
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				if killOnDeadline {
-					ps.s.cfg.Log.Info("deadline exceeded, killing process", "pid", p.pid)
-					p.signal(syscall.SIGKILL)
-				}
-				return connect.NewError(connect.CodeDeadlineExceeded, errorf("process %d: deadline exceeded", p.pid))
+				return deadlineExceeded(p)
 			}
 			return connect.NewError(connect.CodeCanceled, ctx.Err())
 		}
 	}
+}
+
+func deadlineExceeded(p *proc) error {
+	return connect.NewError(connect.CodeDeadlineExceeded, errorf("process %d: deadline exceeded", p.pid))
 }
 
 // List returns the running processes started through Start.
@@ -119,23 +131,24 @@ func (ps *processService) List(context.Context, *connect.Request[pb.ListRequest]
 }
 
 // SendInput writes to a process's stdin or terminal.
-func (ps *processService) SendInput(_ context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
+func (ps *processService) SendInput(ctx context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
 	p, err := ps.s.procs.find(req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
-	if err := writeInput(p, req.Msg.GetInput()); err != nil {
+	dl, _ := ctx.Deadline()
+	if err := writeInput(p, req.Msg.GetInput(), dl); err != nil {
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(&pb.SendInputResponse{}), nil
 }
 
-func writeInput(p *proc, in *pb.ProcessInput) error {
+func writeInput(p *proc, in *pb.ProcessInput, deadline time.Time) error {
 	switch v := in.GetInput().(type) {
 	case *pb.ProcessInput_Stdin:
-		return p.writeInput(v.Stdin, false)
+		return p.writeInput(v.Stdin, false, deadline)
 	case *pb.ProcessInput_Pty:
-		return p.writeInput(v.Pty, true)
+		return p.writeInput(v.Pty, true, deadline)
 	default:
 		return invalidArgument("input must be stdin or pty")
 	}
@@ -143,7 +156,7 @@ func writeInput(p *proc, in *pb.ProcessInput) error {
 
 // StreamInput writes the inputs of one client stream in order: a start
 // event selecting the process, then data events.
-func (ps *processService) StreamInput(_ context.Context, stream *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
+func (ps *processService) StreamInput(ctx context.Context, stream *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
 	var p *proc
 	for stream.Receive() {
 		switch ev := stream.Msg().GetEvent().(type) {
@@ -157,7 +170,8 @@ func (ps *processService) StreamInput(_ context.Context, stream *connect.ClientS
 			if p == nil {
 				return nil, failedPrecondition("data before start event")
 			}
-			if err := writeInput(p, ev.Data.GetInput()); err != nil {
+			dl, _ := ctx.Deadline()
+			if err := writeInput(p, ev.Data.GetInput(), dl); err != nil {
 				return nil, rpcError(err)
 			}
 		}

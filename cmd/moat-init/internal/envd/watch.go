@@ -149,7 +149,9 @@ func (fss *filesystemService) WatchDir(ctx context.Context, req *connect.Request
 		return err
 	}
 	m := req.Msg
-	d, err := fss.s.newDirWatch(u, watchOptions{m.GetPath(), m.GetRecursive(), m.GetIncludeEntry(), m.GetAllowNetworkMounts()})
+	d, err := fss.s.newDirWatch(u, watchOptions{
+		path: m.GetPath(), recursive: m.GetRecursive(), includeEntry: m.GetIncludeEntry(), allowNetworkMounts: m.GetAllowNetworkMounts(),
+	})
 	if err != nil {
 		return err
 	}
@@ -256,7 +258,9 @@ func (fss *filesystemService) CreateWatcher(_ context.Context, req *connect.Requ
 		return nil, err
 	}
 	m := req.Msg
-	d, err := fss.s.newDirWatch(u, watchOptions{m.GetPath(), m.GetRecursive(), m.GetIncludeEntry(), m.GetAllowNetworkMounts()})
+	d, err := fss.s.newDirWatch(u, watchOptions{
+		path: m.GetPath(), recursive: m.GetRecursive(), includeEntry: m.GetIncludeEntry(), allowNetworkMounts: m.GetAllowNetworkMounts(),
+	})
 	if err != nil {
 		return nil, err
 	}

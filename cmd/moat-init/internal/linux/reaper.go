@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -134,16 +136,57 @@ func (r *Reaper) Owned() []int {
 }
 
 // SignalAll sends sig to everything this process may end: every process
-// when it is PID 1 (kill(-1) spares init itself), otherwise the process
-// group of every child started through Spawn.
+// when it is PID 1 (kill(-1) spares init itself), otherwise every
+// descendant of this process.
 func (r *Reaper) SignalAll(sig syscall.Signal) {
 	if os.Getpid() == 1 {
 		_ = syscall.Kill(-1, sig)
 		return
 	}
-	for _, pid := range r.Owned() {
-		KillGroup(pid, sig)
+	for _, pid := range Descendants(os.Getpid()) {
+		_ = syscall.Kill(pid, sig)
 	}
+}
+
+// Descendants returns the pids of all processes below pid, read from /proc.
+func Descendants(pid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may contain spaces and parentheses.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			children[ppid] = append(children[ppid], p)
+		}
+	}
+	var out []int
+	queue := children[pid]
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		out = append(out, p)
+		queue = append(queue, children[p]...)
+	}
+	return out
 }
 
 // HasChildren reports whether this process has any child left, running or

@@ -6,6 +6,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"time"
@@ -13,6 +14,11 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "whoami" {
+		// Run as a setuid-root copy by an unprivileged user: does setuid elevate?
+		fmt.Printf("uid=%d,euid=%d\n", os.Getuid(), os.Geteuid())
+		return
+	}
 	fmt.Printf("uid=%d gid=%d pid=%d\n", os.Getuid(), os.Getgid(), os.Getpid())
 	if b, err := os.ReadFile("/proc/self/uid_map"); err == nil {
 		fmt.Printf("uid_map=%s\n", strings.Join(strings.Fields(string(b)), " "))
@@ -71,6 +77,41 @@ func main() {
 	probe("ptrace_peek", syscall.SYS_PTRACE, syscall.PTRACE_PEEKDATA, 1, 0)
 	probe("perf_event_open", 298, 0, 0, 0, 0, 0)
 	probe("sethostname", syscall.SYS_SETHOSTNAME, cstr("x"), 1)
+	// setgroups is what sudo, su and login call (initgroups); a user namespace created
+	// with setgroups "deny" refuses it.
+	probe("setgroups", syscall.SYS_SETGROUPS, 0, 0)
+	if b, err := os.ReadFile("/proc/self/setgroups"); err == nil {
+		fmt.Printf("setgroups_file=%s\n", strings.TrimSpace(string(b)))
+	}
+	// Ordinary glibc programs: fork/exec through a shell, and threads (glibc >= 2.34
+	// tries clone3 first and falls back to clone only on ENOSYS).
+	run := func(name string, argv ...string) {
+		if _, err := os.Stat(argv[0]); err != nil {
+			fmt.Printf("exec %s missing\n", name)
+			return
+		}
+		out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+		res := strings.Join(strings.Fields(string(out)), "_")
+		if err != nil {
+			res = "error:" + err.Error() + ":" + res
+		}
+		fmt.Printf("exec %s %s\n", name, res)
+	}
+	run("sh", "/bin/sh", "-c", "echo shell-ok")
+	run("python_thread", "/usr/bin/python3", "-c",
+		"import threading; t = threading.Thread(target=print, args=('thread-ok',)); t.start(); t.join()")
+	// setuid (what sudo needs): the test put a setuid-root copy of this program at
+	// /suid-whoami; run it as uid 1000.
+	if _, err := os.Stat("/suid-whoami"); err == nil {
+		cmd := exec.Command("/suid-whoami", "whoami")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000, NoSetGroups: true}}
+		out, err := cmd.CombinedOutput()
+		res := strings.TrimSpace(string(out))
+		if err != nil {
+			res = "error:" + err.Error() + ":" + res
+		}
+		fmt.Printf("exec suid %s\n", res)
+	}
 	fmt.Println("READY")
 	for {
 		time.Sleep(time.Hour)

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+func TestParseSize(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"512M", 512 << 20, true},
+		{"2G", 2 << 30, true},
+		{"2GiB", 2 << 30, true},
+		{"100MB", 100 << 20, true},
+		{"1.5G", 3 << 29, true},
+		{"1048576", 1 << 20, true},
+		{"64k", 64 << 10, true},
+		{" 1T ", 1 << 40, true},
+		{"", 0, false},
+		{"-1G", 0, false},
+		{"G", 0, false},
+		{"12X", 0, false},
+		{"1.5", 0, false},
+		{"NaN", 0, false},
+		{"1e3M", 0, false},
+		{"99999999999T", 0, false},
+		{"1..2M", 0, false},
+	} {
+		got, err := parseSize(c.in)
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d ok=%v", c.in, got, err, c.want, c.ok)
+		}
+	}
+}
+
+func FuzzParseSize(f *testing.F) {
+	for _, s := range []string{"512M", "2GiB", "1.5G", "0", "-1", "1e9", "9223372036854775807", "K"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := parseSize(s)
+		if err == nil && n < 0 {
+			t.Fatalf("parseSize(%q) = %d: negative without error", s, n)
+		}
+	})
+}
+
+func TestParseDuration(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"90", 90 * time.Second, true},
+		{"90s", 90 * time.Second, true},
+		{"1h30m", 90 * time.Minute, true},
+		{"-5m", 0, false},
+		{"-5", 0, false},
+		{"soon", 0, false},
+		{"99999999999999999", 0, false},
+	} {
+		got, err := parseDuration(c.in)
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v ok=%v", c.in, got, err, c.want, c.ok)
+		}
+	}
+}
+
+func TestShellLine(t *testing.T) {
+	for _, c := range []struct {
+		in   []string
+		want string
+	}{
+		{[]string{"make test && echo ok"}, "make test && echo ok"},
+		{[]string{"echo", "a b", "it's"}, `echo 'a b' 'it'\''s'`},
+		{[]string{"ls", "-la", "/tmp"}, "ls -la /tmp"},
+		{[]string{"printf", ""}, "printf ''"},
+	} {
+		if got := shellLine(c.in); got != c.want {
+			t.Errorf("shellLine(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestSplitRemote(t *testing.T) {
+	for _, c := range []struct {
+		in       string
+		id, path string
+		ok       bool
+	}{
+		{"sb-0123456789ab:/etc/hosts", "sb-0123456789ab", "/etc/hosts", true},
+		{"sb-0123456789ab:rel/x", "sb-0123456789ab", "rel/x", true},
+		{"./sb-x:y", "", "./sb-x:y", false},
+		{"/tmp/a:b", "", "/tmp/a:b", false},
+		{"file.txt", "", "file.txt", false},
+	} {
+		id, path, ok := splitRemote(c.in)
+		if id != c.id || path != c.path || ok != c.ok {
+			t.Errorf("splitRemote(%q) = %q %q %v", c.in, id, path, ok)
+		}
+	}
+}
+
+func TestDefaultTemplateName(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:5000/library/alpine:3.20": "alpine-3.20",
+		"debian":                             "debian",
+		"reg/x/busybox@sha256:abc":           "busybox",
+	} {
+		if got := defaultTemplateName(in); got != want {
+			t.Errorf("defaultTemplateName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,369 @@
+package runtime
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/sandbox"
+)
+
+func testContainerSpec(runtimeName string) sandbox.ContainerSpec {
+	cs := sandbox.ContainerSpec{
+		ID:        "sb-0123456789ab",
+		BundleDir: "/run/moat/sandboxes/sb-0123456789ab/bundle",
+		Rootfs:    "/run/moat/sandboxes/sb-0123456789ab/rootfs",
+		InitPath:  "/usr/lib/moat/moat-init",
+		InitEnv:   []string{"MOAT_ACCESS_TOKEN=secret", "MOAT_ENV={}"},
+		Hostname:  "sb-0123456789ab",
+		UserNS:    "/run/moat/sandboxes/sb-0123456789ab/userns",
+		IDs:       sandbox.IDRange{Host: 0x40010000, Size: 65536},
+		NetNS:     "/run/moat/sandboxes/sb-0123456789ab/netns",
+		LogPath:   "/var/lib/moat/logs/sb-0123456789ab.log",
+	}
+	if runtimeName == "runsc" {
+		cs.UserNS = ""
+	}
+	return cs
+}
+
+var v1Host = hostFeatures{cgroupNS: true, memsw: true, swappiness: true}
+
+func nsByType(s *specs.Spec, typ specs.LinuxNamespaceType) (specs.LinuxNamespace, bool) {
+	for _, n := range s.Linux.Namespaces {
+		if n.Type == typ {
+			return n, true
+		}
+	}
+	return specs.LinuxNamespace{}, false
+}
+
+func TestBuildSpecRuntimes(t *testing.T) {
+	for _, tc := range []struct {
+		runtime  string
+		userNS   bool // joins U by path, with mappings
+		netNS    bool // joins S by path
+		netnsAnn bool // records S in an annotation
+	}{
+		{runtime: "runc", userNS: true, netNS: true},
+		{runtime: "crun", userNS: true, netNS: true},
+		{runtime: "runsc", netnsAnn: true},
+	} {
+		t.Run(tc.runtime, func(t *testing.T) {
+			cs := testContainerSpec(tc.runtime)
+			s, err := buildSpec(cs, tc.runtime, v1Host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Version != "1.0.2" {
+				t.Errorf("ociVersion %q", s.Version)
+			}
+			// Process.
+			p := s.Process
+			if !slices.Equal(p.Args, []string{"/.moat/moat-init"}) || p.Cwd != "/" || p.User.UID != 0 || p.User.GID != 0 {
+				t.Errorf("process %+v", p)
+			}
+			if p.NoNewPrivileges {
+				t.Error("noNewPrivileges set: sudo inside would break")
+			}
+			if p.Terminal {
+				t.Error("terminal set")
+			}
+			wantEnv := append(slices.Clone(cs.InitEnv), defaultPath)
+			if !slices.Equal(p.Env, wantEnv) {
+				t.Errorf("env %v, want %v", p.Env, wantEnv)
+			}
+			if p.OOMScoreAdj == nil || *p.OOMScoreAdj != 500 {
+				t.Errorf("oomScoreAdj %v", p.OOMScoreAdj)
+			}
+			if !slices.Equal(p.Rlimits, []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 65536, Soft: 65536}}) {
+				t.Errorf("rlimits %v", p.Rlimits)
+			}
+			if s.Root.Path != cs.Rootfs || s.Root.Readonly || s.Hostname != cs.Hostname {
+				t.Errorf("root %+v hostname %q", s.Root, s.Hostname)
+			}
+			// Namespaces.
+			for _, typ := range []specs.LinuxNamespaceType{specs.PIDNamespace, specs.IPCNamespace,
+				specs.UTSNamespace, specs.MountNamespace, specs.CgroupNamespace} {
+				if n, ok := nsByType(s, typ); !ok || n.Path != "" {
+					t.Errorf("namespace %s: %+v %v", typ, n, ok)
+				}
+			}
+			u, hasU := nsByType(s, specs.UserNamespace)
+			n, hasN := nsByType(s, specs.NetworkNamespace)
+			if hasU != tc.userNS || (hasU && u.Path != cs.UserNS) {
+				t.Errorf("user namespace %+v (present %v)", u, hasU)
+			}
+			if hasN != tc.netNS || (hasN && n.Path != cs.NetNS) {
+				t.Errorf("network namespace %+v (present %v)", n, hasN)
+			}
+			wantMap := []specs.LinuxIDMapping{{ContainerID: 0, HostID: cs.IDs.Host, Size: cs.IDs.Size}}
+			if tc.userNS {
+				if !slices.Equal(s.Linux.UIDMappings, wantMap) || !slices.Equal(s.Linux.GIDMappings, wantMap) {
+					t.Errorf("mappings %v %v", s.Linux.UIDMappings, s.Linux.GIDMappings)
+				}
+			} else if len(s.Linux.UIDMappings)+len(s.Linux.GIDMappings) != 0 {
+				t.Errorf("runsc got id mappings %v %v", s.Linux.UIDMappings, s.Linux.GIDMappings)
+			}
+			if got := s.Annotations[netnsAnnotation]; (got != "") != tc.netnsAnn || (tc.netnsAnn && got != cs.NetNS) {
+				t.Errorf("netns annotation %q", got)
+			}
+			if s.Linux.CgroupsPath != "/moat/"+cs.ID {
+				t.Errorf("cgroupsPath %q", s.Linux.CgroupsPath)
+			}
+			if !slices.Equal(s.Linux.MaskedPaths, maskedPaths) || !slices.Equal(s.Linux.ReadonlyPaths, readonlyPaths) {
+				t.Error("masked/readonly paths differ")
+			}
+			for _, m := range []string{"/proc/kcore", "/proc/keys", "/sys/firmware", "/proc/sched_debug"} {
+				if !slices.Contains(s.Linux.MaskedPaths, m) {
+					t.Errorf("%s not masked", m)
+				}
+			}
+			if !slices.Contains(s.Linux.ReadonlyPaths, "/proc/sys") || !slices.Contains(s.Linux.ReadonlyPaths, "/proc/sysrq-trigger") {
+				t.Error("/proc/sys or sysrq-trigger not read-only")
+			}
+			if s.Linux.Seccomp == nil || s.Linux.Seccomp.DefaultAction != specs.ActErrno {
+				t.Error("no seccomp profile")
+			}
+		})
+	}
+}
+
+func TestBuildSpecCapabilities(t *testing.T) {
+	s, err := buildSpec(testContainerSpec("runc"), "runc", v1Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.Process.Capabilities
+	want := []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID",
+		"CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
+		"CAP_KILL", "CAP_AUDIT_WRITE"}
+	for name, set := range map[string][]string{"bounding": c.Bounding, "effective": c.Effective, "permitted": c.Permitted} {
+		if !slices.Equal(slices.Sorted(slices.Values(set)), slices.Sorted(slices.Values(want))) {
+			t.Errorf("%s = %v", name, set)
+		}
+	}
+	if len(c.Inheritable) != 0 || len(c.Ambient) != 0 {
+		t.Errorf("inheritable %v ambient %v", c.Inheritable, c.Ambient)
+	}
+	for _, bad := range []string{"CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_SYS_PTRACE",
+		"CAP_MKNOD", "CAP_SYS_MODULE", "CAP_SYS_RAWIO", "CAP_DAC_READ_SEARCH", "CAP_SYS_TIME", "CAP_BPF"} {
+		if slices.Contains(c.Bounding, bad) {
+			t.Errorf("%s granted", bad)
+		}
+	}
+	// The exported slice is not shared with the spec.
+	c.Bounding[0] = "CAP_SYS_ADMIN"
+	if Capabilities[0] == "CAP_SYS_ADMIN" {
+		t.Fatal("BuildSpec aliases Capabilities")
+	}
+}
+
+// TestBuildSpecMounts: moat-init is the only host path in the sandbox.
+func TestBuildSpecMounts(t *testing.T) {
+	for _, rt := range Names {
+		cs := testContainerSpec(rt)
+		s, err := buildSpec(cs, rt, v1Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byDest := map[string]specs.Mount{}
+		var binds []specs.Mount
+		for _, m := range s.Mounts {
+			byDest[m.Destination] = m
+			if m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind") ||
+				filepath.IsAbs(m.Source) {
+				binds = append(binds, m)
+			}
+		}
+		if len(binds) != 1 {
+			t.Fatalf("%s: host mounts %v, want only moat-init", rt, binds)
+		}
+		b := binds[0]
+		if b.Source != cs.InitPath || b.Destination != "/.moat/moat-init" {
+			t.Errorf("%s: init mount %+v", rt, b)
+		}
+		for _, o := range []string{"ro", "nosuid", "nodev"} {
+			if !slices.Contains(b.Options, o) {
+				t.Errorf("%s: init mount lacks %s: %v", rt, o, b.Options)
+			}
+		}
+		for dest, typ := range map[string]string{"/proc": "proc", "/dev": "tmpfs", "/dev/pts": "devpts",
+			"/dev/shm": "tmpfs", "/dev/mqueue": "mqueue", "/sys": "sysfs", "/sys/fs/cgroup": "cgroup"} {
+			if byDest[dest].Type != typ {
+				t.Errorf("%s: %s is %q, want %s", rt, dest, byDest[dest].Type, typ)
+			}
+		}
+		if _, ok := byDest["/tmp"]; ok {
+			t.Errorf("%s: /tmp is a mount (must stay on the drive)", rt)
+		}
+		for _, dest := range []string{"/sys", "/sys/fs/cgroup"} {
+			if !slices.Contains(byDest[dest].Options, "ro") {
+				t.Errorf("%s: %s not read-only", rt, dest)
+			}
+		}
+		if !slices.Contains(byDest["/dev/shm"].Options, "noexec") || !slices.Contains(byDest["/dev/shm"].Options, "size=64m") {
+			t.Errorf("%s: /dev/shm options %v", rt, byDest["/dev/shm"].Options)
+		}
+		if !slices.Contains(byDest["/dev/pts"].Options, "newinstance") || !slices.Contains(byDest["/dev/pts"].Options, "gid=5") {
+			t.Errorf("%s: /dev/pts options %v", rt, byDest["/dev/pts"].Options)
+		}
+	}
+	// gid 5 must be mapped for runc to mount devpts with it.
+	cs := testContainerSpec("runc")
+	cs.IDs.Size = 1
+	s, err := buildSpec(cs, "runc", v1Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range s.Mounts {
+		if m.Destination == "/dev/pts" && slices.Contains(m.Options, "gid=5") {
+			t.Error("gid=5 with a 1-id mapping")
+		}
+	}
+}
+
+func TestBuildSpecResources(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		host       hostFeatures
+		limits     sandbox.Limits
+		mem        int64
+		swap       *int64
+		swappiness *uint64
+		quota      int64
+		pids       int64
+		cgroupNS   bool
+	}{
+		{name: "v1 defaults", host: v1Host, mem: 2 << 30, swap: ptr(int64(2 << 30)), swappiness: ptr(uint64(0)),
+			quota: 200000, pids: 1024, cgroupNS: true},
+		{name: "v1 explicit", host: v1Host, limits: sandbox.Limits{MemoryBytes: 512 << 20, CPUs: 0.5, Pids: 64},
+			mem: 512 << 20, swap: ptr(int64(512 << 20)), swappiness: ptr(uint64(0)), quota: 50000, pids: 64, cgroupNS: true},
+		{name: "v1 without swap accounting", host: hostFeatures{cgroupNS: true, swappiness: true},
+			mem: 2 << 30, swappiness: ptr(uint64(0)), quota: 200000, pids: 1024, cgroupNS: true},
+		{name: "v2", host: hostFeatures{cgroupNS: true, cgroupV2: true}, limits: sandbox.Limits{CPUs: 4},
+			mem: 2 << 30, swap: ptr(int64(2 << 30)), quota: 400000, pids: 1024, cgroupNS: true},
+		{name: "no cgroup namespace", host: hostFeatures{memsw: true}, mem: 2 << 30, swap: ptr(int64(2 << 30)),
+			quota: 200000, pids: 1024},
+		{name: "tiny cpu", host: v1Host, limits: sandbox.Limits{CPUs: 0.001}, mem: 2 << 30,
+			swap: ptr(int64(2 << 30)), swappiness: ptr(uint64(0)), quota: 1000, pids: 1024, cgroupNS: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := testContainerSpec("runc")
+			cs.Limits = tc.limits
+			s, err := buildSpec(cs, "runc", tc.host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := s.Linux.Resources
+			if *r.Memory.Limit != tc.mem {
+				t.Errorf("memory %d, want %d", *r.Memory.Limit, tc.mem)
+			}
+			if !reflect.DeepEqual(r.Memory.Swap, tc.swap) {
+				t.Errorf("swap %v, want %v", deref(r.Memory.Swap), deref(tc.swap))
+			}
+			if !reflect.DeepEqual(r.Memory.Swappiness, tc.swappiness) {
+				t.Errorf("swappiness %v, want %v", deref(r.Memory.Swappiness), deref(tc.swappiness))
+			}
+			if *r.CPU.Quota != tc.quota || *r.CPU.Period != 100000 {
+				t.Errorf("cpu quota %d period %d", *r.CPU.Quota, *r.CPU.Period)
+			}
+			if r.Pids.Limit == nil || *r.Pids.Limit != tc.pids {
+				t.Errorf("pids %v, want %d", deref(r.Pids.Limit), tc.pids)
+			}
+			if _, ok := nsByType(s, specs.CgroupNamespace); ok != tc.cgroupNS {
+				t.Errorf("cgroup namespace present = %v", ok)
+			}
+			// Devices: deny everything first, then only character devices.
+			d := r.Devices
+			if len(d) < 2 || d[0].Allow || d[0].Type != "" || d[0].Access != "rwm" {
+				t.Fatalf("devices %+v", d)
+			}
+			for _, dev := range d[1:] {
+				if !dev.Allow || dev.Type != "c" || dev.Major == nil {
+					t.Errorf("device rule %+v", dev)
+				}
+			}
+		})
+	}
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+func TestBuildSpecRejects(t *testing.T) {
+	for name, mutate := range map[string]func(*sandbox.ContainerSpec, *string){
+		"unknown runtime":  func(_ *sandbox.ContainerSpec, rt *string) { *rt = "docker" },
+		"empty id":         func(cs *sandbox.ContainerSpec, _ *string) { cs.ID = "" },
+		"id with slash":    func(cs *sandbox.ContainerSpec, _ *string) { cs.ID = "../x" },
+		"relative rootfs":  func(cs *sandbox.ContainerSpec, _ *string) { cs.Rootfs = "rootfs" },
+		"no init":          func(cs *sandbox.ContainerSpec, _ *string) { cs.InitPath = "" },
+		"no netns":         func(cs *sandbox.ContainerSpec, _ *string) { cs.NetNS = "" },
+		"runc without U":   func(cs *sandbox.ContainerSpec, _ *string) { cs.UserNS = "" },
+		"empty id range":   func(cs *sandbox.ContainerSpec, _ *string) { cs.IDs = sandbox.IDRange{} },
+		"host root mapped": func(cs *sandbox.ContainerSpec, _ *string) { cs.IDs.Host = 0 },
+		"range overflow":   func(cs *sandbox.ContainerSpec, _ *string) { cs.IDs.Host = 0xffffff00 },
+		"negative memory":  func(cs *sandbox.ContainerSpec, _ *string) { cs.Limits.MemoryBytes = -1 },
+		"negative cpus":    func(cs *sandbox.ContainerSpec, _ *string) { cs.Limits.CPUs = -1 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			rt := "runc"
+			cs := testContainerSpec(rt)
+			mutate(&cs, &rt)
+			_, err := buildSpec(cs, rt, v1Host)
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Fatalf("err = %v, want ErrInvalidArgument", err)
+			}
+		})
+	}
+	// runsc needs no user namespace.
+	if _, err := buildSpec(testContainerSpec("runsc"), "runsc", v1Host); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBuildSpecJSON: the spec is valid JSON of the runtime-spec types and survives a round
+// trip unchanged; InitEnv secrets are not altered.
+func TestBuildSpecJSON(t *testing.T) {
+	for _, rt := range Names {
+		s, err := buildSpec(testContainerSpec(rt), rt, v1Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back specs.Spec
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&back); err != nil {
+			t.Fatalf("%s: %v", rt, err)
+		}
+		if !reflect.DeepEqual(*s, back) {
+			t.Errorf("%s: spec changed in a JSON round trip", rt)
+		}
+		if !strings.Contains(string(data), `"defaultErrnoRet":1`) {
+			t.Errorf("%s: seccomp defaultErrnoRet missing", rt)
+		}
+	}
+}
+
+func TestInitEnvKeepsPath(t *testing.T) {
+	env := initEnv([]string{"A=1", "PATH=/custom"})
+	if !slices.Equal(env, []string{"A=1", "PATH=/custom"}) {
+		t.Errorf("env %v", env)
+	}
+}

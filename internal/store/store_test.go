@@ -1,0 +1,154 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/sandbox"
+)
+
+func newSB(id string) *sandbox.Sandbox {
+	now := time.Now().UTC()
+	return &sandbox.Sandbox{ID: id, State: sandbox.StateCreating, CreatedAt: now, UpdatedAt: now, AccessToken: "tok-" + id}
+}
+
+func TestSlotsAndLifecycle(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(filepath.Join(t.TempDir(), "moat.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for i, id := range []string{"a", "b", "c"} {
+		sb := newSB(id)
+		if err := st.Insert(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		if sb.Slot != i {
+			t.Errorf("%s got slot %d, want %d", id, sb.Slot, i)
+		}
+	}
+	if err := st.Delete(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	d := newSB("d")
+	if err := st.Insert(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Slot != 1 {
+		t.Errorf("freed slot not reused: got %d", d.Slot)
+	}
+	got, err := st.Get(ctx, "d")
+	if err != nil || got.AccessToken != "tok-d" || got.Slot != 1 {
+		t.Fatalf("get: %+v %v", got, err)
+	}
+	if _, err := st.Get(ctx, "b"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("deleted: %v", err)
+	}
+	if _, err := st.Update(ctx, "a", func(s *sandbox.Sandbox) error { s.State = sandbox.StateRunning; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := st.Events(ctx, "a")
+	if err != nil || len(evs) != 2 || evs[1].Detail != "creating -> running" {
+		t.Errorf("events: %+v %v", evs, err)
+	}
+	boom := errors.New("boom")
+	if _, err := st.Update(ctx, "a", func(s *sandbox.Sandbox) error { s.State = sandbox.StateStopped; return boom }); !errors.Is(err, boom) {
+		t.Errorf("aborted update: %v", err)
+	}
+	if a, _ := st.Get(ctx, "a"); a.State != sandbox.StateRunning {
+		t.Errorf("aborted update was stored: %s", a.State)
+	}
+	list, _ := st.List(ctx)
+	if len(list) != 3 || list[0].ID != "a" || list[2].ID != "d" {
+		t.Errorf("list order: %v", list)
+	}
+}
+
+// TestConcurrentInsert: concurrent creators (goroutines and separate connections, as two
+// moat processes would be) never share a slot.
+func TestConcurrentInsert(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "moat.db")
+	st1, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st1.Close()
+	st2, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	var wg sync.WaitGroup
+	slots := make(chan int, 40)
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st := st1
+			if i%2 == 1 {
+				st = st2
+			}
+			sb := newSB(string(rune('A'+i%26)) + time.Now().Format("150405.000000000") + string(rune('a'+i/26)))
+			if err := st.Insert(ctx, sb); err != nil {
+				t.Error(err)
+				return
+			}
+			slots <- sb.Slot
+		}()
+	}
+	wg.Wait()
+	close(slots)
+	seen := map[int]bool{}
+	for s := range slots {
+		if seen[s] {
+			t.Errorf("slot %d allocated twice", s)
+		}
+		seen[s] = true
+	}
+	if len(seen) != 40 {
+		t.Errorf("%d slots", len(seen))
+	}
+}
+
+func TestAPIKeys(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(filepath.Join(t.TempDir(), "moat.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	key, k, err := st.CreateAPIKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(key) != 44 || key[:4] != "e2b_" {
+		t.Errorf("key shape %q", key)
+	}
+	if err := st.CheckAPIKey(ctx, key); err != nil {
+		t.Errorf("valid key refused: %v", err)
+	}
+	if err := st.CheckAPIKey(ctx, key+"0"); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("wrong key: %v", err)
+	}
+	var stored int
+	_ = st.db.QueryRow(`SELECT COUNT(*) FROM api_keys WHERE hash = ?`, key).Scan(&stored)
+	if stored != 0 {
+		t.Errorf("key stored in clear")
+	}
+	if err := st.DeleteAPIKey(ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CheckAPIKey(ctx, key); err == nil {
+		t.Errorf("deleted key accepted")
+	}
+	if err := st.DeleteAPIKey(ctx, k.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("delete twice: %v", err)
+	}
+}
