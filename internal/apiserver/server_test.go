@@ -39,7 +39,9 @@ func (f *fakeSandboxes) Create(ctx context.Context, o sandbox.CreateOptions) (*s
 	}
 	return nil, fmt.Errorf("disk on fire")
 }
-func (f *fakeSandboxes) Get(ctx context.Context, id string) (*sandbox.Sandbox, error) { return f.get(id) }
+func (f *fakeSandboxes) Get(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	return f.get(id)
+}
 func (f *fakeSandboxes) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
 	a, _ := f.get("sb-running")
 	return []*sandbox.Sandbox{a}, nil
@@ -50,8 +52,12 @@ func (f *fakeSandboxes) Stop(ctx context.Context, id string) (*sandbox.Sandbox, 
 func (f *fakeSandboxes) Start(ctx context.Context, id string) (*sandbox.Sandbox, error) {
 	return nil, fmt.Errorf("sandbox %s is deleting: %w", id, errdefs.ErrConflict)
 }
-func (f *fakeSandboxes) Pause(ctx context.Context, id string) (*sandbox.Sandbox, error)  { return f.get(id) }
-func (f *fakeSandboxes) Resume(ctx context.Context, id string) (*sandbox.Sandbox, error) { return f.get(id) }
+func (f *fakeSandboxes) Pause(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	return f.get(id)
+}
+func (f *fakeSandboxes) Resume(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	return f.get(id)
+}
 func (f *fakeSandboxes) Delete(ctx context.Context, id string) error {
 	_, err := f.get(id)
 	return err

@@ -49,7 +49,9 @@ func (a apiKeys) ListAPIKeys(ctx context.Context) ([]v1.APIKey, error) {
 	return out, nil
 }
 
-func (a apiKeys) DeleteAPIKey(ctx context.Context, id string) error { return a.st.DeleteAPIKey(ctx, id) }
+func (a apiKeys) DeleteAPIKey(ctx context.Context, id string) error {
+	return a.st.DeleteAPIKey(ctx, id)
+}
 
 // templates adapts storage's template operations to the API.
 type templates struct{ s *storage.Store }

@@ -72,7 +72,7 @@ func TestBadInput(t *testing.T) {
 	if _, err := e.c.Stop(ctx, "sb-000000000000"); !isNotFound(err) {
 		t.Errorf("stop unknown sandbox: %v", err)
 	}
-	drives, _ := filepath.Glob(filepath.Join(e.dataDir, "drives", "*"))
+	drives, _ := filepath.Glob(filepath.Join(e.dataDir, "drives", "sb-*"))
 	if len(drives) != 0 {
 		t.Errorf("failed creates left drives: %v", drives)
 	}

@@ -21,8 +21,8 @@ import (
 	"github.com/moatdev/moat/internal/apiserver"
 	"github.com/moatdev/moat/internal/doctor"
 	"github.com/moatdev/moat/internal/linux"
-	moatruntime "github.com/moatdev/moat/internal/runtime"
 	"github.com/moatdev/moat/internal/netns"
+	moatruntime "github.com/moatdev/moat/internal/runtime"
 	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/storage"
 	"github.com/moatdev/moat/internal/store"
@@ -159,7 +159,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.Manager = sandbox.NewManager(sandbox.Config{
 		RunDir: cfg.RunDir, DataDir: cfg.DataDir, InitPath: cfg.InitPath,
 		DefaultLimits: sandbox.Limits{MemoryBytes: 2 << 30, CPUs: 2, Pids: 1024, DiskBytes: 10 << 30},
-		Unusable: unusable,
+		Unusable:      unusable,
 	}, st, runtimes, stor, net, namespaces{}, d.log.With("component", "sandbox"))
 	d.addCloser("background work", func() error { d.Manager.Wait(); return nil })
 

@@ -163,7 +163,15 @@ func (e *env) assertNoLeaks(deleted []v1.Sandbox) {
 			}
 		}
 		if sb.HostUID != 0 {
-			if pids := processesInRange(sb.HostUID, 65536); len(pids) > 0 {
+			// Killed processes may take a moment to be reaped by the host's init.
+			var pids []string
+			for range 100 {
+				if pids = processesInRange(sb.HostUID, 65536); len(pids) == 0 {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if len(pids) > 0 {
 				t.Errorf("sandbox %s: processes still running as its uids: %v", sb.ID, pids)
 			}
 		}
@@ -203,6 +211,9 @@ func processesInRange(base uint32, size uint32) []string {
 		if err != nil {
 			continue
 		}
+		if strings.Contains(string(data), "\nState:\tZ") {
+			continue // a zombie holds nothing but its pid until its parent reaps it
+		}
 		for _, line := range strings.Split(string(data), "\n") {
 			if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
 				fields := strings.Fields(rest)
@@ -212,7 +223,9 @@ func processesInRange(base uint32, size uint32) []string {
 						uid = uid*10 + uint64(c-'0')
 					}
 					if uid >= uint64(base) && uid < uint64(base)+uint64(size) {
-						out = append(out, filepath.Base(filepath.Dir(f)))
+						pid := filepath.Base(filepath.Dir(f))
+						cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+						out = append(out, pid+" "+strings.ReplaceAll(string(cmdline), "\x00", " ")+" "+fields[0])
 					}
 				}
 				break

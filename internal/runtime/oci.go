@@ -114,7 +114,7 @@ func New(name string, opts Options, log *slog.Logger) (*OCI, error) {
 	}
 	if max, ok := nofileCeiling(); ok {
 		o.nofileMax = max
-		o.log.Warn("no CAP_SYS_RESOURCE: sandboxes get this process' RLIMIT_NOFILE hard limit", "limit", max)
+		o.log.Info("no CAP_SYS_RESOURCE: sandboxes get this process' RLIMIT_NOFILE hard limit", "limit", max)
 	}
 	if name == "runsc" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -51,18 +51,43 @@ func RunAs(cred Cred, fn func() error) error {
 		oldGID, _ := unix.SetfsgidRetGid(int(cred.GID))
 		oldUID, _ := unix.SetfsuidRetUid(int(cred.UID))
 		// setfsuid reports no error; reading the value back is the check.
-		if uid, _ := unix.SetfsuidRetUid(-1); uid != int(cred.UID) {
-			errc <- fmt.Errorf("switching to uid %d: not permitted", cred.UID)
-		} else if gid, _ := unix.SetfsgidRetGid(-1); gid != int(cred.GID) {
-			errc <- fmt.Errorf("switching to gid %d: not permitted", cred.GID)
-		} else {
-			errc <- fn()
-		}
-		_, _ = unix.SetfsuidRetUid(oldUID)
-		_, _ = unix.SetfsgidRetGid(oldGID)
 		uid, _ := unix.SetfsuidRetUid(-1)
 		gid, _ := unix.SetfsgidRetGid(-1)
-		clean = uid == oldUID && gid == oldGID && unix.Setgroups(oldGroups) == nil
+		if uid == int(cred.UID) && gid == int(cred.GID) {
+			errc <- fn()
+			_, _ = unix.SetfsuidRetUid(oldUID)
+			_, _ = unix.SetfsgidRetGid(oldGID)
+			uid, _ = unix.SetfsuidRetUid(-1)
+			gid, _ = unix.SetfsgidRetGid(-1)
+			clean = uid == oldUID && gid == oldGID && unix.Setgroups(oldGroups) == nil
+			return
+		}
+		// gVisor does not implement setfsuid: switch this thread's effective ids instead
+		// (raw syscalls act on one thread only). The real and saved ids stay 0, so the
+		// thread can switch back; its effective capabilities are cleared meanwhile, so the
+		// kernel checks fn's accesses as cred.
+		if err := setresid(unix.SYS_SETRESGID, -1, int(cred.GID)); err != nil {
+			clean = unix.Setgroups(oldGroups) == nil
+			errc <- fmt.Errorf("switching to gid %d: %w", cred.GID, err)
+			return
+		}
+		if err := setresid(unix.SYS_SETRESUID, -1, int(cred.UID)); err != nil {
+			errc <- fmt.Errorf("switching to uid %d: %w", cred.UID, err)
+			return // thread discarded
+		}
+		errc <- fn()
+		clean = setresid(unix.SYS_SETRESUID, -1, 0) == nil &&
+			setresid(unix.SYS_SETRESGID, -1, 0) == nil &&
+			unix.Setgroups(oldGroups) == nil &&
+			unix.Geteuid() == 0 && unix.Getegid() == 0
 	}()
 	return <-errc
+}
+
+// setresid sets the effective id of the calling thread only (real and saved stay).
+func setresid(trap uintptr, real, eff int) error {
+	if _, _, errno := unix.RawSyscall(trap, uintptr(real), uintptr(eff), ^uintptr(0)); errno != 0 {
+		return errno
+	}
+	return nil
 }
