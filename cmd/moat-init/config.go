@@ -15,6 +15,7 @@ const (
 	envToken       = "MOAT_ACCESS_TOKEN"
 	envDefaults    = "MOAT_ENV"
 	envDefaultUser = "MOAT_DEFAULT_USER"
+	envRuntime     = "MOAT_RUNTIME"
 )
 
 // config is moat-init's configuration from the environment.
@@ -22,6 +23,10 @@ type config struct {
 	token       envd.Token
 	env         map[string]string
 	defaultUser string
+	// noTrim turns off the idle memory trim: gVisor (MOAT_RUNTIME=runsc) zero-fills
+	// file-backed private pages dropped with MADV_DONTNEED instead of re-reading them,
+	// which would wipe moat-init's own code.
+	noTrim bool
 }
 
 // configFromEnv reads and unsets the MOAT_* variables. It fails without an
@@ -30,9 +35,10 @@ func configFromEnv() (config, error) {
 	c := config{
 		token:       envd.NewToken(os.Getenv(envToken)),
 		defaultUser: os.Getenv(envDefaultUser),
+		noTrim:      os.Getenv(envRuntime) == "runsc",
 	}
 	raw := os.Getenv(envDefaults)
-	for _, k := range []string{envToken, envDefaults, envDefaultUser} {
+	for _, k := range []string{envToken, envDefaults, envDefaultUser, envRuntime} {
 		os.Unsetenv(k)
 	}
 	if c.token.Empty() {

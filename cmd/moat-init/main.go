@@ -81,7 +81,7 @@ func run(addr string, idleTick time.Duration, log *slog.Logger) error {
 	trimmer := &idleTrimmer{log: log}
 	stopTrim := make(chan struct{})
 	defer close(stopTrim)
-	if idleTick > 0 {
+	if idleTick > 0 && !cfg.noTrim {
 		go trimmer.run(idleTick, stopTrim)
 	}
 

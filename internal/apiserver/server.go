@@ -31,6 +31,8 @@ type Sandboxes interface {
 	Pause(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	Resume(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	Delete(ctx context.Context, id string) error
+	// Check stops a running sandbox whose container died on its own.
+	Check(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	EnvdTransport() http.RoundTripper
 }
 
@@ -80,8 +82,16 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, doctor func(conte
 		Transport:     sb.EnvdTransport(),
 		FlushInterval: -1, // stream process output as it comes
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			s.log.Warn("envd forward failed", "path", r.URL.Path, "err", err)
-			writeError(w, fmt.Errorf("sandbox is not reachable: %w", errdefs.ErrUnavailable))
+			if r.Context().Err() != nil {
+				return // the client went away
+			}
+			dest := r.Context().Value(envdTarget{}).(envdDest)
+			s.log.Warn("envd forward failed", "sandbox", dest.id, "path", dest.rest, "err", err)
+			if sb, cerr := s.sandboxes.Check(context.WithoutCancel(r.Context()), dest.id); cerr == nil && sb.State != sandbox.StateRunning {
+				writeError(w, fmt.Errorf("sandbox %s is %s: %s: %w", sb.ID, sb.State, sb.Error, errdefs.ErrConflict))
+				return
+			}
+			writeError(w, fmt.Errorf("sandbox %s is not reachable: %w", dest.id, errdefs.ErrUnavailable))
 		},
 	}
 	// The one route table.

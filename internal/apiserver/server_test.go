@@ -62,6 +62,9 @@ func (f *fakeSandboxes) Delete(ctx context.Context, id string) error {
 	_, err := f.get(id)
 	return err
 }
+func (f *fakeSandboxes) Check(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	return f.get(id)
+}
 func (f *fakeSandboxes) EnvdTransport() http.RoundTripper {
 	return &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return net.Dial("tcp", f.envd.Listener.Addr().String())

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -110,6 +111,16 @@ func conformance(t *testing.T, e *env, rt string) {
 		e := *e
 		e.t = t
 		isolation(t, &e, sb, rt)
+	})
+
+	t.Run("idle", func(t *testing.T) {
+		// moat-init trims its memory after 5 s without requests; it must keep serving.
+		e := *e
+		e.t = t
+		time.Sleep(7 * time.Second)
+		if out := e.mustSh(sb.ID, "echo awake"); out != "awake\n" {
+			t.Errorf("after idling: %q", out)
+		}
 	})
 
 	t.Run("stop-start", func(t *testing.T) {

@@ -146,10 +146,7 @@ func (m *Manager) validate(opts *CreateOptions) error {
 	if opts.Template == "" {
 		opts.Template = "host"
 	}
-	if opts.User == "" {
-		opts.User = "user"
-	}
-	if !userRE.MatchString(opts.User) {
+	if opts.User != "" && !userRE.MatchString(opts.User) {
 		return fmt.Errorf("user %q is not a valid user name: %w", opts.User, errdefs.ErrInvalidArgument)
 	}
 	for k := range opts.Env {
@@ -237,6 +234,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (*Sandbox, err
 			return err
 		}
 		s.State = StateRunning
+		s.User = sb.User
 		return nil
 	})
 }
@@ -296,9 +294,11 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 	if err := m.storage.Mount(ctx, req); err != nil {
 		return fmt.Errorf("mounting root filesystem: %w", err)
 	}
-	if err := checkUser(p.rootfs, sb.User, sb.Template); err != nil {
+	user, err := resolveUser(p.rootfs, sb.User, tmpl)
+	if err != nil {
 		return err
 	}
+	sb.User = user
 	env, _ := json.Marshal(mergeEnv(tmpl.Env, sb.Env))
 	spec := ContainerSpec{
 		ID: sb.ID, BundleDir: p.bundle, Rootfs: p.rootfs, InitPath: m.cfg.InitPath,
@@ -306,6 +306,7 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 			"MOAT_ACCESS_TOKEN=" + sb.AccessToken,
 			"MOAT_ENV=" + string(env),
 			"MOAT_DEFAULT_USER=" + sb.User,
+			"MOAT_RUNTIME=" + sb.Runtime,
 		},
 		Hostname: "sandbox", UserNS: p.userns, IDs: ids, NetNS: p.netns,
 		Limits: sb.Limits, LogPath: m.LogPath(sb.ID),
@@ -341,37 +342,50 @@ func mergeEnv(image []string, own map[string]string) map[string]string {
 	return out
 }
 
-// checkUser fails with ErrNotFound naming the template's users when user is not in the
-// sandbox's /etc/passwd. The file is read through os.Root: it belongs to the sandbox.
-func checkUser(rootfs, user, template string) error {
+// resolveUser checks that user exists in the sandbox's /etc/passwd (ErrNotFound naming the
+// template's users otherwise). An empty user picks the default: "user" when the template
+// has it, else the image's configured user, else root. The file is read through os.Root:
+// it belongs to the sandbox.
+func resolveUser(rootfs, user string, tmpl Template) (string, error) {
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer root.Close()
 	f, err := root.Open("etc/passwd")
 	if err != nil {
-		return fmt.Errorf("template %s has no /etc/passwd: %w", template, errdefs.ErrInvalidArgument)
+		if user == "" || user == "root" {
+			return "root", nil
+		}
+		return "", fmt.Errorf("template %s has no /etc/passwd, so no user %q: %w", tmpl.Name, user, errdefs.ErrNotFound)
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, 1<<20))
 	if err != nil {
-		return err
+		return "", err
 	}
 	var users []string
 	for _, line := range strings.Split(string(data), "\n") {
-		name, _, _ := strings.Cut(line, ":")
-		if name == user {
-			return nil
-		}
-		if name != "" {
+		if name, _, _ := strings.Cut(line, ":"); name != "" {
 			users = append(users, name)
 		}
+	}
+	if user == "" {
+		imageUser, _, _ := strings.Cut(tmpl.User, ":")
+		for _, want := range []string{"user", imageUser} {
+			if want != "" && slices.Contains(users, want) {
+				return want, nil
+			}
+		}
+		return "root", nil
+	}
+	if slices.Contains(users, user) {
+		return user, nil
 	}
 	if len(users) > 8 {
 		users = append(users[:8], "…")
 	}
-	return fmt.Errorf("user %q does not exist in template %s (users: %s): %w", user, template, strings.Join(users, ", "), errdefs.ErrNotFound)
+	return "", fmt.Errorf("user %q does not exist in template %s (users: %s): %w", user, tmpl.Name, strings.Join(users, ", "), errdefs.ErrNotFound)
 }
 
 // waitHealthy polls moat-init's /health through the gateway until it answers.
@@ -678,6 +692,27 @@ func (m *Manager) alive(ctx context.Context, sb *Sandbox) bool {
 		return true
 	}
 	return m.health(ctx, sb.ID) == nil
+}
+
+// Check notices a sandbox whose container died on its own (a runsc sandbox killed by its
+// memory or pids limit, an external kill): a running sandbox whose container is gone is
+// stopped cleanly, with the reason recorded. It returns the sandbox's current record.
+func (m *Manager) Check(ctx context.Context, id string) (*Sandbox, error) {
+	unlock := m.lock(id)
+	defer unlock()
+	sb, err := m.store.Get(ctx, id)
+	if err != nil || sb.State != StateRunning {
+		return sb, err
+	}
+	rt := m.runtimes[sb.Runtime]
+	if rt == nil {
+		return sb, nil
+	}
+	if ok, err := rt.Running(ctx, id); err != nil || ok {
+		return sb, err
+	}
+	m.log.Warn("sandbox container exited on its own", "sandbox", id)
+	return m.stopLocked(ctx, sb, "the sandbox's container exited (killed by its memory or pids limit, or from outside)")
 }
 
 // Expire stops every running sandbox whose timeout has passed. The daemon calls it
