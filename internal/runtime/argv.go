@@ -44,10 +44,19 @@ func (c createOpts) args(id string) []string {
 	return append(a, id)
 }
 
-// runOpts: `run --bundle B ID` (create + start + wait, used by Probe).
-type runOpts struct{ bundle string }
+// runOpts: `run [--detach] --bundle B ID`: create + start, and wait for the container to
+// end unless detached (Probe waits; Start detaches).
+type runOpts struct {
+	bundle string
+	detach bool
+}
 
-func (r runOpts) args(id string) []string { return []string{"run", "--bundle", r.bundle, id} }
+func (r runOpts) args(id string) []string {
+	if r.detach {
+		return []string{"run", "--detach", "--bundle", r.bundle, id}
+	}
+	return []string{"run", "--bundle", r.bundle, id}
+}
 
 type startOpts struct{}
 

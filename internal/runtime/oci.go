@@ -237,6 +237,12 @@ func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error)
 	if err := o.create(ctx, spec, logf, logStart); err != nil {
 		return err
 	}
+	if o.name != "runsc" {
+		// runc and crun: `run --detach` created and started the container and returned
+		// once its init was exec'd; the caller's health check confirms it serves.
+		o.log.Debug("container started", "id", spec.ID, "took", time.Since(begin))
+		return nil
+	}
 	if _, err := o.control(ctx, spec.ID, startOpts{}.args(spec.ID)); err != nil {
 		return fmt.Errorf("starting container %s: %w", spec.ID, err)
 	}
@@ -250,7 +256,7 @@ func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error)
 	return nil
 }
 
-// create runs `<runtime> create`. The runtime's own stdio becomes the container's, so it is
+// create runs `<runtime> create` (runsc) or `run --detach` (runc, crun). The runtime's own stdio becomes the container's, so it is
 // the log file; the runtime's error text lands there too and is read back on failure.
 func (o *OCI) create(ctx context.Context, spec sandbox.ContainerSpec, logf *os.File, logStart int64) error {
 	cctx, cancel := context.WithTimeout(ctx, o.timeout)
@@ -275,7 +281,12 @@ func (o *OCI) create(ctx context.Context, spec sandbox.ContainerSpec, logf *os.F
 // stderr (nil: /dev/null) and waits for it.
 func (o *OCI) runCreate(ctx context.Context, spec sandbox.ContainerSpec, extraGlobal []string, out *os.File) error {
 	args := append(o.globalArgs(), extraGlobal...)
-	cmd := exec.CommandContext(ctx, o.binary, append(args, createOpts{bundle: spec.BundleDir}.args(spec.ID)...)...)
+	sub := createOpts{bundle: spec.BundleDir}.args(spec.ID)
+	if o.name != "runsc" {
+		// One runtime invocation instead of create + start + state: ~50 ms less per sandbox.
+		sub = runOpts{bundle: spec.BundleDir, detach: true}.args(spec.ID)
+	}
+	cmd := exec.CommandContext(ctx, o.binary, append(args, sub...)...)
 	cmd.WaitDelay = time.Second
 	cmd.Stdin = nil // /dev/null
 	if out != nil {

@@ -279,12 +279,20 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 		return err
 	}
 	ids := sb.HostIDs()
+	t0 := time.Now()
+	step := func(name string) {
+		m.log.Debug("create step", "sandbox", sb.ID, "step", name, "took", time.Since(t0))
+		t0 = time.Now()
+	}
+	defer step("health")
 	if err := m.ns.Create(p.userns, p.netns, ids); err != nil {
 		return fmt.Errorf("creating namespaces: %w", err)
 	}
+	step("namespaces")
 	if err := m.network.Setup(ctx, sb.ID, p.netns); err != nil {
 		return fmt.Errorf("setting up network: %w", err)
 	}
+	step("network")
 	// gVisor has its own kernel and no user namespace of ours: its layers are not idmapped
 	// and its files belong to root of the host-side filesystem view.
 	req := MountRequest{ID: sb.ID, Template: tmpl, Extra: extra, Target: p.rootfs, UserNS: p.userns, RootUID: ids.Host}
@@ -294,6 +302,7 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 	if err := m.storage.Mount(ctx, req); err != nil {
 		return fmt.Errorf("mounting root filesystem: %w", err)
 	}
+	step("mount")
 	user, err := resolveUser(p.rootfs, sb.User, tmpl)
 	if err != nil {
 		return err
@@ -322,6 +331,7 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 	if err := rt.Start(ctx, spec); err != nil {
 		return fmt.Errorf("starting %s container: %w", sb.Runtime, err)
 	}
+	step("runtime start")
 	if err := m.waitHealthy(ctx, sb.ID); err != nil {
 		return fmt.Errorf("moat-init did not become ready: %w (its log: %s)", err, m.LogPath(sb.ID))
 	}
