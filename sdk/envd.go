@@ -122,7 +122,7 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (int, err
 	defer cancel()
 	stream, err := pc.Start(ctx, connect.NewRequest(start))
 	if err != nil {
-		return -1, fmt.Errorf("starting command: %w", err)
+		return -1, c.explain(ctx, id, fmt.Errorf("starting command: %w", err))
 	}
 	defer stream.Close()
 	stdout, stderr := orDiscard(req.Stdout), orDiscard(req.Stderr)
@@ -166,9 +166,30 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (int, err
 		}
 	}
 	if err := stream.Err(); err != nil {
-		return -1, err
+		return -1, c.explain(ctx, id, err)
 	}
-	return -1, errors.New("command stream ended without an exit status")
+	return -1, c.explain(ctx, id, errors.New("command stream ended without an exit status"))
+}
+
+// explain replaces a transport-level envd error with the sandbox's own state when that is
+// the cause: an unknown sandbox (the daemon's 404 reads as "unimplemented" to a Connect
+// client) or one that is not running.
+func (c *Client) explain(ctx context.Context, id string, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	sb, gerr := c.Get(context.WithoutCancel(ctx), id)
+	if gerr != nil {
+		return gerr
+	}
+	if sb.State != "running" {
+		msg := fmt.Sprintf("sandbox %s is %s", id, sb.State)
+		if sb.Error != "" {
+			msg += ": " + sb.Error
+		}
+		return &Error{Status: http.StatusConflict, Code: "conflict", Message: msg}
+	}
+	return err
 }
 
 // exitCode follows shell conventions: a signal-terminated process reports 128+signal.

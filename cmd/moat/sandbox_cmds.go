@@ -277,6 +277,12 @@ func (a *app) interactive(ctx context.Context, c *sdk.Client, id string, req sdk
 		defer term.Restore(fd, old)
 	}
 	req.TTY = &sdk.TermSize{Cols: uint32(cols), Rows: uint32(rows)}
+	if req.Env == nil {
+		req.Env = map[string]string{}
+	}
+	if _, ok := req.Env["TERM"]; !ok {
+		req.Env["TERM"] = envOr("TERM", "xterm-256color")
+	}
 	req.Stdin, req.Stdout = os.Stdin, os.Stdout
 	req.Resize = watchResize(ctx, fd)
 	code, err := c.Exec(ctx, id, req)

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/testutil"
+)
+
+// cli runs the real moat binary with its own data and run directories and no daemon, so
+// every command uses the in-process daemon.
+type cli struct {
+	t    *testing.T
+	bin  string
+	args []string
+}
+
+func newCLI(t *testing.T) *cli {
+	testutil.RequiresRoot(t)
+	bin := filepath.Join(testutil.Binaries(t), "moat")
+	run := "/run/moat-clitest-" + filepath.Base(t.TempDir())
+	t.Cleanup(func() { os.RemoveAll(run) })
+	return &cli{t: t, bin: bin, args: []string{"--data", t.TempDir(), "--run-dir", run, "--socket", filepath.Join(run, "none.sock")}}
+}
+
+func (c *cli) run(stdin string, args ...string) (stdout, stderr string, code int) {
+	c.t.Helper()
+	cmd := exec.Command(c.bin, append(append([]string{}, c.args...), args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		c.t.Fatalf("moat %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func TestCLIRun(t *testing.T) {
+	c := newCLI(t)
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		stdin  string
+		out    string
+		errHas string
+		code   int
+	}{
+		{"streams and exits 0", []string{"run", "--", "echo out; echo err >&2"}, "", "out\n", "err", 0},
+		{"exit code", []string{"run", "--", "exit 3"}, "", "", "", 3},
+		{"missing command", []string{"run", "--", "no-such-cmd-xyz"}, "", "", "command not found", 127},
+		{"argv words are quoted", []string{"run", "--", "printf", "%s|", "a b", "it's"}, "", "a b|it's|", "", 0},
+		{"env and user", []string{"run", "--env", "A=1", "--user", "root", "--", "echo $A $(id -u)"}, "", "1 0\n", "", 0},
+		{"stdin", []string{"run", "--", "tr a-z A-Z"}, "piped\n", "PIPED\n", "", 0},
+		{"timeout", []string{"run", "--timeout", "2s", "--", "sleep 30"}, "", "", "timeout", 124},
+		{"bad size before anything is created", []string{"run", "--memory", "12X", "--", "true"}, "", "", "unknown unit", 1},
+		{"unknown runtime names those available", []string{"run", "--runtime", "kata", "--", "true"}, "", "", "available: runc", 1},
+		{"unknown template", []string{"run", "--template", "nope", "--", "true"}, "", "", "host", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c.t = t
+			out, errOut, code := c.run(tc.stdin, tc.args...)
+			if code != tc.code || (tc.out != "" && out != tc.out) || !strings.Contains(errOut, tc.errHas) {
+				t.Errorf("code %d (want %d)\nstdout %q (want %q)\nstderr %q (want it to contain %q)", code, tc.code, out, tc.out, errOut, tc.errHas)
+			}
+		})
+	}
+	c.t = t
+	if out, _, _ := c.run("", "ls", "--json"); strings.TrimSpace(out) != "[]" {
+		t.Errorf("runs left sandboxes behind: %s", out)
+	}
+}
+
+func TestCLILifecycle(t *testing.T) {
+	c := newCLI(t)
+	id, errOut, code := c.run("", "create", "--memory", "256M", "--disk", "128M")
+	id = strings.TrimSpace(id)
+	if code != 0 || !strings.HasPrefix(id, "sb-") {
+		t.Fatalf("create: %q %s", id, errOut)
+	}
+	if _, e, code := c.run("data\n", "cp", "-", id+":in/x.txt"); code != 0 {
+		t.Fatalf("cp in: %s", e)
+	}
+	if out, e, _ := c.run("", "exec", "--workdir", "/home/user/in", id, "--", "cat x.txt; pwd"); out != "data\n/home/user/in\n" {
+		t.Errorf("exec: %q %s", out, e)
+	}
+	dst := filepath.Join(t.TempDir(), "out.txt")
+	if _, e, code := c.run("", "cp", id+":/home/user/in/x.txt", dst); code != 0 {
+		t.Fatalf("cp out: %s", e)
+	}
+	if b, _ := os.ReadFile(dst); string(b) != "data\n" {
+		t.Errorf("copied out %q", b)
+	}
+	out, _, _ := c.run("", "ls", "--json")
+	var list []v1.Sandbox
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 1 || list[0].ID != id || list[0].State != "running" {
+		t.Fatalf("ls --json: %s", out)
+	}
+	for _, step := range [][]string{{"stop", id}, {"start", id}} {
+		if _, e, code := c.run("", step...); code != 0 {
+			t.Fatalf("%v: %s", step, e)
+		}
+	}
+	if out, _, _ := c.run("", "exec", id, "--", "cat in/x.txt"); out != "data\n" {
+		t.Errorf("after stop/start: %q", out)
+	}
+	if _, e, code := c.run("", "exec", "sb-000000000000", "--", "true"); code == 0 || !strings.Contains(e, "sb-000000000000") {
+		t.Errorf("exec in unknown sandbox: %d %s", code, e)
+	}
+	if _, e, code := c.run("", "rm", id); code != 0 {
+		t.Fatalf("rm: %s", e)
+	}
+}
+
+// TestCLINotRootNoDaemon: without a daemon, a non-root user is told how to start one.
+func TestCLINotRootNoDaemon(t *testing.T) {
+	testutil.RequiresRoot(t)
+	bin := filepath.Join(testutil.Binaries(t), "moat")
+	cmd := exec.Command(bin, "--socket", "/nonexistent/moat.sock", "run", "--", "true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "moat serve") {
+		t.Errorf("non-root without daemon: %v %s", err, out)
+	}
+}
+
+// TestCLITemplatePull pulls an image from a registry on loopback and runs a command in it.
+func TestCLITemplatePull(t *testing.T) {
+	c := newCLI(t)
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/moat/tiny:1"
+	pushTinyImage(t, ref)
+
+	out, e, code := c.run("", "template", "pull", "--insecure", ref)
+	if code != 0 || strings.TrimSpace(out) != "tiny-1" {
+		t.Fatalf("pull: %d %q %s", code, out, e)
+	}
+	if !strings.Contains(e, "layer") && !strings.Contains(e, "pull") {
+		t.Logf("progress: %s", e)
+	}
+	out, e, _ = c.run("", "template", "ls", "--json")
+	if !strings.Contains(out, `"tiny-1"`) {
+		t.Errorf("template ls: %s %s", out, e)
+	}
+	// No "user" in the image: its configured user (root here) runs commands.
+	out, e, code = c.run("", "run", "--template", "tiny-1", "--", "echo $BASH_VERSION $(</etc/motd) $UID")
+	if code != 0 || !strings.Contains(out, "tiny image 0") {
+		t.Errorf("run in pulled template: %d %q %s", code, out, e)
+	}
+}
+
+// pushTinyImage pushes an image holding the host's bash and the libraries it needs.
+func pushTinyImage(t *testing.T, ref string) {
+	files := map[string]string{}
+	ldd, err := exec.Command("ldd", "/usr/bin/bash").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(ldd), "\n") {
+		for _, f := range strings.Fields(line) {
+			if strings.HasPrefix(f, "/") {
+				real, _ := filepath.EvalSymlinks(f)
+				files[strings.TrimPrefix(f, "/")] = real
+			}
+		}
+	}
+	files["bin/bash"] = "/usr/bin/bash"
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	add := func(name string, data []byte, mode int64) {
+		_ = tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: int64(len(data)), Typeflag: tar.TypeReg})
+		_, _ = tw.Write(data)
+	}
+	for dst, src := range files {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(dst, data, 0o755)
+	}
+	add("etc/passwd", []byte("root:x:0:0:root:/root:/bin/bash\n"), 0o644)
+	add("etc/group", []byte("root:x:0:\n"), 0o644)
+	add("etc/motd", []byte("tiny image\n"), 0o644)
+	_ = tw.WriteHeader(&tar.Header{Name: "root/", Mode: 0o700, Typeflag: tar.TypeDir})
+	_ = tw.WriteHeader(&tar.Header{Name: "tmp/", Mode: 0o1777, Typeflag: tar.TypeDir})
+	tw.Close()
+	data := buf.Bytes()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := img.ConfigFile()
+	cfg.Config.Env = []string{"PATH=/bin"}
+	cfg.Config.User = "root"
+	if img, err = mutate.ConfigFile(img, cfg); err != nil {
+		t.Fatal(err)
+	}
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+}
