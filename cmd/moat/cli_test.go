@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,7 +40,8 @@ func newCLI(t *testing.T) *cli {
 	bin := filepath.Join(testutil.Binaries(t), "moat")
 	run := "/run/moat-clitest-" + filepath.Base(t.TempDir())
 	t.Cleanup(func() { os.RemoveAll(run) })
-	return &cli{t: t, bin: bin, args: []string{"--data", t.TempDir(), "--run-dir", run, "--socket", filepath.Join(run, "none.sock")}}
+	return &cli{t: t, bin: bin, args: []string{"--data", t.TempDir(), "--run-dir", run, "--socket", filepath.Join(run, "none.sock"),
+		"--id-base", strconv.FormatUint(uint64(testutil.IDBase()), 10)}}
 }
 
 func (c *cli) run(stdin string, args ...string) (stdout, stderr string, code int) {

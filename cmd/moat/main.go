@@ -31,6 +31,7 @@ type app struct {
 	dataDir  string
 	runDir   string
 	logLevel string
+	idBase   uint32
 
 	client  *sdk.Client
 	cleanup func()
@@ -73,6 +74,8 @@ limits, an overlay root with no host mounts, and no network path out.`,
 	root.PersistentFlags().StringVar(&a.dataDir, "data", envOr("MOAT_DATA", "/var/lib/moat"), "data directory for the in-process daemon and `serve` (env MOAT_DATA)")
 	root.PersistentFlags().StringVar(&a.runDir, "run-dir", envOr("MOAT_RUN_DIR", "/run/moat"), "runtime state directory (env MOAT_RUN_DIR)")
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "warn", "daemon log level for the in-process daemon: debug, info, warn, error")
+	root.PersistentFlags().Uint32Var(&a.idBase, "id-base", 0, "host uid of the first sandbox's root (tests running several daemons)")
+	_ = root.PersistentFlags().MarkHidden("id-base")
 	root.AddCommand(
 		a.serveCmd(), a.runCmd(), a.createCmd(), a.execCmd(), a.lsCmd(), a.inspectCmd(),
 		a.lifecycleCmd("stop", "Stop a sandbox's processes; its drive is kept"),
@@ -117,7 +120,7 @@ func (a *app) connect(ctx context.Context) (*sdk.Client, error) {
 		return nil, fmt.Errorf("no moat daemon at %s, and running one in-process needs root: start it with `sudo moat serve`, or point --socket / MOAT_SOCKET at a running daemon", a.socket)
 	}
 	sock := filepath.Join(a.runDir, fmt.Sprintf("embedded-%d.sock", os.Getpid()))
-	d, err := daemon.New(ctx, daemon.Config{DataDir: a.dataDir, RunDir: a.runDir, Socket: sock, Log: a.logger(os.Stderr)})
+	d, err := daemon.New(ctx, daemon.Config{DataDir: a.dataDir, RunDir: a.runDir, Socket: sock, IDBase: a.idBase, Log: a.logger(os.Stderr)})
 	if err != nil {
 		return nil, fmt.Errorf("starting in-process daemon: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -87,9 +88,10 @@ func TestDaemonKill9Restart(t *testing.T) {
 	data := t.TempDir()
 	run := "/run/moat-test-" + shortID()
 	sock := filepath.Join(run, "moat.sock")
+	idBase := strconv.FormatUint(uint64(testutil.IDBase()), 10)
 	defer os.RemoveAll(run)
 	start := func() *exec.Cmd {
-		cmd := exec.Command(filepath.Join(bin, "moat"), "serve", "--data", data, "--run-dir", run, "--socket", sock)
+		cmd := exec.Command(filepath.Join(bin, "moat"), "serve", "--data", data, "--run-dir", run, "--socket", sock, "--warm", "1", "--id-base", idBase)
 		cmd.Stderr = testWriter{t}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := cmd.Start(); err != nil {
@@ -120,10 +122,15 @@ func TestDaemonKill9Restart(t *testing.T) {
 	_ = d1.Wait()
 
 	d2 := start()
-	defer func() {
-		_ = d2.Process.Signal(syscall.SIGTERM)
-		_ = d2.Wait()
-	}()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			_ = d2.Process.Signal(syscall.SIGTERM)
+			_ = d2.Wait()
+		}
+	}
+	defer stop()
 	list, err := c.List(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -152,6 +159,12 @@ func TestDaemonKill9Restart(t *testing.T) {
 		l, _ := c.List(ctx)
 		return len(l) == 0
 	})
+	// A clean stop deletes the daemon's warm sandboxes (the first daemon's were deleted
+	// by the second at start): nothing at all remains.
+	stop()
 	e := &env{t: t, dataDir: data, runDir: run}
 	e.assertNoLeaks([]v1.Sandbox{*a, *b})
+	if left, _ := filepath.Glob(filepath.Join(run, "sandboxes", "*")); len(left) != 0 {
+		t.Errorf("left in the run directory: %v", left)
+	}
 }

@@ -35,7 +35,12 @@ type Config struct {
 	Socket   string // default /run/moat/moat.sock
 	Listen   string // optional TCP address; requires API keys
 	InitPath string // moat-init binary; default: next to the running executable
-	Log      *slog.Logger
+	// Warm keeps this many default sandboxes started for creates to claim (0: none).
+	Warm int
+	// IDBase moves sandboxes' host uid ranges (0: the default); for tests that run several
+	// daemons on one host at once.
+	IDBase uint32
+	Log    *slog.Logger
 }
 
 // Daemon is a running moat daemon.
@@ -160,6 +165,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		RunDir: cfg.RunDir, DataDir: cfg.DataDir, InitPath: cfg.InitPath,
 		DefaultLimits: sandbox.Limits{MemoryBytes: 2 << 30, CPUs: 2, Pids: 1024, DiskBytes: 10 << 30},
 		Unusable:      unusable,
+		Warm:          cfg.Warm,
+		IDBase:        cfg.IDBase,
 	}, st, runtimes, stor, net, namespaces{}, d.log.With("component", "sandbox"))
 	d.addCloser("background work", func() error { d.Manager.Wait(); return nil })
 
@@ -242,7 +249,12 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 		d.serve(tl, d.api.Handler(d.Store))
 		d.log.Info("listening", "addr", tl.Addr().String())
 	}
-	d.log.Info("moat daemon ready", "socket", d.cfg.Socket, "data", d.cfg.DataDir)
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.Manager.RunPool(ctx) // returns at shutdown, after deleting the warm sandboxes
+	}()
+	d.log.Info("moat daemon ready", "socket", d.cfg.Socket, "data", d.cfg.DataDir, "warm", d.cfg.Warm)
 	if ready != nil {
 		ready()
 	}

@@ -38,33 +38,36 @@ func shortID() string {
 
 // newEnv starts a daemon for the test; it is shut down (and every sandbox deleted, with a
 // leak check) when the test ends.
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvWarm(t, 0) }
+
+// newEnvWarm is newEnv with a warm pool of the given size.
+func newEnvWarm(t *testing.T, warm int) *env {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	bin := testutil.Binaries(t)
 	e := &env{t: t, dataDir: t.TempDir(), runDir: "/run/moat-test-" + shortID()}
-	e.start(filepath.Join(bin, "moat-init"))
+	e.start(filepath.Join(bin, "moat-init"), warm)
 	t.Cleanup(func() {
 		ctx := context.Background()
 		list, _ := e.c.List(ctx)
 		for _, sb := range list {
 			_ = e.c.Delete(ctx, sb.ID)
 		}
+		e.stop() // also deletes warm sandboxes
 		e.d.Manager.Wait()
 		e.assertNoLeaks(list)
-		e.stop()
 		os.RemoveAll(e.runDir)
 	})
 	return e
 }
 
-func (e *env) start(initPath string) {
+func (e *env) start(initPath string, warm int) {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	d, err := daemon.New(ctx, daemon.Config{
 		DataDir: e.dataDir, RunDir: e.runDir, Socket: filepath.Join(e.runDir, "moat.sock"),
-		InitPath: initPath, Log: log,
+		InitPath: initPath, Warm: warm, IDBase: testutil.IDBase(), Log: log,
 	})
 	if err != nil {
 		cancel()

@@ -756,3 +756,27 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// Update changes a running container's cgroup limits (memory with memory+swap, CPU quota,
+// pids) to l, with the same rendering as BuildSpec. runc and crun only: runsc cannot
+// change a running sandbox's limits (ErrUnavailable).
+func (o *OCI) Update(ctx context.Context, id string, l sandbox.Limits) error {
+	if o.name == "runsc" {
+		return fmt.Errorf("runsc cannot change the limits of a running sandbox: %w", errdefs.ErrUnavailable)
+	}
+	l = effectiveLimits(l)
+	res := resources(l, detectHost())
+	res.Devices = nil // unchanged
+	data, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	cmd := o.command(ctx, []string{"update", "--resources", "-", id})
+	cmd.Stdin = strings.NewReader(string(data))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("updating limits of %s: %w: %s", id, err, cleanRuntimeError(string(out)))
+	}
+	return nil
+}

@@ -19,6 +19,9 @@ type Runtime interface {
 	Stop(ctx context.Context, id string) error
 	// Running reports whether the container exists and its init process is alive.
 	Running(ctx context.Context, id string) (bool, error)
+	// Update changes the running container's cgroup limits (ErrUnavailable where the
+	// runtime cannot).
+	Update(ctx context.Context, id string, l Limits) error
 	// Pause freezes every process of the container; Resume thaws them.
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error

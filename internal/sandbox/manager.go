@@ -54,6 +54,11 @@ type Config struct {
 	HealthTimeout time.Duration
 	// Unusable names runtimes known to this host that cannot run sandboxes, with why.
 	Unusable map[string]string
+	// Warm is the number of default sandboxes kept started for Create to claim (pool.go).
+	Warm int
+	// IDBase moves the host uid ranges of new sandboxes (0: HostIDBase). Only for several
+	// daemons on one host (tests): a host has one daemon, whose slots never overlap.
+	IDBase uint32
 }
 
 // Manager drives sandboxes through their lifecycle. It is safe for concurrent use; operations
@@ -68,6 +73,7 @@ type Manager struct {
 	log      *slog.Logger
 
 	locks    sync.Map // id → *sync.Mutex
+	pool     pool
 	bg       sync.WaitGroup
 	envd     *http.Transport
 	shutdown chan struct{}
@@ -82,6 +88,7 @@ func NewManager(cfg Config, st Store, runtimes map[string]Runtime, storage Stora
 	m := &Manager{
 		cfg: cfg, store: st, runtimes: runtimes, storage: storage, network: network, ns: ns, log: log,
 		shutdown: make(chan struct{}),
+		pool:     pool{kick: make(chan struct{}, 1)},
 	}
 	m.envd = &http.Transport{
 		// Hosts are sandbox IDs: every connection is dialled from the sandbox's gateway
@@ -189,14 +196,24 @@ func (l Limits) Validate() error {
 	return nil
 }
 
-// Create makes and starts a sandbox. On any error, nothing of it remains.
+// Create makes and starts a sandbox, or hands over a warm one (pool.go). On any error,
+// nothing of it remains.
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
+	return m.create(ctx, opts, false)
+}
+
+func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*Sandbox, error) {
 	if err := m.validate(&opts); err != nil {
 		return nil, err
 	}
 	tmpl, err := m.storage.Template(ctx, opts.Template)
 	if err != nil {
 		return nil, err
+	}
+	if !warm && m.fitsPool(opts) {
+		if sb := m.claim(ctx, opts, tmpl); sb != nil {
+			return sb, nil
+		}
 	}
 	var extra []Layer
 	if opts.Repo != "" {
@@ -210,7 +227,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (*Sandbox, err
 	sb := &Sandbox{
 		ID: newID(), State: StateCreating, Runtime: opts.Runtime, Template: opts.Template,
 		Repo: opts.Repo, User: opts.User, Env: opts.Env, Limits: opts.Limits, Metadata: opts.Metadata,
-		CreatedAt: now, UpdatedAt: now, AccessToken: newToken(),
+		CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
 	}
 	if opts.Timeout > 0 {
 		exp := now.Add(opts.Timeout)
@@ -489,14 +506,22 @@ func (m *Manager) destroy(id string) {
 	}
 }
 
-// Get returns one sandbox.
+// Get returns one sandbox. Warm sandboxes (pool.go) are not visible.
 func (m *Manager) Get(ctx context.Context, id string) (*Sandbox, error) {
-	return m.store.Get(ctx, id)
+	sb, err := m.store.Get(ctx, id)
+	if err == nil && sb.Warm {
+		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	return sb, err
 }
 
-// List returns every sandbox the daemon knows.
+// List returns every sandbox the daemon knows, except warm ones.
 func (m *Manager) List(ctx context.Context) ([]*Sandbox, error) {
-	return m.store.List(ctx)
+	all, err := m.store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(sb *Sandbox) bool { return sb.Warm }), nil
 }
 
 // Stop stops a running or paused sandbox's processes and keeps its drive.
@@ -662,6 +687,13 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		return err
 	}
 	for _, sb := range list {
+		if sb.Warm && sb.State != StateDeleting {
+			// A warm sandbox of a previous daemon: disposable, never handed over.
+			if err := m.Delete(ctx, sb.ID); err != nil {
+				m.log.Error("deleting a previous daemon's warm sandbox", "sandbox", sb.ID, "err", err)
+			}
+			continue
+		}
 		switch sb.State {
 		case StateDeleting:
 			m.finishDelete(sb)
@@ -734,7 +766,7 @@ func (m *Manager) Expire(ctx context.Context, now time.Time) {
 		return
 	}
 	for _, sb := range list {
-		if sb.ExpiresAt == nil || now.Before(*sb.ExpiresAt) || (sb.State != StateRunning && sb.State != StatePaused) {
+		if sb.Warm || sb.ExpiresAt == nil || now.Before(*sb.ExpiresAt) || (sb.State != StateRunning && sb.State != StatePaused) {
 			continue
 		}
 		m.log.Info("sandbox timeout reached", "sandbox", sb.ID)

@@ -53,19 +53,23 @@ func checkTransition(id string, from, to State) error {
 
 // Sandbox is the durable record of one sandbox.
 type Sandbox struct {
-	ID        string            `json:"id"`
-	State     State             `json:"state"`
-	Runtime   string            `json:"runtime"`
-	Template  string            `json:"template"`
-	Repo      string            `json:"repo,omitempty"`
-	User      string            `json:"user"`
-	Env       map[string]string `json:"env,omitempty"`
-	Limits    Limits            `json:"limits"`
-	Slot      int               `json:"slot"`
+	ID       string            `json:"id"`
+	State    State             `json:"state"`
+	Runtime  string            `json:"runtime"`
+	Template string            `json:"template"`
+	Repo     string            `json:"repo,omitempty"`
+	User     string            `json:"user"`
+	Env      map[string]string `json:"env,omitempty"`
+	Limits   Limits            `json:"limits"`
+	Slot     int               `json:"slot"`
+	// IDBase is the host uid of slot 0's root (0: HostIDBase). Fixed per sandbox.
+	IDBase    uint32            `json:"id_base,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	Error     string            `json:"error,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
 	UpdatedAt time.Time         `json:"updated_at"`
+	// Warm marks a pool sandbox not yet handed to anyone (pool.go).
+	Warm bool `json:"warm,omitempty"`
 	// ExpiresAt, when set, is when the daemon stops the sandbox.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 
@@ -76,7 +80,11 @@ type Sandbox struct {
 
 // HostIDs returns the host uid/gid range of the sandbox's user namespace.
 func (s *Sandbox) HostIDs() IDRange {
-	return IDRange{Host: HostIDBase + uint32(s.Slot)*IDRangeSize, Size: IDRangeSize}
+	base := s.IDBase
+	if base == 0 {
+		base = HostIDBase
+	}
+	return IDRange{Host: base + uint32(s.Slot)*IDRangeSize, Size: IDRangeSize}
 }
 
 // Per-sandbox host id ranges: each sandbox gets its own 65536 ids, so no two sandboxes

@@ -48,6 +48,10 @@ CREATE TABLE IF NOT EXISTS events (
 	detail  TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_sandbox ON events(sandbox, seq);
+CREATE TABLE IF NOT EXISTS meta (
+	key   TEXT PRIMARY KEY,
+	value INTEGER NOT NULL
+);
 `
 
 // Open opens (creating if needed) the database at path.
@@ -78,24 +82,47 @@ func Open(path string) (*Store, error) {
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
-// Insert stores a new sandbox, allocating the lowest free slot. It sets sb.Slot.
+// Insert stores a new sandbox, allocating a free slot (round-robin). It sets sb.Slot.
 func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("inserting sandbox: %w", err)
 	}
 	defer tx.Rollback()
-	// Lowest free slot: 0 if free, else the smallest slot+1 not taken.
-	row := tx.QueryRowContext(ctx, `
-		SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM sandboxes WHERE slot = 0) THEN 0 ELSE
-		(SELECT MIN(a.slot + 1) FROM sandboxes a WHERE NOT EXISTS
-			(SELECT 1 FROM sandboxes b WHERE b.slot = a.slot + 1)) END`)
-	var slot int
-	if err := row.Scan(&slot); err != nil {
+	// Slots go round: the next free slot after the last one handed out, so a deleted
+	// sandbox's uid range is not reused at once (processes of a dying sandbox, files it
+	// left anywhere, never meet a new owner of the same uids soon after).
+	var last int
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE((SELECT value FROM meta WHERE key = 'last_slot'), -1)`).Scan(&last); err != nil {
 		return fmt.Errorf("allocating slot: %w", err)
 	}
-	if slot >= sandbox.MaxSlots {
+	used := map[int]bool{}
+	rows, err := tx.QueryContext(ctx, `SELECT slot FROM sandboxes`)
+	if err != nil {
+		return fmt.Errorf("allocating slot: %w", err)
+	}
+	for rows.Next() {
+		var n int
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return err
+		}
+		used[n] = true
+	}
+	rows.Close()
+	slot := -1
+	for i := 1; i <= sandbox.MaxSlots; i++ {
+		if c := (last + i) % sandbox.MaxSlots; !used[c] {
+			slot = c
+			break
+		}
+	}
+	if slot < 0 {
 		return fmt.Errorf("all %d sandbox slots are in use: %w", sandbox.MaxSlots, errdefs.ErrUnavailable)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES('last_slot', ?)
+		ON CONFLICT(key) DO UPDATE SET value = excluded.value`, slot); err != nil {
+		return fmt.Errorf("allocating slot: %w", err)
 	}
 	sb.Slot = slot
 	data, err := json.Marshal(sb)

@@ -3,6 +3,7 @@
 package testutil
 
 import (
+	"crypto/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,6 +79,15 @@ func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
 func ModuleRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// IDBase returns a host uid base for one test daemon, so that daemons of tests running at
+// the same time (each with its own state) never hand out the same uid range: 0x80000000
+// plus a random multiple of 256 slots.
+func IDBase() uint32 {
+	var b [1]byte
+	_, _ = rand.Read(b[:])
+	return 0x80000000 + uint32(b[0]%120)*256*65536
 }
 
 // WaitFor polls cond every 20ms until it returns true or timeout passes.

@@ -39,7 +39,7 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[pb.Sta
 		config:   msg.GetProcess(),
 		tag:      msg.Tag,
 		stdin:    msg.GetStdin(),
-		defaults: ps.s.cfg.Env,
+		defaults: ps.s.defaults(),
 	}
 	if msg.Pty != nil {
 		r.pty = msg.GetPty().GetSize()

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -40,7 +41,9 @@ type Config struct {
 
 // Server is the envd service. Create it with New.
 type Server struct {
-	cfg      Config
+	cfg Config
+	// mu guards the defaults that POST /init may replace: cfg.Env and cfg.DefaultUser.
+	mu       sync.RWMutex
 	procs    *processTable
 	watchers *watcherTable
 	errw     *connect.ErrorWriter
@@ -74,12 +77,13 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /files", s.download)
 	mux.HandleFunc("POST /files", s.upload)
 	mux.HandleFunc("GET /envs", func(w http.ResponseWriter, _ *http.Request) {
-		env := s.cfg.Env
+		env := s.defaults()
 		if env == nil {
 			env = map[string]string{}
 		}
 		writeJSON(w, http.StatusOK, env)
 	})
+	mux.HandleFunc("POST /init", s.init)
 	return s.gate(mux)
 }
 
@@ -136,12 +140,56 @@ func (s *Server) checkSignature(r *http.Request) error {
 }
 
 func (s *Server) defaultUserName() string {
-	if s.cfg.DefaultUser != "" {
-		if _, err := s.cfg.Users.Lookup(s.cfg.DefaultUser); err == nil {
-			return s.cfg.DefaultUser
+	s.mu.RLock()
+	name := s.cfg.DefaultUser
+	s.mu.RUnlock()
+	if name != "" {
+		if _, err := s.cfg.Users.Lookup(name); err == nil {
+			return name
 		}
 	}
 	return "root"
+}
+
+// defaults returns the default environment of new processes (never modified in place).
+func (s *Server) defaults() map[string]string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.cfg.Env
+}
+
+// initRequest is the body of POST /init: the daemon hands a pre-started (warm) sandbox to
+// its owner by setting the owner's defaults. Like envd's orchestrator-only /init.
+type initRequest struct {
+	EnvVars     map[string]string `json:"envVars"`
+	DefaultUser string            `json:"defaultUser"`
+}
+
+// init replaces the default environment and user. It needs the access token like every
+// route but /health; an unknown user is refused (400) and nothing changes.
+func (s *Server) init(w http.ResponseWriter, r *http.Request) {
+	var req initRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	if req.DefaultUser != "" {
+		if _, err := s.cfg.Users.Lookup(req.DefaultUser); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+	}
+	env := make(map[string]string, len(req.EnvVars))
+	for k, v := range req.EnvVars {
+		env[k] = v
+	}
+	s.mu.Lock()
+	s.cfg.Env = env
+	if req.DefaultUser != "" {
+		s.cfg.DefaultUser = req.DefaultUser
+	}
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // user resolves the request's user: name if set, else the default user.

@@ -1,0 +1,75 @@
+package daemon_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/testutil"
+)
+
+// warmIDs lists the pool's sandboxes straight from the store.
+func (e *env) warmIDs() []string {
+	all, err := e.d.Store.List(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []string
+	for _, sb := range all {
+		if sb.Warm && sb.State == "running" {
+			out = append(out, sb.ID)
+		}
+	}
+	return out
+}
+
+// TestWarmPool: a fitting create claims a started sandbox and hands it over with the
+// caller's limits, environment and user; warm sandboxes stay invisible; a request that
+// does not fit is built from scratch.
+func TestWarmPool(t *testing.T) {
+	e := newEnvWarm(t, 2)
+	testutil.WaitFor(t, 60*time.Second, "the warm pool to fill", func() bool { return len(e.warmIDs()) == 2 })
+	warm := e.warmIDs()
+	ctx := context.Background()
+	if list, _ := e.c.List(ctx); len(list) != 0 {
+		t.Errorf("warm sandboxes listed: %+v", list)
+	}
+	if _, err := e.c.Get(ctx, warm[0]); !isNotFound(err) {
+		t.Errorf("warm sandbox visible through Get: %v", err)
+	}
+
+	sb, err := e.c.Create(ctx, v1.CreateSandboxRequest{
+		MemoryBytes: 300 << 20, Pids: 99, Env: map[string]string{"OWNER": "me"}, User: "root",
+		Metadata: map[string]string{"task": "t1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.ID != warm[0] && sb.ID != warm[1] {
+		t.Fatalf("create did not claim a warm sandbox: %s not in %v", sb.ID, warm)
+	}
+	if sb.User != "root" || sb.Metadata["task"] != "t1" || sb.Limits.MemoryBytes != 300<<20 {
+		t.Errorf("record not handed over: %+v", sb)
+	}
+	if out := e.mustSh(sb.ID, "echo $OWNER $(id -u)"); out != "me 0\n" {
+		t.Errorf("environment and user after hand-over: %q", out)
+	}
+	mem, _ := os.ReadFile("/sys/fs/cgroup/memory/moat/" + sb.ID + "/memory.limit_in_bytes")
+	pids, _ := os.ReadFile("/sys/fs/cgroup/pids/moat/" + sb.ID + "/pids.max")
+	if strings.TrimSpace(string(mem)) != "314572800" || strings.TrimSpace(string(pids)) != "99" {
+		t.Errorf("limits after hand-over: memory %q pids %q", mem, pids)
+	}
+	// The pool refills; a request that does not fit (runsc, a repo, another disk size)
+	// never takes a warm sandbox.
+	testutil.WaitFor(t, 60*time.Second, "the pool to refill", func() bool { return len(e.warmIDs()) == 2 })
+	before := e.warmIDs()
+	other := e.create(v1.CreateSandboxRequest{DiskBytes: 200 << 20})
+	for _, id := range before {
+		if other.ID == id {
+			t.Errorf("a create with another disk size claimed warm sandbox %s", id)
+		}
+	}
+}
