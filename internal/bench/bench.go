@@ -33,6 +33,10 @@ type Options struct {
 	// baseline runs the runtime exactly as moat does.
 	RuntimeArgs func(name string) (binary string, global []string, err error)
 	Progress    func(string)
+	// Warm, when set, is a client of a daemon with a warm pool (same host, same storage
+	// kind) for the warm figure; WarmRefill is how long to let its pool refill between runs.
+	Warm       *sdk.Client
+	WarmRefill time.Duration
 }
 
 // Latency is a distribution summary in milliseconds.
@@ -49,7 +53,11 @@ type RuntimeResult struct {
 	API     Latency `json:"api_create_to_first_output"`
 	Raw     Latency `json:"raw_runtime_create_and_first_exec"`
 	Ratio   float64 `json:"ratio_p50"` // API p50 / raw p50
-	Error   string  `json:"error,omitempty"`
+	// Warm is create → first output when the create is served by the warm pool (runc
+	// only), with its ratio to the same raw baseline.
+	Warm      *Latency `json:"warm_api_create_to_first_output,omitempty"`
+	WarmRatio float64  `json:"warm_ratio_p50,omitempty"`
+	Error     string   `json:"error,omitempty"`
 }
 
 // Result is the whole report.
@@ -75,6 +83,24 @@ func Run(ctx context.Context, c *sdk.Client, o Options) (*Result, error) {
 		r := RuntimeResult{Runtime: rt}
 		if err := latency(ctx, c, o, rt, &r); err != nil {
 			r.Error = err.Error()
+		}
+		if o.Warm != nil && rt == "runc" && r.Error == "" {
+			o.Progress(fmt.Sprintf("%s: %d × create → first output served by the warm pool", rt, o.Runs))
+			var warm []time.Duration
+			req := smallSandbox
+			req.DiskBytes = 0 // the pool's kind: default disk
+			for range o.Runs {
+				time.Sleep(o.WarmRefill)
+				if err := createExecDelete(ctx, o.Warm, req, &warm); err != nil {
+					r.Error = "warm: " + err.Error()
+					break
+				}
+			}
+			l := summarize(warm)
+			r.Warm = &l
+			if r.Raw.P50 > 0 {
+				r.WarmRatio = l.P50 / r.Raw.P50
+			}
 		}
 		res.Runtimes = append(res.Runtimes, r)
 	}
@@ -250,7 +276,14 @@ func timeFirstLine(ctx context.Context, name string, argv []string) (time.Durati
 }
 
 func idle(ctx context.Context, c *sdk.Client, o Options, res *Result) error {
-	before, err := memAvailable()
+	// Earlier sandboxes are still being torn down in the background: wait for them.
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if list, err := c.List(ctx); err == nil && len(list) == 0 {
+			break
+		}
+	}
+	time.Sleep(2 * time.Second)
+	before, err := memUsed()
 	if err != nil {
 		return err
 	}
@@ -267,13 +300,15 @@ func idle(ctx context.Context, c *sdk.Client, o Options, res *Result) error {
 		}
 		ids = append(ids, sb.ID)
 	}
-	time.Sleep(3 * time.Second) // let start-up allocations settle
-	after, err := memAvailable()
+	// moat-init trims its memory after 5 s without requests (twice that to be sure), and
+	// start-up allocations settle.
+	time.Sleep(12 * time.Second)
+	after, err := memUsed()
 	if err != nil {
 		return err
 	}
 	res.IdleN = o.Idle
-	res.IdleMiBPerSandbox = float64(before-after) / float64(o.Idle) / 1024
+	res.IdleMiBPerSandbox = float64(after-before) / float64(o.Idle) / 1024
 	res.IdleInitRSSKiB = initRSS()
 	return nil
 }
@@ -313,21 +348,28 @@ func burst(ctx context.Context, c *sdk.Client, o Options, res *Result) error {
 	return nil
 }
 
-// memAvailable is the host's MemAvailable in KiB.
-func memAvailable() (int64, error) {
+// memUsed is the host memory in use, KiB, after dropping clean caches: MemTotal minus
+// MemFree, Buffers, Cached and SReclaimable. Dropping caches first makes the figure count
+// what sandboxes hold (process memory, kernel objects, dirty and tmpfs pages), not page
+// cache that any reader would have warmed.
+func memUsed() (int64, error) {
+	_ = os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0)
+	time.Sleep(500 * time.Millisecond)
 	data, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0, err
 	}
+	v := map[string]int64{}
 	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
-			f := strings.Fields(rest)
-			if len(f) > 0 {
-				return strconv.ParseInt(f[0], 10, 64)
-			}
+		k, rest, ok := strings.Cut(line, ":")
+		if f := strings.Fields(rest); ok && len(f) > 0 {
+			v[k], _ = strconv.ParseInt(f[0], 10, 64)
 		}
 	}
-	return 0, fmt.Errorf("no MemAvailable in /proc/meminfo")
+	if v["MemTotal"] == 0 {
+		return 0, fmt.Errorf("no MemTotal in /proc/meminfo")
+	}
+	return v["MemTotal"] - v["MemFree"] - v["Buffers"] - v["Cached"] - v["SReclaimable"], nil
 }
 
 // initRSS is the median VmRSS (KiB) of the host's moat-init processes.

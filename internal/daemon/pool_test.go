@@ -65,6 +65,16 @@ func TestWarmPool(t *testing.T) {
 	// The pool refills; a request that does not fit (runsc, a repo, another disk size)
 	// never takes a warm sandbox.
 	testutil.WaitFor(t, 60*time.Second, "the pool to refill", func() bool { return len(e.warmIDs()) == 2 })
+	// Growing the memory limit past the pool's memory+swap limit works too.
+	big, err := e.c.Create(ctx, v1.CreateSandboxRequest{MemoryBytes: 3 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, _ = os.ReadFile("/sys/fs/cgroup/memory/moat/" + big.ID + "/memory.limit_in_bytes")
+	if strings.TrimSpace(string(mem)) != "3221225472" {
+		t.Errorf("grown memory limit: %q", mem)
+	}
+	testutil.WaitFor(t, 60*time.Second, "the pool to refill", func() bool { return len(e.warmIDs()) == 2 })
 	before := e.warmIDs()
 	other := e.create(v1.CreateSandboxRequest{DiskBytes: 200 << 20})
 	for _, id := range before {
