@@ -90,8 +90,19 @@ func (m *Manager) RunPool(ctx context.Context) {
 			return
 		case <-m.pool.kick:
 		}
+		// Refill a moment after a claim, not during it: building a sandbox takes both
+		// CPUs of a small host for a few hundred milliseconds, and the new owner's first
+		// commands come right after its create.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(refillDelay):
+		}
 	}
 }
+
+// refillDelay is how long the pool waits after a claim before it builds a replacement.
+const refillDelay = 500 * time.Millisecond
 
 // drainPool deletes the warm sandboxes.
 func (m *Manager) drainPool() {
