@@ -168,3 +168,25 @@ func TestDaemonKill9Restart(t *testing.T) {
 		t.Errorf("left in the run directory: %v", left)
 	}
 }
+
+// TestTimeout: a sandbox whose timeout passes is stopped by the daemon, with the reason
+// recorded, and its drive kept.
+func TestTimeout(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(v1.CreateSandboxRequest{TimeoutSeconds: 1})
+	if sb.ExpiresAt == nil {
+		t.Fatalf("no expiry: %+v", sb)
+	}
+	testutil.WaitFor(t, 15*time.Second, "the timeout to stop the sandbox", func() bool {
+		got, err := e.c.Get(context.Background(), sb.ID)
+		return err == nil && got.State == "stopped" && strings.Contains(got.Error, "timeout")
+	})
+	if _, err := os.Stat(filepath.Join(e.dataDir, "drives", sb.ID+".img")); err != nil {
+		t.Errorf("drive of a timed-out sandbox: %v", err)
+	}
+	// Starting it again gives it its timeout afresh.
+	st, err := e.c.Start(context.Background(), sb.ID)
+	if err != nil || st.State != "running" || st.ExpiresAt == nil || !st.ExpiresAt.After(time.Now()) {
+		t.Fatalf("start after timeout: %v %+v", err, st)
+	}
+}

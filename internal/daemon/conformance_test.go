@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -120,6 +121,25 @@ func conformance(t *testing.T, e *env, rt string) {
 		time.Sleep(7 * time.Second)
 		if out := e.mustSh(sb.ID, "echo awake"); out != "awake\n" {
 			t.Errorf("after idling: %q", out)
+		}
+	})
+
+	t.Run("pause-resume", func(t *testing.T) {
+		e := *e
+		e.t = t
+		ctx := context.Background()
+		e.mustSh(sb.ID, "nohup sleep 600 >/dev/null 2>&1 &")
+		if st, err := e.c.Pause(ctx, sb.ID); err != nil || st.State != "paused" {
+			t.Fatalf("pause: %v %+v", err, st)
+		}
+		if _, err := e.c.Exec(ctx, sb.ID, sdk.ExecRequest{Cmd: "/bin/true"}); !errors.Is(err, sdk.ErrConflict) {
+			t.Errorf("exec in a paused sandbox: %v (want a conflict naming the state)", err)
+		}
+		if st, err := e.c.Resume(ctx, sb.ID); err != nil || st.State != "running" {
+			t.Fatalf("resume: %v %+v", err, st)
+		}
+		if out := e.mustSh(sb.ID, "pgrep -c -x sleep; pkill -x sleep; true"); out != "1\n" {
+			t.Errorf("a background process did not survive the pause: %q", out)
 		}
 	})
 

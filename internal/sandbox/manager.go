@@ -231,7 +231,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 	}
 	if opts.Timeout > 0 {
 		exp := now.Add(opts.Timeout)
-		sb.ExpiresAt = &exp
+		sb.ExpiresAt, sb.Timeout = &exp, opts.Timeout
 	}
 	if err := m.store.Insert(ctx, sb); err != nil {
 		return nil, err
@@ -589,7 +589,14 @@ func (m *Manager) Start(ctx context.Context, id string) (*Sandbox, error) {
 		_, _ = m.stopLocked(ctx, sb, err.Error())
 		return nil, fmt.Errorf("starting sandbox %s: %w", id, err)
 	}
-	return m.store.Update(ctx, id, func(s *Sandbox) error { s.State = StateRunning; return nil })
+	return m.store.Update(ctx, id, func(s *Sandbox) error {
+		s.State = StateRunning
+		if s.Timeout > 0 {
+			exp := time.Now().UTC().Add(s.Timeout)
+			s.ExpiresAt = &exp
+		}
+		return nil
+	})
 }
 
 // Pause freezes a running sandbox's processes; Resume thaws them.

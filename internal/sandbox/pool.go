@@ -169,7 +169,7 @@ func (m *Manager) handOver(ctx context.Context, id string, opts CreateOptions, t
 		s.CreatedAt = now
 		if opts.Timeout > 0 {
 			exp := now.Add(opts.Timeout)
-			s.ExpiresAt = &exp
+			s.ExpiresAt, s.Timeout = &exp, opts.Timeout
 		}
 		return nil
 	})

@@ -70,7 +70,9 @@ type Sandbox struct {
 	UpdatedAt time.Time         `json:"updated_at"`
 	// Warm marks a pool sandbox not yet handed to anyone (pool.go).
 	Warm bool `json:"warm,omitempty"`
-	// ExpiresAt, when set, is when the daemon stops the sandbox.
+	// Timeout is the sandbox's lifetime per start (0: none); ExpiresAt is when the current
+	// run ends: the daemon stops the sandbox then.
+	Timeout time.Duration `json:"timeout,omitempty"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 
 	// AccessToken authenticates the daemon to the sandbox's moat-init. It is never
