@@ -72,8 +72,8 @@ type Sandbox struct {
 	Warm bool `json:"warm,omitempty"`
 	// Timeout is the sandbox's lifetime per start (0: none); ExpiresAt is when the current
 	// run ends: the daemon stops the sandbox then.
-	Timeout time.Duration `json:"timeout,omitempty"`
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Timeout   time.Duration `json:"timeout,omitempty"`
+	ExpiresAt *time.Time    `json:"expires_at,omitempty"`
 
 	// AccessToken authenticates the daemon to the sandbox's moat-init. It is never
 	// sent to API clients of the native API.
