@@ -126,6 +126,7 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (int, err
 	}
 	defer stream.Close()
 	stdout, stderr := orDiscard(req.Stdout), orDiscard(req.Stderr)
+	code := -1
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
 		switch {
@@ -160,10 +161,14 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (int, err
 				_, _ = stdout.Write(d.GetPty())
 			}
 		case ev.GetEnd() != nil:
+			// Read the stream to its end rather than cutting it: a stream cancelled
+			// mid-way costs the daemon its upstream connection.
 			end := ev.GetEnd()
-			code := exitCode(end.GetExitCode(), end.GetExited(), end.GetStatus())
-			return code, nil
+			code = exitCode(end.GetExitCode(), end.GetExited(), end.GetStatus())
 		}
+	}
+	if code >= 0 {
+		return code, nil
 	}
 	if err := stream.Err(); err != nil {
 		return -1, c.explain(ctx, id, err)

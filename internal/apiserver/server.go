@@ -81,6 +81,8 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, doctor func(conte
 		Rewrite:       s.rewriteEnvd,
 		Transport:     sb.EnvdTransport(),
 		FlushInterval: -1, // stream process output as it comes
+		// A client that leaves a stream early makes the copy fail; that is routine.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
 				return // the client went away

@@ -49,6 +49,16 @@ func newEnvWarm(t *testing.T, warm int) *env {
 	e.start(filepath.Join(bin, "moat-init"), warm)
 	t.Cleanup(func() {
 		ctx := context.Background()
+		if t.Failed() {
+			logs, _ := filepath.Glob(filepath.Join(e.dataDir, "logs", "*.log"))
+			for _, l := range logs {
+				data, _ := os.ReadFile(l)
+				if len(data) > 4000 {
+					data = data[len(data)-4000:]
+				}
+				t.Logf("moat-init log %s:\n%s", filepath.Base(l), data)
+			}
+		}
 		list, _ := e.c.List(ctx)
 		for _, sb := range list {
 			_ = e.c.Delete(ctx, sb.ID)
