@@ -37,11 +37,8 @@ func NewUnix(path string) *Client {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", path)
 		},
-		// A new connection per request: a unix-socket connect costs microseconds, and
-		// reusing a connection right after a proxied envd stream sometimes had the
-		// daemon cut the next stream (seen under CPU load; not yet explained).
-		DisableKeepAlives: true,
-		IdleConnTimeout:   30 * time.Second,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     30 * time.Second,
 	}
 	return &Client{base: "http://moat", http: &http.Client{Transport: tr}}
 }

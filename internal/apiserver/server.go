@@ -4,11 +4,13 @@
 package apiserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -250,6 +252,24 @@ func (s *Server) envd(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	dest := envdDest{id: sb.ID, token: sb.AccessToken, rest: "/" + r.PathValue("rest")}
+	if dest.rest != "/files" {
+		// An RPC request is one message: read it whole, so the upstream request has a
+		// fixed length and is written completely before its response streams back. (A
+		// chunked body still being copied upstream after this handler returned could break
+		// the upstream connection that the next request of a kept-alive client reuses.)
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxRPCBytes+1))
+		if err != nil {
+			writeError(w, fmt.Errorf("reading request: %v: %w", err, errdefs.ErrInvalidArgument))
+			return
+		}
+		if len(body) > maxRPCBytes {
+			writeError(w, fmt.Errorf("request larger than %d bytes: %w", maxRPCBytes, errdefs.ErrInvalidArgument))
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		r.TransferEncoding = nil
+	}
 	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), envdTarget{}, dest)))
 }
 
@@ -266,6 +286,9 @@ func (s *Server) rewriteEnvd(pr *httputil.ProxyRequest) {
 	}
 	pr.Out.Header.Del(UserHeader)
 }
+
+// maxRPCBytes bounds one envd RPC request forwarded by the daemon (moat-init's own limit).
+const maxRPCBytes = 32 << 20
 
 // UserHeader names the user an envd call through the native API runs as.
 const UserHeader = "X-Moat-User"

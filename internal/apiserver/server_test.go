@@ -188,3 +188,41 @@ func TestEnvdForward(t *testing.T) {
 		t.Errorf("API key forwarded to the sandbox: %q", h.Get("Authorization"))
 	}
 }
+
+// TestEnvdForwardFixedLength: an RPC request with a chunked body reaches the sandbox with a
+// fixed length (read whole by the daemon); an oversized one is refused.
+func TestEnvdForwardFixedLength(t *testing.T) {
+	var got []int64
+	envd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.ContentLength)
+		io.Copy(io.Discard, r.Body)
+	}))
+	defer envd.Close()
+	s := New(&fakeSandboxes{envd: envd}, nil, nil, nil, nil, slog.New(slog.DiscardHandler))
+	api := httptest.NewServer(s.Handler(nil))
+	defer api.Close()
+	pr, pw := io.Pipe()
+	go func() {
+		pw.Write([]byte(`{"process":{"cmd":"true"}}`))
+		pw.Close()
+	}()
+	req, _ := http.NewRequest("POST", api.URL+"/v1/sandboxes/sb-running/envd/process.Process/Start", pr)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if len(got) != 1 || got[0] != int64(len(`{"process":{"cmd":"true"}}`)) {
+		t.Errorf("upstream content lengths %v", got)
+	}
+	big := strings.NewReader(strings.Repeat("x", maxRPCBytes+1))
+	req, _ = http.NewRequest("POST", api.URL+"/v1/sandboxes/sb-running/envd/process.Process/Start", big)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || len(got) != 1 {
+		t.Errorf("oversized request: %d, upstream saw %d requests", resp.StatusCode, len(got))
+	}
+}
