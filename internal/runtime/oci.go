@@ -407,13 +407,18 @@ func unknownFlag(err error) bool {
 		strings.Contains(m, "unrecognized option")
 }
 
-// removeCgroups removes the container's (empty) cgroup directories, /moat/<id> in every
-// hierarchy. The runtime's delete normally has; a failed runsc create leaves them behind.
+// removeCgroups removes the container's cgroup directories, /moat/<id> in every hierarchy.
+// The runtime's delete normally has; a failed runsc create leaves them behind, and a runtime
+// interrupted half-way (killed mid-create under load) can leave a process with no runtime
+// state. The cgroup is the authority: whatever still runs in it is thawed and killed first.
 func removeCgroups(id string) error {
 	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/moat/" + id)
 	if d := "/sys/fs/cgroup/moat/" + id; DetectCgroupMode() == CgroupUnified {
-		dirs = append(dirs, d)
+		if _, err := os.Stat(d); err == nil {
+			dirs = append(dirs, d)
+		}
 	}
+	killCgroupProcs(dirs)
 	var errs []error
 	for _, d := range dirs {
 		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -421,6 +426,33 @@ func removeCgroups(id string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// killCgroupProcs SIGKILLs every process left in the cgroup directories dirs (thawing a
+// frozen v1 freezer cgroup first) and waits up to two seconds for them to be gone.
+func killCgroupProcs(dirs []string) {
+	for _, d := range dirs {
+		if strings.Contains(d, "/freezer/") {
+			_ = os.WriteFile(filepath.Join(d, "freezer.state"), []byte("THAWED"), 0)
+		} else if _, err := os.Stat(filepath.Join(d, "cgroup.freeze")); err == nil {
+			_ = os.WriteFile(filepath.Join(d, "cgroup.freeze"), []byte("0"), 0)
+		}
+	}
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		left := 0
+		for _, d := range dirs {
+			data, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			for _, f := range strings.Fields(string(data)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+					left++
+				}
+			}
+		}
+		if left == 0 || time.Now().After(deadline) {
+			return
+		}
+	}
 }
 
 // Running reports whether the container exists and its init process is alive (created,
