@@ -208,7 +208,7 @@ type benchEnv struct {
 }
 
 // benchDaemon starts an in-process daemon with private state for `moat bench`.
-func (a *app) benchDaemon(ctx context.Context, name string, warm int, idBase uint32) (*benchEnv, func(), error) {
+func (a *app) benchDaemon(ctx context.Context, name string, warm map[string]int, idBase uint32) (*benchEnv, func(), error) {
 	if os.Geteuid() != 0 {
 		return nil, nil, fmt.Errorf("moat bench runs its own daemons and needs root")
 	}
@@ -359,14 +359,14 @@ host memory taken per idle sandbox and the burst create rate. Needs root on the 
 			// what else runs here: one builds every sandbox (cold), one serves fitting
 			// creates from a warm pool.
 			ctx := cmd.Context()
-			cold, stopCold, err := a.benchDaemon(ctx, "cold", 0, 0x80000000)
+			cold, stopCold, err := a.benchDaemon(ctx, "cold", nil, 0x80000000)
 			if err != nil {
 				return err
 			}
 			defer stopCold()
 			c := cold.client
 			if warmN > 0 {
-				warm, stopWarm, err := a.benchDaemon(ctx, "warm", warmN, 0x90000000)
+				warm, stopWarm, err := a.benchDaemon(ctx, "warm", map[string]int{"runc": warmN, "runsc": warmN}, 0x90000000)
 				if err != nil {
 					return err
 				}

@@ -500,7 +500,7 @@ host files. A relative path inside is relative to the user's home.`,
 
 func (a *app) serveCmd() *cobra.Command {
 	var listen string
-	var warm int
+	var warm, warmRunsc int
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the moat daemon",
@@ -512,7 +512,7 @@ with --listen ADDR, on TCP for clients with an API key (moat apikey create).`,
 				a.logLevel = "info"
 			}
 			d, err := daemon.New(cmd.Context(), daemon.Config{
-				DataDir: a.dataDir, RunDir: a.runDir, Socket: a.socket, Listen: listen, Warm: warm, IDBase: a.idBase, Log: a.logger(os.Stderr),
+				DataDir: a.dataDir, RunDir: a.runDir, Socket: a.socket, Listen: listen, Warm: map[string]int{"runc": warm, "runsc": warmRunsc}, IDBase: a.idBase, Log: a.logger(os.Stderr),
 			})
 			if err != nil {
 				return err
@@ -522,7 +522,8 @@ with --listen ADDR, on TCP for clients with an API key (moat apikey create).`,
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this TCP address (API keys required)")
-	cmd.Flags().IntVar(&warm, "warm", 2, "default sandboxes (runc, host template, default disk) kept started for fast creates; 0: none")
+	cmd.Flags().IntVar(&warm, "warm", 2, "default runc sandboxes (host template, default disk) kept started for fast creates; 0: none")
+	cmd.Flags().IntVar(&warmRunsc, "warm-runsc", 0, "the same for runsc (serves creates with default limits only)")
 	return cmd
 }
 

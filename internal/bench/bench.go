@@ -53,8 +53,8 @@ type RuntimeResult struct {
 	API     Latency `json:"api_create_to_first_output"`
 	Raw     Latency `json:"raw_runtime_create_and_first_exec"`
 	Ratio   float64 `json:"ratio_p50"` // API p50 / raw p50
-	// Warm is create → first output when the create is served by the warm pool (runc
-	// only), with its ratio to the same raw baseline.
+	// Warm is create → first output when the create is served by the warm pool, with its
+	// ratio to the same raw baseline.
 	Warm      *Latency `json:"warm_api_create_to_first_output,omitempty"`
 	WarmRatio float64  `json:"warm_ratio_p50,omitempty"`
 	Error     string   `json:"error,omitempty"`
@@ -84,11 +84,16 @@ func Run(ctx context.Context, c *sdk.Client, o Options) (*Result, error) {
 		if err := latency(ctx, c, o, rt, &r); err != nil {
 			r.Error = err.Error()
 		}
-		if o.Warm != nil && rt == "runc" && r.Error == "" {
+		if o.Warm != nil && r.Error == "" {
 			o.Progress(fmt.Sprintf("%s: %d × create → first output served by the warm pool", rt, o.Runs))
 			var warm []time.Duration
 			req := smallSandbox
+			req.Runtime = rt
 			req.DiskBytes = 0 // the pool's kind: default disk
+			if rt == "runsc" {
+				// runsc cannot change a running sandbox's limits: its pool serves defaults.
+				req = v1.CreateSandboxRequest{Runtime: rt}
+			}
 			for range o.Runs {
 				time.Sleep(o.WarmRefill)
 				if err := createExecDelete(ctx, o.Warm, req, &warm); err != nil {

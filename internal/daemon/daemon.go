@@ -35,8 +35,8 @@ type Config struct {
 	Socket   string // default /run/moat/moat.sock
 	Listen   string // optional TCP address; requires API keys
 	InitPath string // moat-init binary; default: next to the running executable
-	// Warm keeps this many default sandboxes started for creates to claim (0: none).
-	Warm int
+	// Warm keeps, per runtime, this many default sandboxes started for creates to claim.
+	Warm map[string]int
 	// IDBase moves sandboxes' host uid ranges (0: the default); for tests that run several
 	// daemons on one host at once.
 	IDBase uint32
@@ -252,7 +252,7 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		d.Manager.RunPool(ctx) // returns at shutdown, after deleting the warm sandboxes
+		d.Manager.RunPools(ctx) // returns at shutdown, after deleting the warm sandboxes
 	}()
 	d.log.Info("moat daemon ready", "socket", d.cfg.Socket, "data", d.cfg.DataDir, "warm", d.cfg.Warm)
 	if ready != nil {

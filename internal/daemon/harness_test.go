@@ -38,10 +38,10 @@ func shortID() string {
 
 // newEnv starts a daemon for the test; it is shut down (and every sandbox deleted, with a
 // leak check) when the test ends.
-func newEnv(t *testing.T) *env { return newEnvWarm(t, 0) }
+func newEnv(t *testing.T) *env { return newEnvWarm(t, nil) }
 
 // newEnvWarm is newEnv with a warm pool of the given size.
-func newEnvWarm(t *testing.T, warm int) *env {
+func newEnvWarm(t *testing.T, warm map[string]int) *env {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	bin := testutil.Binaries(t)
@@ -71,7 +71,7 @@ func newEnvWarm(t *testing.T, warm int) *env {
 	return e
 }
 
-func (e *env) start(initPath string, warm int) {
+func (e *env) start(initPath string, warm map[string]int) {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -11,15 +11,17 @@ import (
 	"github.com/moatdev/moat/internal/testutil"
 )
 
-// warmIDs lists the pool's sandboxes straight from the store.
-func (e *env) warmIDs() []string {
+// warmIDs lists the runc pool's sandboxes straight from the store.
+func (e *env) warmIDs() []string { return e.warmOf("runc") }
+
+func (e *env) warmOf(runtime string) []string {
 	all, err := e.d.Store.List(context.Background())
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	var out []string
 	for _, sb := range all {
-		if sb.Warm && sb.State == "running" {
+		if sb.Warm && sb.State == "running" && sb.Runtime == runtime {
 			out = append(out, sb.ID)
 		}
 	}
@@ -30,7 +32,7 @@ func (e *env) warmIDs() []string {
 // caller's limits, environment and user; warm sandboxes stay invisible; a request that
 // does not fit is built from scratch.
 func TestWarmPool(t *testing.T) {
-	e := newEnvWarm(t, 2)
+	e := newEnvWarm(t, map[string]int{"runc": 2})
 	testutil.WaitFor(t, 60*time.Second, "the warm pool to fill", func() bool { return len(e.warmIDs()) == 2 })
 	warm := e.warmIDs()
 	ctx := context.Background()
@@ -81,5 +83,32 @@ func TestWarmPool(t *testing.T) {
 		if other.ID == id {
 			t.Errorf("a create with another disk size claimed warm sandbox %s", id)
 		}
+	}
+}
+
+// TestWarmPoolRunsc: runsc's pool serves creates with default limits only (runsc cannot
+// change a running sandbox's limits).
+func TestWarmPoolRunsc(t *testing.T) {
+	testutil.RequiresBinary(t, "runsc")
+	e := newEnvWarm(t, map[string]int{"runsc": 1})
+	testutil.WaitFor(t, 60*time.Second, "the runsc pool to fill", func() bool { return len(e.warmOf("runsc")) == 1 })
+	warm := e.warmOf("runsc")[0]
+	ctx := context.Background()
+	custom, err := e.c.Create(ctx, v1.CreateSandboxRequest{Runtime: "runsc", MemoryBytes: 300 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if custom.ID == warm {
+		t.Errorf("a create with other limits took the runsc warm sandbox")
+	}
+	sb, err := e.c.Create(ctx, v1.CreateSandboxRequest{Runtime: "runsc", Env: map[string]string{"X": "y"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.ID != warm {
+		t.Errorf("a default runsc create did not claim the warm sandbox %s (got %s)", warm, sb.ID)
+	}
+	if out := e.mustSh(sb.ID, "echo $X"); out != "y\n" {
+		t.Errorf("env after hand-over: %q", out)
 	}
 }

@@ -54,8 +54,9 @@ type Config struct {
 	HealthTimeout time.Duration
 	// Unusable names runtimes known to this host that cannot run sandboxes, with why.
 	Unusable map[string]string
-	// Warm is the number of default sandboxes kept started for Create to claim (pool.go).
-	Warm int
+	// Warm is, per runtime, the number of default sandboxes kept started for Create to
+	// claim (pool.go).
+	Warm map[string]int
 	// IDBase moves the host uid ranges of new sandboxes (0: HostIDBase). Only for several
 	// daemons on one host (tests): a host has one daemon, whose slots never overlap.
 	IDBase uint32
@@ -73,7 +74,7 @@ type Manager struct {
 	log      *slog.Logger
 
 	locks    sync.Map // id → *sync.Mutex
-	pool     pool
+	pools    map[string]*pool // runtime → warm pool
 	bg       sync.WaitGroup
 	envd     *http.Transport
 	shutdown chan struct{}
@@ -88,7 +89,12 @@ func NewManager(cfg Config, st Store, runtimes map[string]Runtime, storage Stora
 	m := &Manager{
 		cfg: cfg, store: st, runtimes: runtimes, storage: storage, network: network, ns: ns, log: log,
 		shutdown: make(chan struct{}),
-		pool:     pool{kick: make(chan struct{}, 1)},
+		pools:    map[string]*pool{},
+	}
+	for rt, n := range cfg.Warm {
+		if n > 0 && runtimes[rt] != nil {
+			m.pools[rt] = &pool{kick: make(chan struct{}, 1)}
+		}
 	}
 	m.envd = &http.Transport{
 		// Hosts are sandbox IDs: every connection is dialled from the sandbox's gateway
@@ -210,7 +216,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 	if err != nil {
 		return nil, err
 	}
-	if !warm && m.fitsPool(opts) {
+	if !warm && m.pools[opts.Runtime] != nil && m.fitsPool(opts) {
 		if sb := m.claim(ctx, opts, tmpl); sb != nil {
 			return sb, nil
 		}

@@ -11,11 +11,12 @@ import (
 	"time"
 )
 
-// The warm pool. With Config.Warm > 0 the manager keeps that many sandboxes of the
-// default kind (DefaultRuntime, the "host" template, the default disk size) created,
-// started and healthy, hidden from List and Get. A Create that fits the pool's kind and
-// asks for no repository claims one and hands it over instead of building a sandbox:
-// its limits are set with the runtime's Update, its environment and default user with
+// The warm pools. For each runtime with Config.Warm[runtime] > 0 the manager keeps that
+// many sandboxes of the default kind (that runtime, the "host" template, the default disk
+// size) created, started and healthy, hidden from List and Get. A Create that fits a pool's
+// kind and asks for no repository claims one and hands it over instead of building a
+// sandbox: its limits are set with the runtime's Update (runsc cannot change limits, so its
+// pool serves default limits only), its environment and default user with
 // moat-init's POST /init, and its record takes the caller's options. Nothing but moat-init
 // has run in a warm sandbox before it is handed over, so it is as fresh as a new one. The
 // pool refills in the background; a daemon that stops deletes its warm sandboxes, and one
@@ -58,24 +59,40 @@ func (p *pool) refill() {
 
 // fitsPool reports whether validated opts can be served by a warm sandbox.
 func (m *Manager) fitsPool(opts CreateOptions) bool {
-	return m.cfg.Warm > 0 && opts.Runtime == DefaultRuntime && opts.Template == "host" &&
-		opts.Repo == "" && opts.Limits.DiskBytes == m.cfg.DefaultLimits.DiskBytes
+	if m.cfg.Warm[opts.Runtime] <= 0 || opts.Template != "host" || opts.Repo != "" ||
+		opts.Limits.DiskBytes != m.cfg.DefaultLimits.DiskBytes {
+		return false
+	}
+	return opts.Runtime != "runsc" || opts.Limits == m.cfg.DefaultLimits
 }
 
-// RunPool keeps the warm pool full until ctx ends, then deletes the warm sandboxes.
-func (m *Manager) RunPool(ctx context.Context) {
-	if m.cfg.Warm <= 0 {
-		return
+// RunPools keeps every warm pool full until ctx ends, then deletes the warm sandboxes.
+func (m *Manager) RunPools(ctx context.Context) {
+	var wg sync.WaitGroup
+	for rt, n := range m.cfg.Warm {
+		p := m.pools[rt]
+		if n <= 0 || p == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.runPool(ctx, rt, n, p)
+		}()
 	}
-	defer m.drainPool()
+	wg.Wait()
+}
+
+func (m *Manager) runPool(ctx context.Context, rt string, n int, p *pool) {
+	defer m.drainPool(p)
 	for {
-		for m.pool.size() < m.cfg.Warm && ctx.Err() == nil {
-			sb, err := m.create(ctx, CreateOptions{Runtime: DefaultRuntime, Template: "host", Limits: m.cfg.DefaultLimits}, true)
+		for p.size() < n && ctx.Err() == nil {
+			sb, err := m.create(ctx, CreateOptions{Runtime: rt, Template: "host", Limits: m.cfg.DefaultLimits}, true)
 			if err != nil {
 				if ctx.Err() != nil {
 					return
 				}
-				m.log.Error("filling the warm pool", "err", err)
+				m.log.Error("filling the warm pool", "runtime", rt, "err", err)
 				select {
 				case <-ctx.Done():
 					return
@@ -83,12 +100,12 @@ func (m *Manager) RunPool(ctx context.Context) {
 				}
 				continue
 			}
-			m.pool.push(sb.ID)
+			p.push(sb.ID)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.pool.kick:
+		case <-p.kick:
 		}
 		// Refill a moment after a claim, not during it: building a sandbox takes both
 		// CPUs of a small host for a few hundred milliseconds, and the new owner's first
@@ -104,9 +121,9 @@ func (m *Manager) RunPool(ctx context.Context) {
 // refillDelay is how long the pool waits after a claim before it builds a replacement.
 const refillDelay = 500 * time.Millisecond
 
-// drainPool deletes the warm sandboxes.
-func (m *Manager) drainPool() {
-	for id := m.pool.pop(); id != ""; id = m.pool.pop() {
+// drainPool deletes the warm sandboxes of p.
+func (m *Manager) drainPool(p *pool) {
+	for id := p.pop(); id != ""; id = p.pop() {
 		if err := m.Delete(context.Background(), id); err != nil {
 			m.log.Error("deleting warm sandbox", "sandbox", id, "err", err)
 		}
@@ -116,11 +133,12 @@ func (m *Manager) drainPool() {
 // claim hands a warm sandbox over to the caller of Create, or returns nil when none is
 // ready (or the hand-over failed: the caller then builds a sandbox).
 func (m *Manager) claim(ctx context.Context, opts CreateOptions, tmpl Template) *Sandbox {
-	id := m.pool.pop()
+	p := m.pools[opts.Runtime]
+	id := p.pop()
 	if id == "" {
 		return nil
 	}
-	m.pool.refill()
+	p.refill()
 	sb, err := m.handOver(ctx, id, opts, tmpl)
 	if err != nil {
 		m.log.Warn("handing over a warm sandbox failed; creating one", "sandbox", id, "err", err)
