@@ -120,26 +120,11 @@ func (a *app) connect(ctx context.Context) (*sdk.Client, error) {
 		return nil, fmt.Errorf("no moat daemon at %s, and running one in-process needs root: start it with `sudo moat serve`, or point --socket / MOAT_SOCKET at a running daemon", a.socket)
 	}
 	sock := filepath.Join(a.runDir, fmt.Sprintf("embedded-%d.sock", os.Getpid()))
-	d, err := daemon.New(ctx, daemon.Config{DataDir: a.dataDir, RunDir: a.runDir, Socket: sock, IDBase: a.idBase, Log: a.logger(os.Stderr)})
+	_, stop, err := daemon.Start(ctx, daemon.Config{DataDir: a.dataDir, RunDir: a.runDir, Socket: sock, IDBase: a.idBase, Log: a.logger(os.Stderr)})
 	if err != nil {
 		return nil, fmt.Errorf("starting in-process daemon: %w", err)
 	}
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() { done <- d.Serve(sctx, func() { close(ready) }) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		d.Close()
-		return nil, fmt.Errorf("starting in-process daemon: %w", err)
-	}
-	a.cleanup = func() {
-		cancel()
-		<-done
-		d.Close()
-	}
+	a.cleanup = stop
 	a.client = sdk.NewUnix(sock)
 	return a.client, nil
 }

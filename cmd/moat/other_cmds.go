@@ -216,25 +216,12 @@ func (a *app) benchDaemon(ctx context.Context, name string, warm map[string]int,
 	data := filepath.Join(a.dataDir, tag)
 	run := filepath.Join(filepath.Dir(a.runDir), "moat-"+tag)
 	sock := filepath.Join(run, "moat.sock")
-	d, err := daemon.New(ctx, daemon.Config{DataDir: data, RunDir: run, Socket: sock, Warm: warm, IDBase: idBase, Log: a.logger(os.Stderr)})
+	_, stopDaemon, err := daemon.Start(ctx, daemon.Config{DataDir: data, RunDir: run, Socket: sock, Warm: warm, IDBase: idBase, Log: a.logger(os.Stderr)})
 	if err != nil {
 		return nil, nil, err
 	}
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() { done <- d.Serve(sctx, func() { close(ready) }) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		d.Close()
-		return nil, nil, err
-	}
 	stop := func() {
-		cancel()
-		<-done
-		d.Close()
+		stopDaemon()
 		os.RemoveAll(data)
 		os.RemoveAll(run)
 	}

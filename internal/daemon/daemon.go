@@ -341,3 +341,30 @@ func RuntimeArgs(runDir string) func(name string) (string, []string, error) {
 		return rt.Binary(), rt.GlobalArgs(), nil
 	}
 }
+
+// Start builds a daemon and serves it in the background until the returned stop is
+// called; stop shuts the servers down, waits for background work (deletions, the warm
+// pools' draining) and closes the daemon. It returns once the socket accepts requests.
+// `moat run` without a running daemon, and `moat bench`, use it.
+func Start(ctx context.Context, cfg Config) (d *Daemon, stop func(), err error) {
+	d, err = New(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- d.Serve(sctx, func() { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		d.Close()
+		return nil, nil, err
+	}
+	return d, func() {
+		cancel()
+		<-done
+		d.Close()
+	}, nil
+}

@@ -73,31 +73,16 @@ func newEnvWarm(t *testing.T, warm map[string]int) *env {
 
 func (e *env) start(initPath string, warm map[string]int) {
 	e.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	d, err := daemon.New(ctx, daemon.Config{
+	d, stop, err := daemon.Start(context.Background(), daemon.Config{
 		DataDir: e.dataDir, RunDir: e.runDir, Socket: filepath.Join(e.runDir, "moat.sock"),
 		InitPath: initPath, Warm: warm, IDBase: testutil.IDBase(), Log: log,
 	})
 	if err != nil {
-		cancel()
 		e.t.Fatalf("starting daemon: %v", err)
 	}
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() { done <- d.Serve(ctx, func() { close(ready) }) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		e.t.Fatalf("daemon: %v", err)
-	}
-	e.d = d
+	e.d, e.stop = d, stop
 	e.c = sdk.NewUnix(filepath.Join(e.runDir, "moat.sock"))
-	e.stop = func() {
-		cancel()
-		<-done
-		d.Close()
-	}
 }
 
 type testWriter struct{ t *testing.T }
