@@ -10,12 +10,16 @@ GOFLAGS_BUILD := -trimpath
 all: build
 
 # Debian packages the project uses: OCI runtimes, mkfs for drives, git for repo layers,
-# debootstrap for `moat template build debian`, nftables for the network boundary.
+# debootstrap for `moat template build debian`, nftables for the network boundary;
+# python3, procps and iproute2 are programs the tests and the demo run inside sandboxes of
+# the default template (which shows the host's /usr).
+DEB_TOOLS := runc crun runsc mkfs.ext4 git debootstrap nft python3 ps ip losetup
 deps:
-	@if ! command -v runc >/dev/null || ! command -v runsc >/dev/null || ! command -v mkfs.ext4 >/dev/null \
-	  || ! command -v debootstrap >/dev/null || ! command -v crun >/dev/null || ! command -v git >/dev/null; then \
+	@missing=; for t in $(DEB_TOOLS); do command -v $$t >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	    runc crun runsc e2fsprogs git debootstrap nftables util-linux ca-certificates >/dev/null; \
+	    runc crun runsc e2fsprogs git debootstrap nftables util-linux ca-certificates \
+	    python3 procps iproute2 >/dev/null; \
 	fi
 	$(GO) mod download
 

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"io"
 	"net"
 )
 
@@ -116,6 +115,3 @@ type Network interface {
 	// DialSandbox connects from the gateway namespace to port in the sandbox.
 	DialSandbox(ctx context.Context, id string, port int) (net.Conn, error)
 }
-
-// Closer is anything with a named shutdown step.
-type Closer interface{ io.Closer }

@@ -73,11 +73,10 @@ type Manager struct {
 	ns       Namespaces
 	log      *slog.Logger
 
-	locks    sync.Map // id → *sync.Mutex
-	pools    map[string]*pool // runtime → warm pool
-	bg       sync.WaitGroup
-	envd     *http.Transport
-	shutdown chan struct{}
+	locks sync.Map         // id → *sync.Mutex
+	pools map[string]*pool // runtime → warm pool
+	bg    sync.WaitGroup
+	envd  *http.Transport
 }
 
 // NewManager wires a Manager. runtimes maps runtime names ("runc", "runsc", …) to drivers;
@@ -88,8 +87,7 @@ func NewManager(cfg Config, st Store, runtimes map[string]Runtime, storage Stora
 	}
 	m := &Manager{
 		cfg: cfg, store: st, runtimes: runtimes, storage: storage, network: network, ns: ns, log: log,
-		shutdown: make(chan struct{}),
-		pools:    map[string]*pool{},
+		pools: map[string]*pool{},
 	}
 	for rt, n := range cfg.Warm {
 		if n > 0 && runtimes[rt] != nil {
@@ -814,13 +812,4 @@ func newToken() string {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// ValidID reports whether id has the form of a sandbox ID.
-func ValidID(id string) bool {
-	if len(id) != 15 || !strings.HasPrefix(id, "sb-") {
-		return false
-	}
-	_, err := hex.DecodeString(id[3:])
-	return err == nil && strings.ToLower(id) == id
 }

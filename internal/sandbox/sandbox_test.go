@@ -48,14 +48,3 @@ func TestLimitsValidate(t *testing.T) {
 		}
 	}
 }
-
-func TestValidID(t *testing.T) {
-	for id, want := range map[string]bool{
-		newID(): true, "sb-0123456789ab": true, "sb-0123456789AB": false, "sb-01234": false,
-		"../etc/passwd": false, "sb-0123456789a/": false,
-	} {
-		if ValidID(id) != want {
-			t.Errorf("ValidID(%q) != %v", id, want)
-		}
-	}
-}
