@@ -190,3 +190,48 @@ func TestTimeout(t *testing.T) {
 		t.Fatalf("start after timeout: %v %+v", err, st)
 	}
 }
+
+// TestRepoLayer: --repo puts a checkout of the repository's HEAD at /workspace, owned by
+// the sandbox's user; uncommitted changes stay out; a second sandbox on the same commit
+// reuses the cached layer instead of copying again.
+func TestRepoLayer(t *testing.T) {
+	e := newEnv(t)
+	repo := t.TempDir()
+	git := func(args ...string) {
+		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.email=t@example.test", "-c", "user.name=t"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git("init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(repo, "README"), []byte("committed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git("add", "README")
+	git("commit", "-q", "-m", "first")
+	if err := os.WriteFile(filepath.Join(repo, "README"), []byte("dirty\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := e.create(v1.CreateSandboxRequest{Repo: repo})
+	out := e.mustSh(a.ID, "cd /workspace && cat README && git log --format=%s && stat -c %U README && touch new && echo ok")
+	if out != "committed\nfirst\nuser\nok\n" {
+		t.Errorf("workspace: %q", out)
+	}
+	layers, _ := filepath.Glob(filepath.Join(e.dataDir, "layers", "repo-*"))
+	if len(layers) != 1 {
+		t.Fatalf("repo layers after the first sandbox: %v", layers)
+	}
+	st1, _ := os.Stat(layers[0])
+	b := e.create(v1.CreateSandboxRequest{Repo: repo})
+	if out := e.mustSh(b.ID, "cat /workspace/README; test -e /workspace/new || echo fresh"); out != "committed\nfresh\n" {
+		t.Errorf("second sandbox: %q", out)
+	}
+	again, _ := filepath.Glob(filepath.Join(e.dataDir, "layers", "repo-*"))
+	st2, _ := os.Stat(layers[0])
+	if len(again) != 1 || !st1.ModTime().Equal(st2.ModTime()) {
+		t.Errorf("the second sandbox on the same commit rebuilt the layer: %v", again)
+	}
+	if data, _ := os.ReadFile(filepath.Join(repo, "README")); string(data) != "dirty\n" {
+		t.Errorf("the host checkout changed: %q", data)
+	}
+}
