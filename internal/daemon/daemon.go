@@ -138,8 +138,10 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening storage: %w", err)
 	}
+	d.addCloser("storage", stor.Close)
 
 	net := netns.New(cfg.RunDir, d.log.With("component", "netns"))
+	d.addCloser("network", net.Close)
 
 	runtimes := map[string]sandbox.Runtime{}
 	unusable := map[string]string{}
