@@ -142,7 +142,23 @@ func TestCLILifecycle(t *testing.T) {
 // TestCLINotRootNoDaemon: without a daemon, a non-root user is told how to start one.
 func TestCLINotRootNoDaemon(t *testing.T) {
 	testutil.RequiresRoot(t)
-	bin := filepath.Join(testutil.Binaries(t), "moat")
+	// A copy nobody can reach and run, wherever the checkout lives.
+	dir, err := os.MkdirTemp("", "moat-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	data, err := os.ReadFile(filepath.Join(testutil.Binaries(t), "moat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "moat")
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(bin, "--socket", "/nonexistent/moat.sock", "run", "--", "true")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	out, err := cmd.CombinedOutput()

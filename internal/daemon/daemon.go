@@ -122,6 +122,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := os.Chmod(cfg.RunDir, 0o711); err != nil {
 		return nil, err
 	}
+	if d.cfg.InitPath, err = stageInit(cfg.InitPath, cfg.RunDir); err != nil {
+		return nil, err
+	}
 	exclusive, err := d.takeLock()
 	if err != nil {
 		return nil, err
@@ -164,7 +167,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 
 	d.Manager = sandbox.NewManager(sandbox.Config{
-		RunDir: cfg.RunDir, DataDir: cfg.DataDir, InitPath: cfg.InitPath,
+		RunDir: cfg.RunDir, DataDir: cfg.DataDir, InitPath: d.cfg.InitPath,
 		DefaultLimits: sandbox.Limits{MemoryBytes: 2 << 30, CPUs: 2, Pids: 1024, DiskBytes: 10 << 30},
 		Unusable:      unusable,
 		Warm:          cfg.Warm,
@@ -369,4 +372,47 @@ func Start(ctx context.Context, cfg Config) (d *Daemon, stop func(), err error) 
 		<-done
 		d.Close()
 	}, nil
+}
+
+// stageInit copies the moat-init binary into the run directory (root-owned, 0755, named
+// by size and modification time) and returns the copy's path. Sandboxes bind-mount the copy:
+// it is reachable whatever the permissions of the directory moat was installed or built
+// in, and rebuilding moat-init never changes a running sandbox's.
+func stageInit(src, runDir string) (string, error) {
+	st, err := os.Stat(src)
+	if err != nil {
+		return "", fmt.Errorf("moat-init: %w", err)
+	}
+	dir := filepath.Join(runDir, "bin")
+	dst := filepath.Join(dir, fmt.Sprintf("moat-init-%d-%d", st.Size(), st.ModTime().UnixNano()))
+	if cur, err := os.Stat(dst); err == nil && cur.Size() == st.Size() {
+		return dst, nil
+	}
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", err
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return "", fmt.Errorf("moat-init: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, ".moat-init-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return "", err
+	}
+	return dst, nil
 }
