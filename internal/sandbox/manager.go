@@ -423,19 +423,25 @@ func resolveUser(rootfs, user string, tmpl Template) (string, error) {
 func (m *Manager) waitHealthy(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.HealthTimeout)
 	defer cancel()
-	delay := 2 * time.Millisecond
+	// moat-init needs ~20 ms to listen under runc and ~0.5 s under runsc: poll every
+	// few milliseconds at first (a refused connection through the gateway costs ~0.2 ms),
+	// then back off.
+	start := time.Now()
 	var last error
 	for {
 		last = m.health(ctx, id)
 		if last == nil {
 			return nil
 		}
+		delay := 3 * time.Millisecond
+		if time.Since(start) > time.Second {
+			delay = 50 * time.Millisecond
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
 		case <-time.After(delay):
 		}
-		delay = min(delay*2, 100*time.Millisecond)
 	}
 }
 
