@@ -386,8 +386,8 @@ host memory taken per idle sandbox and the burst create rate. Needs root on the 
 				}
 			}
 			tw.Flush()
-			fmt.Printf("idle memory: %.2f MiB per sandbox (host used-memory delta, caches dropped, over %d idle runc sandboxes); moat-init RSS %.0f KiB\n",
-				res.IdleMiBPerSandbox, res.IdleN, res.IdleInitRSSKiB)
+			fmt.Printf("idle memory: %.2f MiB per sandbox (host used-memory delta, caches dropped, over %d idle runc sandboxes); %.2f MiB charged to each sandbox's cgroup; moat-init RSS %.0f KiB\n",
+				res.IdleMiBPerSandbox, res.IdleN, res.IdleCgroupMiB, res.IdleInitRSSKiB)
 			fmt.Printf("burst: %.1f creates/s (%d at once)\n", res.BurstPerSecond, res.BurstN)
 			return nil
 		},

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,6 +65,9 @@ type RuntimeResult struct {
 type Result struct {
 	Runtimes          []RuntimeResult `json:"runtimes"`
 	IdleMiBPerSandbox float64         `json:"idle_mib_per_sandbox"`
+	// IdleCgroupMiB is the mean memory charged to an idle sandbox's own cgroup (v1
+	// memory.usage_in_bytes or v2 memory.current), a cross-check of the host delta.
+	IdleCgroupMiB float64 `json:"idle_cgroup_mib_per_sandbox"`
 	IdleInitRSSKiB    float64         `json:"idle_moat_init_rss_kib"`
 	IdleN             int             `json:"idle_n"`
 	BurstPerSecond    float64         `json:"burst_creates_per_second"`
@@ -314,6 +318,17 @@ func idle(ctx context.Context, c *sdk.Client, o Options, res *Result) error {
 	}
 	res.IdleN = o.Idle
 	res.IdleMiBPerSandbox = float64(after-before) / float64(o.Idle) / 1024
+	var sum float64
+	for _, id := range ids {
+		for _, f := range []string{"/sys/fs/cgroup/memory/moat/" + id + "/memory.usage_in_bytes", "/sys/fs/cgroup/moat/" + id + "/memory.current"} {
+			if data, err := os.ReadFile(f); err == nil {
+				v, _ := strconv.ParseFloat(strings.TrimSpace(string(data)), 64)
+				sum += v
+				break
+			}
+		}
+	}
+	res.IdleCgroupMiB = sum / float64(len(ids)) / (1 << 20)
 	res.IdleInitRSSKiB = initRSS()
 	return nil
 }
@@ -354,10 +369,13 @@ func burst(ctx context.Context, c *sdk.Client, o Options, res *Result) error {
 }
 
 // memUsed is the host memory in use, KiB, after dropping clean caches: MemTotal minus
-// MemFree, Buffers, Cached and SReclaimable. Dropping caches first makes the figure count
+// MemFree, Buffers, Cached and SReclaimable, less this process's own anonymous memory. Dropping caches first makes the figure count
 // what sandboxes hold (process memory, kernel objects, dirty and tmpfs pages), not page
 // cache that any reader would have warmed.
 func memUsed() (int64, error) {
+	// The daemons run in this process: return their free heap first, or its release
+	// during the measurement would hide the sandboxes' memory.
+	debug.FreeOSMemory()
 	_ = os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0)
 	time.Sleep(500 * time.Millisecond)
 	data, err := os.ReadFile("/proc/meminfo")
@@ -374,7 +392,24 @@ func memUsed() (int64, error) {
 	if v["MemTotal"] == 0 {
 		return 0, fmt.Errorf("no MemTotal in /proc/meminfo")
 	}
-	return v["MemTotal"] - v["MemFree"] - v["Buffers"] - v["Cached"] - v["SReclaimable"], nil
+	used := v["MemTotal"] - v["MemFree"] - v["Buffers"] - v["Cached"] - v["SReclaimable"]
+	// The benchmark's own process (with its in-process daemons and their SQLite caches)
+	// grows and shrinks on its own schedule: it is not sandbox memory.
+	return used - selfRSSAnon(), nil
+}
+
+// selfRSSAnon is this process's anonymous resident memory in KiB.
+func selfRSSAnon() int64 {
+	data, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 // initRSS is the median VmRSS (KiB) of the host's moat-init processes.
