@@ -2,13 +2,19 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/testutil"
+	"github.com/moatdev/moat/sdk"
 )
 
 // warmIDs lists the runc pool's sandboxes straight from the store.
@@ -111,4 +117,65 @@ func TestWarmPoolRunsc(t *testing.T) {
 	if out := e.mustSh(sb.ID, "echo $X"); out != "y\n" {
 		t.Errorf("env after hand-over: %q", out)
 	}
+}
+
+// TestListenAPIKeys: the TCP listener serves only clients with a valid API key (created on
+// the unix socket), and forwards envd calls for them; key management stays on the socket.
+func TestListenAPIKeys(t *testing.T) {
+	testutil.RequiresRoot(t)
+	bin := testutil.Binaries(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	e := &env{t: t, dataDir: t.TempDir(), runDir: "/run/moat-test-" + shortID()}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d, stop, err := daemon.Start(context.Background(), daemon.Config{
+		DataDir: e.dataDir, RunDir: e.runDir, Socket: filepath.Join(e.runDir, "moat.sock"), Listen: addr,
+		InitPath: filepath.Join(bin, "moat-init"), IDBase: testutil.IDBase(), Log: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.d, e.stop, e.c = d, stop, sdk.NewUnix(filepath.Join(e.runDir, "moat.sock"))
+	defer func() {
+		stop()
+		os.RemoveAll(e.runDir)
+	}()
+	ctx := context.Background()
+	key, err := e.c.CreateAPIKey(ctx)
+	if err != nil || !strings.HasPrefix(key.Key, "e2b_") {
+		t.Fatalf("create key: %+v %v", key, err)
+	}
+	if _, err := sdk.NewHTTP("http://"+addr, "").List(ctx); !errors.Is(err, sdk.ErrUnauthenticated) {
+		t.Errorf("no key: %v", err)
+	}
+	if _, err := sdk.NewHTTP("http://"+addr, "e2b_0000").List(ctx); !errors.Is(err, sdk.ErrUnauthenticated) {
+		t.Errorf("wrong key: %v", err)
+	}
+	remote := sdk.NewHTTP("http://"+addr, key.Key)
+	if _, err := remote.CreateAPIKey(ctx); !errors.Is(err, sdk.ErrUnauthenticated) {
+		t.Errorf("key management over TCP: %v", err)
+	}
+	sb, err := remote.Create(ctx, v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 128 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if code, err := remote.Exec(ctx, sb.ID, sdk.ExecRequest{Cmd: "/bin/echo", Args: []string{"over tcp"}, Stdout: &out}); err != nil || code != 0 || out.String() != "over tcp\n" {
+		t.Errorf("exec over TCP: %d %v %q", code, err, out.String())
+	}
+	if err := remote.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.DeleteAPIKey(ctx, key.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remote.List(ctx); !errors.Is(err, sdk.ErrUnauthenticated) {
+		t.Errorf("deleted key still accepted: %v", err)
+	}
+	d.Manager.Wait()
+	e.assertNoLeaks([]v1.Sandbox{*sb})
 }
