@@ -414,5 +414,12 @@ func stageInit(src, runDir string) (string, error) {
 	if err := os.Rename(tmp.Name(), dst); err != nil {
 		return "", err
 	}
+	// Older copies go: a running sandbox's bind mount keeps its own copy's inode alive.
+	old, _ := filepath.Glob(filepath.Join(dir, "moat-init-*"))
+	for _, o := range old {
+		if o != dst {
+			os.Remove(o)
+		}
+	}
 	return dst, nil
 }
