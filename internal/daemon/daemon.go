@@ -375,7 +375,9 @@ func Start(ctx context.Context, cfg Config) (d *Daemon, stop func(), err error) 
 }
 
 // stageInit copies the moat-init binary into the run directory (root-owned, 0755, named
-// by size and modification time) and returns the copy's path. Sandboxes bind-mount the copy:
+// by size and modification time) and returns the copy's path. Older copies stay: another
+// moat process (a daemon, an in-process `moat run`) may still start sandboxes from one;
+// the run directory is a tmpfs cleared at boot. Sandboxes bind-mount the copy:
 // it is reachable whatever the permissions of the directory moat was installed or built
 // in, and rebuilding moat-init never changes a running sandbox's.
 func stageInit(src, runDir string) (string, error) {
@@ -413,13 +415,6 @@ func stageInit(src, runDir string) (string, error) {
 	}
 	if err := os.Rename(tmp.Name(), dst); err != nil {
 		return "", err
-	}
-	// Older copies go: a running sandbox's bind mount keeps its own copy's inode alive.
-	old, _ := filepath.Glob(filepath.Join(dir, "moat-init-*"))
-	for _, o := range old {
-		if o != dst {
-			os.Remove(o)
-		}
 	}
 	return dst, nil
 }
