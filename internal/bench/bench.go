@@ -67,11 +67,11 @@ type Result struct {
 	IdleMiBPerSandbox float64         `json:"idle_mib_per_sandbox"`
 	// IdleCgroupMiB is the mean memory charged to an idle sandbox's own cgroup (v1
 	// memory.usage_in_bytes or v2 memory.current), a cross-check of the host delta.
-	IdleCgroupMiB float64 `json:"idle_cgroup_mib_per_sandbox"`
-	IdleInitRSSKiB    float64         `json:"idle_moat_init_rss_kib"`
-	IdleN             int             `json:"idle_n"`
-	BurstPerSecond    float64         `json:"burst_creates_per_second"`
-	BurstN            int             `json:"burst_n"`
+	IdleCgroupMiB  float64 `json:"idle_cgroup_mib_per_sandbox"`
+	IdleInitRSSKiB float64 `json:"idle_moat_init_rss_kib"`
+	IdleN          int     `json:"idle_n"`
+	BurstPerSecond float64 `json:"burst_creates_per_second"`
+	BurstN         int     `json:"burst_n"`
 }
 
 var smallSandbox = v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 256 << 20}

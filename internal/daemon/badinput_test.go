@@ -12,16 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/testutil"
 	"github.com/moatdev/moat/sdk"
 )
-
-type syscallStatfs = unix.Statfs_t
-
-var statfs = unix.Statfs
 
 // TestBadInput: each bad request fails with a clear error naming what exists, and leaves
 // nothing behind.
