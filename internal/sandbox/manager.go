@@ -424,18 +424,18 @@ func (m *Manager) waitHealthy(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.HealthTimeout)
 	defer cancel()
 	// moat-init needs ~20 ms to listen under runc and ~0.5 s under runsc: poll every
-	// few milliseconds at first (a refused connection through the gateway costs ~0.2 ms),
-	// then back off.
+	// 3 ms for the first 60 ms, then back off (each poll is a dial through the gateway; a
+	// burst of creates on a busy host must not spend its CPU on polling).
 	start := time.Now()
+	delay := 3 * time.Millisecond
 	var last error
 	for {
 		last = m.health(ctx, id)
 		if last == nil {
 			return nil
 		}
-		delay := 3 * time.Millisecond
-		if time.Since(start) > time.Second {
-			delay = 50 * time.Millisecond
+		if time.Since(start) > 60*time.Millisecond {
+			delay = min(delay*2, 50*time.Millisecond)
 		}
 		select {
 		case <-ctx.Done():

@@ -47,8 +47,13 @@ func (s *Store) Mount(ctx context.Context, req sandbox.MountRequest) (err error)
 	if _, err := s.drives.Lstat(req.ID + ".img"); err != nil {
 		return fmt.Errorf("drive of sandbox %s: %w", req.ID, errdefs.ErrNotFound)
 	}
-	s.mountMu.Lock()
-	defer s.mountMu.Unlock()
+	// One sandbox's mounts are serialized (a drive image must never be attached twice);
+	// different sandboxes mount in parallel.
+	unlock, err := s.locks.lock(ctx, "mount/"+req.ID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if linux.IsMountPoint(req.Target) {
 		return fmt.Errorf("root filesystem of sandbox %s is already mounted: %w", req.ID, errdefs.ErrConflict)
 	}
@@ -117,8 +122,8 @@ func (s *Store) Unmount(ctx context.Context, id string, target string) error {
 	if err != nil {
 		return err
 	}
-	s.mountMu.Lock()
-	defer s.mountMu.Unlock()
+	unlock, _ := s.locks.lock(context.Background(), "mount/"+id) // teardown must finish
+	defer unlock()
 	if err := unmountStorage(run, target); err != nil {
 		return fmt.Errorf("unmounting root filesystem of sandbox %s: %w", id, err)
 	}

@@ -50,9 +50,8 @@ type Store struct {
 	building map[string]bool // names in layers/ and templates/ being written right now
 	hostTmpl *sandbox.Template
 
-	hostMu  sync.Mutex // serializes building the host layer
-	mountMu sync.Mutex // serializes drive attaches (see linux.MountImage)
-	locks   keyedMutex // one build per repository layer, one drive format at a time
+	hostMu sync.Mutex // serializes building the host layer
+	locks  keyedMutex // one build per repository layer, one drive format at a time
 }
 
 // New opens (creating if needed) the storage under dataDir. runDir is the daemon's run
