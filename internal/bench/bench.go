@@ -284,14 +284,19 @@ func timeFirstLine(ctx context.Context, name string, argv []string) (time.Durati
 	return d, nil
 }
 
-func idle(ctx context.Context, c *sdk.Client, o Options, res *Result) error {
-	// Earlier sandboxes are still being torn down in the background: wait for them.
+// settle waits until earlier sandboxes' background teardown is done, so it does not compete
+// with what is measured next.
+func settle(ctx context.Context, c *sdk.Client) {
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		if list, err := c.List(ctx); err == nil && len(list) == 0 {
 			break
 		}
 	}
 	time.Sleep(2 * time.Second)
+}
+
+func idle(ctx context.Context, c *sdk.Client, o Options, res *Result) error {
+	settle(ctx, c)
 	before, err := memUsed()
 	if err != nil {
 		return err
@@ -334,6 +339,7 @@ func idle(ctx context.Context, c *sdk.Client, o Options, res *Result) error {
 }
 
 func burst(ctx context.Context, c *sdk.Client, o Options, res *Result) error {
+	settle(ctx, c)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var ids []string
