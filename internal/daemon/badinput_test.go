@@ -13,6 +13,7 @@ import (
 	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/testutil"
 	"github.com/moatdev/moat/sdk"
 )
@@ -228,4 +229,46 @@ func TestRepoLayer(t *testing.T) {
 	if data, _ := os.ReadFile(filepath.Join(repo, "README")); string(data) != "dirty\n" {
 		t.Errorf("the host checkout changed: %q", data)
 	}
+}
+
+// TestSweep: a sandbox whose container dies with nobody calling it is found by the
+// liveness sweep and recorded as stopped, with the reason, and cleaned up.
+func TestSweep(t *testing.T) {
+	testutil.RequiresRoot(t)
+	bin := testutil.Binaries(t)
+	e := &env{t: t, dataDir: t.TempDir(), runDir: "/run/moat-test-" + shortID()}
+	d, stop, err := daemon.Start(context.Background(), daemon.Config{
+		DataDir: e.dataDir, RunDir: e.runDir, Socket: filepath.Join(e.runDir, "moat.sock"),
+		InitPath: filepath.Join(bin, "moat-init"), IDBase: testutil.IDBase(), SweepInterval: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stop()
+		os.RemoveAll(e.runDir)
+	}()
+	e.d, e.c = d, sdk.NewUnix(filepath.Join(e.runDir, "moat.sock"))
+	sb := e.create(v1.CreateSandboxRequest{})
+	// Kill everything in the sandbox's cgroup from the host, as an outside OOM kill would.
+	procs, err := os.ReadFile("/sys/fs/cgroup/pids/moat/" + sb.ID + "/cgroup.procs")
+	if err != nil {
+		t.Skipf("no cgroup v1 pids hierarchy: %v", err)
+	}
+	for _, p := range strings.Fields(string(procs)) {
+		pid, _ := strconv.Atoi(p)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	testutil.WaitFor(t, 20*time.Second, "the sweep to notice", func() bool {
+		got, err := e.c.Get(context.Background(), sb.ID)
+		return err == nil && got.State == "stopped" && strings.Contains(got.Error, "exited")
+	})
+	if _, err := os.Stat(filepath.Join(e.runDir, "sandboxes", sb.ID, "rootfs")); err == nil {
+		t.Errorf("the dead sandbox's root filesystem is still there")
+	}
+	if err := e.c.Delete(context.Background(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	d.Manager.Wait()
+	e.assertNoLeaks([]v1.Sandbox{*sb})
 }

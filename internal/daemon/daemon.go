@@ -37,6 +37,9 @@ type Config struct {
 	InitPath string // moat-init binary; default: next to the running executable
 	// Warm keeps, per runtime, this many default sandboxes started for creates to claim.
 	Warm map[string]int
+	// SweepInterval is how often running sandboxes are checked for a dead container
+	// (default 30 s).
+	SweepInterval time.Duration
 	// IDBase moves sandboxes' host uid ranges (0: the default); for tests that run several
 	// daemons on one host at once.
 	IDBase uint32
@@ -265,12 +268,21 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	sweep := d.cfg.SweepInterval
+	if sweep == 0 {
+		sweep = 30 * time.Second
+	}
+	lastSweep := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return d.shutdownServers()
 		case now := <-tick.C:
 			d.Manager.Expire(ctx, now)
+			if now.Sub(lastSweep) >= sweep {
+				lastSweep = now
+				d.Manager.Sweep(ctx)
+			}
 		}
 	}
 }

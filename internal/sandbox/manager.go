@@ -774,6 +774,25 @@ func (m *Manager) Check(ctx context.Context, id string) (*Sandbox, error) {
 	return m.stopLocked(ctx, sb, "the sandbox's container exited (killed by its memory or pids limit, or from outside)")
 }
 
+// Sweep finds running sandboxes whose moat-init no longer answers and, when their container
+// is gone, records them as stopped (Check). A /health dial through the gateway costs
+// ~0.2 ms, so the daemon can afford it for every sandbox every few seconds.
+func (m *Manager) Sweep(ctx context.Context) {
+	list, err := m.store.List(ctx)
+	if err != nil {
+		m.log.Error("listing sandboxes for the liveness sweep", "err", err)
+		return
+	}
+	for _, sb := range list {
+		if sb.State != StateRunning || m.health(ctx, sb.ID) == nil {
+			continue
+		}
+		if _, err := m.Check(ctx, sb.ID); err != nil {
+			m.log.Warn("liveness sweep", "sandbox", sb.ID, "err", err)
+		}
+	}
+}
+
 // Expire stops every running sandbox whose timeout has passed. The daemon calls it
 // periodically.
 func (m *Manager) Expire(ctx context.Context, now time.Time) {
