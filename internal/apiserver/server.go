@@ -413,7 +413,10 @@ func StatusOf(err error) (int, string) {
 }
 
 // clientMessage is the text a client sees: classified errors carry messages written for
-// the client; anything else is an internal error whose detail stays in the daemon log.
+// the client; anything else is marked as internal but keeps its text, because today every
+// client is an operator of the daemon's host (unix socket, or an API key they made) and
+// needs the cause (a failed mount, a runtime's error). Revisit when the API serves
+// untrusted clients: then the detail belongs in the daemon log only.
 func clientMessage(err error) string {
 	if _, code := StatusOf(err); code == "internal" {
 		return "internal error: " + err.Error()

@@ -234,21 +234,7 @@ func TestRepoLayer(t *testing.T) {
 // TestSweep: a sandbox whose container dies with nobody calling it is found by the
 // liveness sweep and recorded as stopped, with the reason, and cleaned up.
 func TestSweep(t *testing.T) {
-	testutil.RequiresRoot(t)
-	bin := testutil.Binaries(t)
-	e := &env{t: t, dataDir: t.TempDir(), runDir: "/run/moat-test-" + shortID()}
-	d, stop, err := daemon.Start(context.Background(), daemon.Config{
-		DataDir: e.dataDir, RunDir: e.runDir, Socket: filepath.Join(e.runDir, "moat.sock"),
-		InitPath: filepath.Join(bin, "moat-init"), IDBase: testutil.IDBase(), SweepInterval: time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stop()
-		os.RemoveAll(e.runDir)
-	}()
-	e.d, e.c = d, sdk.NewUnix(filepath.Join(e.runDir, "moat.sock"))
+	e := newEnvWith(t, func(c *daemon.Config) { c.SweepInterval = time.Second })
 	sb := e.create(v1.CreateSandboxRequest{})
 	// Kill everything in the sandbox's cgroup from the host, as an outside OOM kill would.
 	procs, err := os.ReadFile("/sys/fs/cgroup/pids/moat/" + sb.ID + "/cgroup.procs")
@@ -269,6 +255,6 @@ func TestSweep(t *testing.T) {
 	if err := e.c.Delete(context.Background(), sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	d.Manager.Wait()
+	e.d.Manager.Wait()
 	e.assertNoLeaks([]v1.Sandbox{*sb})
 }

@@ -25,11 +25,7 @@ import (
 func TestConformance(t *testing.T) {
 	e := newEnv(t)
 	for _, rt := range runtimesUnderTest(t) {
-		t.Run(rt, func(t *testing.T) {
-			e := *e
-			e.t = t
-			conformance(t, &e, rt)
-		})
+		e.run(rt, func(t *testing.T, e *env) { conformance(t, e, rt) })
 	}
 }
 
@@ -39,9 +35,7 @@ func conformance(t *testing.T, e *env, rt string) {
 		t.Fatalf("new sandbox: %+v", sb)
 	}
 
-	t.Run("exec", func(t *testing.T) {
-		e := *e
-		e.t = t
+	e.run("exec", func(t *testing.T, e *env) {
 		if out := e.mustSh(sb.ID, "echo hi; echo err >&2"); out != "hi\n" {
 			t.Errorf("stdout %q", out)
 		}
@@ -63,9 +57,7 @@ func conformance(t *testing.T, e *env, rt string) {
 		}
 	})
 
-	t.Run("files", func(t *testing.T) {
-		e := *e
-		e.t = t
+	e.run("files", func(t *testing.T, e *env) {
 		ctx := context.Background()
 		data := bytes.Repeat([]byte("moat\n"), 10000)
 		if err := e.c.WriteFile(ctx, sb.ID, "notes/a.txt", "", bytes.NewReader(data)); err != nil {
@@ -109,25 +101,19 @@ func conformance(t *testing.T, e *env, rt string) {
 		}
 	})
 
-	t.Run("isolation", func(t *testing.T) {
-		e := *e
-		e.t = t
-		isolation(t, &e, sb, rt)
+	e.run("isolation", func(t *testing.T, e *env) {
+		isolation(t, e, sb, rt)
 	})
 
-	t.Run("idle", func(t *testing.T) {
+	e.run("idle", func(t *testing.T, e *env) {
 		// moat-init trims its memory after 5 s without requests; it must keep serving.
-		e := *e
-		e.t = t
 		time.Sleep(7 * time.Second)
 		if out := e.mustSh(sb.ID, "echo awake"); out != "awake\n" {
 			t.Errorf("after idling: %q", out)
 		}
 	})
 
-	t.Run("pause-resume", func(t *testing.T) {
-		e := *e
-		e.t = t
+	e.run("pause-resume", func(t *testing.T, e *env) {
 		ctx := context.Background()
 		e.mustSh(sb.ID, "nohup sleep 600 >/dev/null 2>&1 &")
 		if st, err := e.c.Pause(ctx, sb.ID); err != nil || st.State != "paused" {
@@ -144,9 +130,7 @@ func conformance(t *testing.T, e *env, rt string) {
 		}
 	})
 
-	t.Run("stop-start", func(t *testing.T) {
-		e := *e
-		e.t = t
+	e.run("stop-start", func(t *testing.T, e *env) {
 		e.mustSh(sb.ID, "echo persisted > /home/user/keep.txt; sudo -n true 2>/dev/null; nohup sleep 1000 >/dev/null 2>&1 &")
 		ctx := context.Background()
 		st, err := e.c.Stop(ctx, sb.ID)
@@ -165,9 +149,7 @@ func conformance(t *testing.T, e *env, rt string) {
 		}
 	})
 
-	t.Run("delete", func(t *testing.T) {
-		e := *e
-		e.t = t
+	e.run("delete", func(t *testing.T, e *env) {
 		ctx := context.Background()
 		if err := e.c.Delete(ctx, sb.ID); err != nil {
 			t.Fatal(err)
@@ -179,10 +161,8 @@ func conformance(t *testing.T, e *env, rt string) {
 		e.assertNoLeaks([]v1.Sandbox{*sb})
 	})
 
-	t.Run("limits", func(t *testing.T) {
-		e := *e
-		e.t = t
-		limits(t, &e, rt)
+	e.run("limits", func(t *testing.T, e *env) {
+		limits(t, e, rt)
 	})
 }
 
@@ -293,13 +273,11 @@ func grepLines(s, prefix string) string {
 // the whole sandbox (its kernel shares the cgroup).
 func limits(t *testing.T, e *env, rt string) {
 	sub := func(name string, req v1.CreateSandboxRequest, fn func(t *testing.T, e *env, sb *v1.Sandbox)) {
-		t.Run(name, func(t *testing.T) {
-			e := *e
-			e.t = t
+		e.run(name, func(t *testing.T, e *env) {
 			req.Runtime = rt
 			sb := e.create(req)
 			defer e.c.Delete(context.Background(), sb.ID)
-			fn(t, &e, sb)
+			fn(t, e, sb)
 		})
 	}
 

@@ -38,15 +38,20 @@ func shortID() string {
 
 // newEnv starts a daemon for the test; it is shut down (and every sandbox deleted, with a
 // leak check) when the test ends.
-func newEnv(t *testing.T) *env { return newEnvWarm(t, nil) }
+func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
 
-// newEnvWarm is newEnv with a warm pool of the given size.
+// newEnvWarm is newEnv with warm pools of the given sizes.
 func newEnvWarm(t *testing.T, warm map[string]int) *env {
+	return newEnvWith(t, func(c *daemon.Config) { c.Warm = warm })
+}
+
+// newEnvWith is newEnv with the daemon's configuration adjusted by configure.
+func newEnvWith(t *testing.T, configure func(*daemon.Config)) *env {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	bin := testutil.Binaries(t)
 	e := &env{t: t, dataDir: t.TempDir(), runDir: "/run/moat-test-" + shortID()}
-	e.start(filepath.Join(bin, "moat-init"), warm)
+	e.start(filepath.Join(bin, "moat-init"), configure)
 	t.Cleanup(func() {
 		ctx := context.Background()
 		if t.Failed() {
@@ -71,18 +76,31 @@ func newEnvWarm(t *testing.T, warm map[string]int) *env {
 	return e
 }
 
-func (e *env) start(initPath string, warm map[string]int) {
+func (e *env) start(initPath string, configure func(*daemon.Config)) {
 	e.t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	d, stop, err := daemon.Start(context.Background(), daemon.Config{
+	cfg := daemon.Config{
 		DataDir: e.dataDir, RunDir: e.runDir, Socket: filepath.Join(e.runDir, "moat.sock"),
-		InitPath: initPath, Warm: warm, IDBase: testutil.IDBase(), Log: log,
-	})
+		InitPath: initPath, IDBase: testutil.IDBase(), Log: log,
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	d, stop, err := daemon.Start(context.Background(), cfg)
 	if err != nil {
 		e.t.Fatalf("starting daemon: %v", err)
 	}
 	e.d, e.stop = d, stop
 	e.c = sdk.NewUnix(filepath.Join(e.runDir, "moat.sock"))
+}
+
+// run runs fn as the subtest name of e's test, with a copy of e that reports to the subtest.
+func (e *env) run(name string, fn func(t *testing.T, e *env)) bool {
+	return e.t.Run(name, func(t *testing.T) {
+		sub := *e
+		sub.t = t
+		fn(t, &sub)
+	})
 }
 
 type testWriter struct{ t *testing.T }

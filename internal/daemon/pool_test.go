@@ -3,10 +3,8 @@ package daemon_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -122,28 +120,13 @@ func TestWarmPoolRunsc(t *testing.T) {
 // TestListenAPIKeys: the TCP listener serves only clients with a valid API key (created on
 // the unix socket), and forwards envd calls for them; key management stays on the socket.
 func TestListenAPIKeys(t *testing.T) {
-	testutil.RequiresRoot(t)
-	bin := testutil.Binaries(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
 	l.Close()
-	e := &env{t: t, dataDir: t.TempDir(), runDir: "/run/moat-test-" + shortID()}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	d, stop, err := daemon.Start(context.Background(), daemon.Config{
-		DataDir: e.dataDir, RunDir: e.runDir, Socket: filepath.Join(e.runDir, "moat.sock"), Listen: addr,
-		InitPath: filepath.Join(bin, "moat-init"), IDBase: testutil.IDBase(), Log: log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.d, e.stop, e.c = d, stop, sdk.NewUnix(filepath.Join(e.runDir, "moat.sock"))
-	defer func() {
-		stop()
-		os.RemoveAll(e.runDir)
-	}()
+	e := newEnvWith(t, func(c *daemon.Config) { c.Listen = addr })
 	ctx := context.Background()
 	key, err := e.c.CreateAPIKey(ctx)
 	if err != nil || !strings.HasPrefix(key.Key, "e2b_") {
@@ -176,6 +159,6 @@ func TestListenAPIKeys(t *testing.T) {
 	if _, err := remote.List(ctx); !errors.Is(err, sdk.ErrUnauthenticated) {
 		t.Errorf("deleted key still accepted: %v", err)
 	}
-	d.Manager.Wait()
+	e.d.Manager.Wait()
 	e.assertNoLeaks([]v1.Sandbox{*sb})
 }

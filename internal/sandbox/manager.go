@@ -214,7 +214,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 	if err != nil {
 		return nil, err
 	}
-	if !warm && m.pools[opts.Runtime] != nil && m.fitsPool(opts) {
+	if !warm && m.fitsPool(opts) {
 		if sb := m.claim(ctx, opts, tmpl); sb != nil {
 			return sb, nil
 		}
