@@ -286,3 +286,46 @@ func (c *Client) APIKeys(ctx context.Context) ([]v1.APIKey, error) {
 func (c *Client) DeleteAPIKey(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/apikeys/"+url.PathEscape(id), nil, nil)
 }
+
+// SetPolicy changes a sandbox's egress policy, its phase, or both. It applies at once to a
+// running sandbox: the response says how many open connections were cut.
+func (c *Client) SetPolicy(ctx context.Context, id string, req v1.SetPolicyRequest) (*v1.SetPolicyResponse, error) {
+	var out v1.SetPolicyResponse
+	if err := c.do(ctx, http.MethodPut, "/v1/sandboxes/"+url.PathEscape(id)+"/policy", req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Egress returns the sandbox's egress log entries after seq after, oldest first.
+func (c *Client) Egress(ctx context.Context, id string, after int64) ([]v1.EgressEntry, error) {
+	var out []v1.EgressEntry
+	err := c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/sandboxes/%s/egress?after=%d", url.PathEscape(id), after), nil, &out)
+	return out, err
+}
+
+// FollowEgress streams the sandbox's egress log from seq after, calling fn for each entry
+// (an entry of a connection still open comes again when it ends), until ctx ends, the
+// sandbox is deleted, or fn returns an error.
+func (c *Client) FollowEgress(ctx context.Context, id string, after int64, fn func(v1.EgressEntry) error) error {
+	resp, err := c.send(ctx, http.MethodGet, fmt.Sprintf("/v1/sandboxes/%s/egress?follow=1&after=%d", url.PathEscape(id), after), nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		var e v1.EgressEntry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return fmt.Errorf("decoding egress entry: %w", err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return sc.Err()
+}

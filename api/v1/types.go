@@ -18,6 +18,7 @@ type CreateSandboxRequest struct {
 	DiskBytes      int64             `json:"disk_bytes,omitempty"`
 	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
+	Policy         *Policy           `json:"policy,omitempty"` // egress; nil: deny-all
 }
 
 // Sandbox is a sandbox as the API reports it.
@@ -37,6 +38,8 @@ type Sandbox struct {
 	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
 	// HostUID is the host uid that is root inside the sandbox (runc/crun); 0 for runsc.
 	HostUID uint32 `json:"host_uid"`
+	// Policy is the egress policy with its current phase.
+	Policy Policy `json:"policy"`
 }
 
 // Limits are a sandbox's resource limits.
@@ -93,4 +96,52 @@ type APIKey struct {
 	ID      string    `json:"id"`
 	Key     string    `json:"key,omitempty"`
 	Created time.Time `json:"created"`
+}
+
+// PolicyRules is one phase of an egress policy.
+type PolicyRules struct {
+	Net   string   `json:"net,omitempty"` // "allow-all", "deny-all" or "" (allow rules only)
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+}
+
+// Policy is a sandbox's egress policy: named phases and the current one.
+type Policy struct {
+	Phases map[string]PolicyRules `json:"phases"`
+	Phase  string                 `json:"phase"`
+	Sets   map[string][]string    `json:"sets,omitempty"`
+}
+
+// SetPolicyRequest is the body of PUT /v1/sandboxes/{id}/policy: a new policy, a new
+// phase, or both.
+type SetPolicyRequest struct {
+	Policy *Policy `json:"policy,omitempty"`
+	Phase  string  `json:"phase,omitempty"`
+}
+
+// SetPolicyResponse reports the sandbox with its new policy and how many open
+// connections the change cut.
+type SetPolicyResponse struct {
+	Sandbox        Sandbox `json:"sandbox"`
+	ConnectionsCut int     `json:"connections_cut"`
+}
+
+// EgressEntry is one decision of a sandbox's egress log (GET /v1/sandboxes/{id}/egress).
+type EgressEntry struct {
+	Seq        int64     `json:"seq"`
+	Time       time.Time `json:"time"`
+	Phase      string    `json:"phase"`
+	Proto      string    `json:"proto"` // "tcp" or "dns"
+	Name       string    `json:"name,omitempty"`
+	Addr       string    `json:"addr,omitempty"`
+	Port       int       `json:"port,omitempty"`
+	Allowed    bool      `json:"allowed"`
+	Rule       string    `json:"rule,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	Upstream   string    `json:"upstream,omitempty"`
+	BytesUp    int64     `json:"bytes_up"`
+	BytesDown  int64     `json:"bytes_down"`
+	DurationMS float64   `json:"duration_ms"`
+	Open       bool      `json:"open,omitempty"`
+	Error      string    `json:"error,omitempty"`
 }

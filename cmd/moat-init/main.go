@@ -63,6 +63,10 @@ func run(addr string, idleTick time.Duration, log *slog.Logger) error {
 		return fmt.Errorf("configuration: %w", err)
 	}
 
+	if err := writeResolvConf("/etc/resolv.conf"); err != nil {
+		log.Warn("writing /etc/resolv.conf", "err", err)
+	}
+
 	reaper := linux.NewReaper(log)
 	if err := reaper.Start(); err != nil {
 		return err
@@ -168,4 +172,26 @@ func waitChildren(d time.Duration) bool {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return true
+}
+
+// resolvConf points the sandbox's resolver at its gateway. Every DNS query leaving the
+// sandbox reaches moat's DNS server whatever address it names; this file only saves
+// programs from trying an image's nameservers first.
+const resolvConf = "# moat: the sandbox's DNS server (answers only names the egress policy allows)\nnameserver 198.18.0.1\noptions timeout:2 attempts:2\n"
+
+// writeResolvConf replaces path (a file or a symlink, as images often ship) with
+// resolvConf, atomically.
+func writeResolvConf(path string) error {
+	if b, err := os.ReadFile(path); err == nil && string(b) == resolvConf {
+		return nil
+	}
+	tmp := path + ".moat-tmp"
+	if err := os.WriteFile(tmp, []byte(resolvConf), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/moatdev/moat/internal/daemon"
+	"github.com/moatdev/moat/internal/egress"
 	"github.com/moatdev/moat/sdk"
 )
 
@@ -32,6 +34,10 @@ type app struct {
 	runDir   string
 	logLevel string
 	idBase   uint32
+	// egressHosts and egressDNS configure the egress proxy of `serve` and of the
+	// in-process daemon.
+	egressHosts string
+	egressDNS   string
 
 	client  *sdk.Client
 	cleanup func()
@@ -76,6 +82,8 @@ limits, an overlay root with no host mounts, and no network path out.`,
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "warn", "daemon log level for the in-process daemon: debug, info, warn, error")
 	root.PersistentFlags().Uint32Var(&a.idBase, "id-base", 0, "host uid of the first sandbox's root (tests running several daemons)")
 	_ = root.PersistentFlags().MarkHidden("id-base")
+	root.PersistentFlags().StringVar(&a.egressHosts, "egress-hosts", "", "hosts file (ADDRESS NAME...) the egress proxy uses before DNS; pinned addresses may be private or loopback (serve and the in-process daemon)")
+	root.PersistentFlags().StringVar(&a.egressDNS, "egress-dns", "", "upstream DNS server IP:PORT the egress proxy resolves names with (default: the host's resolver)")
 	root.AddCommand(
 		a.serveCmd(), a.runCmd(), a.createCmd(), a.execCmd(), a.lsCmd(), a.inspectCmd(),
 		a.lifecycleCmd("stop", "Stop a sandbox's processes; its drive is kept"),
@@ -83,7 +91,7 @@ limits, an overlay root with no host mounts, and no network path out.`,
 		a.lifecycleCmd("pause", "Freeze a sandbox's processes in memory"),
 		a.lifecycleCmd("resume", "Thaw a paused sandbox"),
 		a.rmCmd(), a.shellCmd(), a.cpCmd(), a.templateCmd(), a.doctorCmd(), a.benchCmd(),
-		a.apikeyCmd(), a.eventsCmd(),
+		a.apikeyCmd(), a.eventsCmd(), a.egressCmd(), a.policyCmd(),
 	)
 	return root
 }
@@ -110,6 +118,9 @@ func (a *app) connect(ctx context.Context) (*sdk.Client, error) {
 	c := sdk.NewUnix(a.socket)
 	err := c.Ping(ctx)
 	if err == nil {
+		if a.egressHosts != "" || a.egressDNS != "" {
+			return nil, fmt.Errorf("--egress-hosts and --egress-dns configure a daemon: a daemon already runs at %s, give them to its `moat serve`", a.socket)
+		}
 		a.client = c
 		return c, nil
 	}
@@ -120,11 +131,36 @@ func (a *app) connect(ctx context.Context) (*sdk.Client, error) {
 		return nil, fmt.Errorf("no moat daemon at %s, and running one in-process needs root: start it with `sudo moat serve`, or point --socket / MOAT_SOCKET at a running daemon", a.socket)
 	}
 	sock := filepath.Join(a.runDir, fmt.Sprintf("embedded-%d.sock", os.Getpid()))
-	_, stop, err := daemon.Start(ctx, daemon.Config{DataDir: a.dataDir, RunDir: a.runDir, Socket: sock, IDBase: a.idBase, Log: a.logger(os.Stderr)})
+	cfg, err := a.daemonConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Socket = sock
+	_, stop, err := daemon.Start(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("starting in-process daemon: %w", err)
 	}
 	a.cleanup = stop
 	a.client = sdk.NewUnix(sock)
 	return a.client, nil
+}
+
+// daemonConfig is the configuration global flags give a daemon (serve or in-process).
+func (a *app) daemonConfig() (daemon.Config, error) {
+	cfg := daemon.Config{DataDir: a.dataDir, RunDir: a.runDir, Socket: a.socket, IDBase: a.idBase, Log: a.logger(os.Stderr), EgressDNS: a.egressDNS}
+	if a.egressDNS != "" {
+		if _, err := netip.ParseAddrPort(a.egressDNS); err != nil {
+			return cfg, fmt.Errorf("--egress-dns %q: want IP:PORT", a.egressDNS)
+		}
+	}
+	if a.egressHosts != "" {
+		data, err := os.ReadFile(a.egressHosts)
+		if err != nil {
+			return cfg, fmt.Errorf("--egress-hosts: %w", err)
+		}
+		if cfg.EgressHosts, err = egress.ParseHosts(data); err != nil {
+			return cfg, fmt.Errorf("--egress-hosts %s: %w", a.egressHosts, err)
+		}
+	}
+	return cfg, nil
 }

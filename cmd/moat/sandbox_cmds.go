@@ -28,6 +28,7 @@ type sandboxFlags struct {
 	cpus                          float64
 	pids                          int64
 	timeout                       string
+	policy                        policyFlags
 }
 
 func (f *sandboxFlags) register(cmd *cobra.Command) {
@@ -42,10 +43,11 @@ func (f *sandboxFlags) register(cmd *cobra.Command) {
 	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes (default 1024)")
 	fl.StringVar(&f.disk, "disk", "", "drive size, e.g. 1G (default 10G)")
 	fl.StringVar(&f.timeout, "timeout", "", "stop the sandbox after this long, e.g. 10m (default: never; `run`: the command is killed and moat exits 124)")
+	f.policy.register(cmd)
 }
 
 // request validates the flags before anything is created.
-func (f *sandboxFlags) request() (v1.CreateSandboxRequest, time.Duration, error) {
+func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Duration, error) {
 	req := v1.CreateSandboxRequest{Runtime: f.runtime, Template: f.template, User: f.user, CPUs: f.cpus, Pids: f.pids}
 	var err error
 	if req.Env, err = parseEnv(f.env); err != nil {
@@ -84,23 +86,33 @@ func (f *sandboxFlags) request() (v1.CreateSandboxRequest, time.Duration, error)
 		}
 		req.Repo = abs
 	}
+	if req.Policy, err = f.policy.spec(setup); err != nil {
+		return req, 0, err
+	}
 	return req, timeout, nil
 }
 
 func (a *app) runCmd() *cobra.Command {
 	var f sandboxFlags
-	var keep bool
-	var workdir string
+	var keep, quiet bool
+	var workdir, setup string
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
 		Short: "Run one command in a new sandbox, stream its output, exit with its code",
 		Long: `run creates a sandbox, runs CMD in it through bash -l -c as the sandbox's user,
 streams stdout and stderr, deletes the sandbox (unless --keep) and exits with CMD's exit code.
 A single CMD argument is a shell line ('make test && echo ok'); several are quoted as words.
-Without a running daemon, run starts one in-process (root only).`,
+Without a running daemon, run starts one in-process (root only).
+
+Network: nothing leaves the sandbox unless the policy allows it (--net, --allow, --deny,
+--policy). With --setup 'CMD', CMD runs first in the "setup" phase (package registries
+allowed unless the policy file has its own setup phase); the sandbox then switches to the
+"run" phase (your flags, default deny-all) before the main command, and lockfiles that
+setup changed are reported. At the end, run prints the egress summary: allowed
+destinations and blocked attempts.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req, timeout, err := f.request()
+			req, timeout, err := f.request(setup != "")
 			if err != nil {
 				return err
 			}
@@ -117,6 +129,9 @@ Without a running daemon, run starts one in-process (root only).`,
 				fmt.Fprintf(os.Stderr, "moat: sandbox %s (kept)\n", sb.ID)
 			}
 			defer func() {
+				if !quiet {
+					printEgressSummary(context.WithoutCancel(ctx), c, sb.ID)
+				}
 				if !keep {
 					if err := c.Delete(context.WithoutCancel(ctx), sb.ID); err != nil {
 						fmt.Fprintf(os.Stderr, "moat: deleting sandbox %s: %v\n", sb.ID, err)
@@ -132,29 +147,38 @@ Without a running daemon, run starts one in-process (root only).`,
 				execCtx, cancel = context.WithTimeout(ctx, timeout)
 				defer cancel()
 			}
-			code, err := c.Exec(execCtx, sb.ID, sdk.ExecRequest{
+			exitOf := func(code int, err error) error {
+				if err != nil {
+					if errors.Is(execCtx.Err(), context.DeadlineExceeded) {
+						fmt.Fprintf(os.Stderr, "moat: timeout after %s\n", timeout)
+						return exitError{124}
+					}
+					if ctx.Err() != nil {
+						return exitError{130}
+					}
+					return err
+				}
+				if code != 0 {
+					return exitError{code}
+				}
+				return nil
+			}
+			if setup != "" {
+				if err := runSetup(execCtx, c, sb.ID, workdir, setup, quiet); err != nil {
+					return exitOf(0, err)
+				}
+			}
+			return exitOf(c.Exec(execCtx, sb.ID, sdk.ExecRequest{
 				Cmd: "/bin/bash", Args: []string{"-l", "-c", shellLine(args)},
 				Workdir: workdir, Stdout: os.Stdout, Stderr: os.Stderr, Stdin: stdinIfPiped(),
-			})
-			if err != nil {
-				if errors.Is(execCtx.Err(), context.DeadlineExceeded) {
-					fmt.Fprintf(os.Stderr, "moat: timeout after %s\n", timeout)
-					return exitError{124}
-				}
-				if ctx.Err() != nil {
-					return exitError{130}
-				}
-				return err
-			}
-			if code != 0 {
-				return exitError{code}
-			}
-			return nil
+			}))
 		},
 	}
 	f.register(cmd)
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the sandbox after the command ends")
+	cmd.Flags().BoolVar(&quiet, "quiet", false, "print no egress summary or setup report")
 	cmd.Flags().StringVar(&workdir, "workdir", "", "working directory inside (default: /workspace with --repo, else the user's home)")
+	cmd.Flags().StringVar(&setup, "setup", "", "shell line run first, in the setup phase (registries allowed), before the run phase closes the network")
 	return cmd
 }
 
@@ -179,7 +203,7 @@ func (a *app) createCmd() *cobra.Command {
 		Short: "Create and start a sandbox; prints its ID",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req, _, err := f.request()
+			req, _, err := f.request(false)
 			if err != nil {
 				return err
 			}
@@ -511,9 +535,12 @@ with --listen ADDR, on TCP for clients with an API key (moat apikey create).`,
 			if a.logLevel == "warn" {
 				a.logLevel = "info"
 			}
-			d, err := daemon.New(cmd.Context(), daemon.Config{
-				DataDir: a.dataDir, RunDir: a.runDir, Socket: a.socket, Listen: listen, Warm: map[string]int{"runc": warm, "runsc": warmRunsc}, IDBase: a.idBase, Log: a.logger(os.Stderr),
-			})
+			cfg, err := a.daemonConfig()
+			if err != nil {
+				return err
+			}
+			cfg.Listen, cfg.Warm = listen, map[string]int{"runc": warm, "runsc": warmRunsc}
+			d, err := daemon.New(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}

@@ -35,6 +35,8 @@ type Sandboxes interface {
 	Delete(ctx context.Context, id string) error
 	// Check stops a running sandbox whose container died on its own.
 	Check(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	// SetPolicy changes the egress policy or phase; it returns the connections cut.
+	SetPolicy(ctx context.Context, id string, u sandbox.PolicyUpdate) (*sandbox.Sandbox, int, error)
 	EnvdTransport() http.RoundTripper
 }
 
@@ -59,9 +61,11 @@ type APIKeys interface {
 	DeleteAPIKey(ctx context.Context, id string) error
 }
 
-// Events lists a sandbox's lifecycle events.
+// Events reads a sandbox's logs: lifecycle events and egress decisions.
 type Events interface {
 	Events(ctx context.Context, id string) ([]v1.Event, error)
+	// Egress returns up to limit entries with seq > after (limit ≤ 0: all).
+	Egress(ctx context.Context, id string, after int64, limit int) ([]v1.EgressEntry, error)
 }
 
 // Server is the HTTP API.
@@ -113,6 +117,8 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, doctor func(conte
 		{"POST /v1/sandboxes/{id}/pause", s.lifecycle((Sandboxes).Pause)},
 		{"POST /v1/sandboxes/{id}/resume", s.lifecycle((Sandboxes).Resume)},
 		{"GET /v1/sandboxes/{id}/events", s.sandboxEvents},
+		{"PUT /v1/sandboxes/{id}/policy", s.setPolicy},
+		{"GET /v1/sandboxes/{id}/egress", s.egressLog},
 		{"/v1/sandboxes/{id}/envd/{rest...}", s.envd},
 		{"GET /v1/templates", s.listTemplates},
 		{"POST /v1/templates/build", s.templateOp(Templates.Build)},
@@ -174,6 +180,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		},
 		Timeout:  time.Duration(req.TimeoutSeconds) * time.Second,
 		Metadata: req.Metadata,
+		Policy:   FromAPIPolicy(req.Policy),
 	})
 	if err != nil {
 		writeError(w, err)
@@ -370,6 +377,7 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 	if sb.Runtime != "runsc" {
 		out.HostUID = sb.HostIDs().Host
 	}
+	out.Policy = toAPIPolicy(sb.EgressPolicy())
 	return out
 }
 

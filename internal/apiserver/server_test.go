@@ -65,6 +65,10 @@ func (f *fakeSandboxes) Delete(ctx context.Context, id string) error {
 func (f *fakeSandboxes) Check(ctx context.Context, id string) (*sandbox.Sandbox, error) {
 	return f.get(id)
 }
+func (f *fakeSandboxes) SetPolicy(ctx context.Context, id string, u sandbox.PolicyUpdate) (*sandbox.Sandbox, int, error) {
+	sb, err := f.get(id)
+	return sb, 0, err
+}
 func (f *fakeSandboxes) EnvdTransport() http.RoundTripper {
 	return &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return net.Dial("tcp", f.envd.Listener.Addr().String())

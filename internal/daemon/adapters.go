@@ -2,8 +2,11 @@ package daemon
 
 import (
 	"context"
+	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/egress"
+	"github.com/moatdev/moat/internal/netns"
 	"github.com/moatdev/moat/internal/storage"
 	"github.com/moatdev/moat/internal/store"
 )
@@ -22,6 +25,22 @@ func (e events) Events(ctx context.Context, id string) ([]v1.Event, error) {
 	out := make([]v1.Event, 0, len(evs))
 	for _, ev := range evs {
 		out = append(out, v1.Event{Seq: ev.Seq, Time: ev.Time, Kind: ev.Kind, Detail: ev.Detail})
+	}
+	return out, nil
+}
+
+func (e events) Egress(ctx context.Context, id string, after int64, limit int) ([]v1.EgressEntry, error) {
+	list, err := e.st.Egress(ctx, id, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]v1.EgressEntry, len(list))
+	for i, x := range list {
+		out[i] = v1.EgressEntry{
+			Seq: x.Seq, Time: x.Time, Phase: x.Phase, Proto: x.Proto, Name: x.Name, Addr: x.Addr, Port: x.Port,
+			Allowed: x.Allowed, Rule: x.Rule, Reason: x.Reason, Upstream: x.Upstream, BytesUp: x.Up, BytesDown: x.Down,
+			DurationMS: float64(x.Duration) / float64(time.Millisecond), Open: x.Open, Error: x.Error,
+		}
 	}
 	return out, nil
 }
@@ -85,4 +104,15 @@ func (t templates) Import(ctx context.Context, req v1.TemplateRequest, progress 
 func (t templates) Pull(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error) {
 	ti, err := t.s.Pull(ctx, req.Name, req.Ref, progress, storage.PullOptions{Insecure: req.Insecure})
 	return toAPITemplate(ti), err
+}
+
+// listener opens egress listeners in sandboxes' gateway namespaces.
+type listener struct{ n *netns.Manager }
+
+func (l listener) Listen(id string) (egress.Listeners, error) {
+	ls, err := l.n.Listen(id)
+	if err != nil {
+		return egress.Listeners{}, err
+	}
+	return egress.Listeners{Proxy: ls.Proxy, DNSTCP: ls.DNSTCP, DNSUDP: ls.DNSUDP}, nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/moatdev/moat/internal/apiserver"
 	"github.com/moatdev/moat/internal/doctor"
+	"github.com/moatdev/moat/internal/egress"
 	"github.com/moatdev/moat/internal/linux"
 	"github.com/moatdev/moat/internal/netns"
 	moatruntime "github.com/moatdev/moat/internal/runtime"
@@ -43,7 +44,17 @@ type Config struct {
 	// IDBase moves sandboxes' host uid ranges (0: the default); for tests that run several
 	// daemons on one host at once.
 	IDBase uint32
-	Log    *slog.Logger
+	// EgressHosts pins names to addresses for the egress proxy (--egress-hosts), before
+	// DNS; pinned addresses may be loopback or private.
+	EgressHosts egress.Hosts
+	// EgressDNS is the upstream DNS server ("ip:port") the proxy resolves names with;
+	// empty: the host's resolver.
+	EgressDNS string
+	// Egress connection limits (zero: defaults of internal/egress/proxy).
+	EgressIdleTimeout time.Duration
+	EgressMaxDuration time.Duration
+	EgressMaxConns    int
+	Log               *slog.Logger
 }
 
 // Daemon is a running moat daemon.
@@ -52,6 +63,7 @@ type Daemon struct {
 	log     *slog.Logger
 	Store   *store.Store
 	Manager *sandbox.Manager
+	Egress  *egress.Manager
 	api     *apiserver.Server
 	closers []namedCloser
 	lock    *os.File
@@ -149,6 +161,22 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	net := netns.New(cfg.RunDir, d.log.With("component", "netns"))
 	d.addCloser("network", net.Close)
 
+	if exclusive {
+		if err := st.CloseOpenEgress(ctx); err != nil {
+			d.log.Warn("closing egress log entries of the previous run", "err", err)
+		}
+	}
+	d.Egress = egress.New(egress.Config{
+		Listener:    listener{net},
+		Journal:     st,
+		Resolver:    egress.NewResolver(cfg.EgressHosts, cfg.EgressDNS),
+		Log:         d.log.With("component", "egress"),
+		MaxConns:    cfg.EgressMaxConns,
+		IdleTimeout: cfg.EgressIdleTimeout,
+		MaxDuration: cfg.EgressMaxDuration,
+	})
+	d.addCloser("egress", d.Egress.Close)
+
 	runtimes := map[string]sandbox.Runtime{}
 	unusable := map[string]string{}
 	for _, name := range moatruntime.Names {
@@ -175,7 +203,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Unusable:      unusable,
 		Warm:          cfg.Warm,
 		IDBase:        cfg.IDBase,
-	}, st, runtimes, stor, net, namespaces{}, d.log.With("component", "sandbox"))
+	}, st, runtimes, stor, net, d.Egress, namespaces{}, d.log.With("component", "sandbox"))
 	d.addCloser("background work", func() error { d.Manager.Wait(); return nil })
 
 	if exclusive {

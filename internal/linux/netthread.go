@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -270,4 +271,30 @@ func controlFile(f *os.File, fn func(fd int) error) error {
 		return fmt.Errorf("%w: %v", os.ErrClosed, err)
 	}
 	return fnErr
+}
+
+// OriginalDst returns the destination a redirected TCP connection was addressed to before
+// nftables rewrote it (SO_ORIGINAL_DST, IPv4), read from the conntrack entry of the
+// connection's network namespace.
+func OriginalDst(c syscall.Conn) (netip.AddrPort, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	var ap netip.AddrPort
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		// The kernel fills a struct sockaddr_in; IPv6Mreq is a 20-byte buffer that holds it.
+		m, err := unix.GetsockoptIPv6Mreq(int(fd), unix.SOL_IP, unix.SO_ORIGINAL_DST)
+		if err != nil {
+			serr = os.NewSyscallError("getsockopt SO_ORIGINAL_DST", err)
+			return
+		}
+		b := m.Multiaddr
+		ap = netip.AddrPortFrom(netip.AddrFrom4([4]byte{b[4], b[5], b[6], b[7]}), uint16(b[2])<<8|uint16(b[3]))
+	})
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return ap, serr
 }

@@ -1,9 +1,11 @@
 // Package netns plumbs each sandbox's network: a gateway network namespace G per sandbox,
 // pinned at <runDir>/sandboxes/<id>/gwns, joined to the sandbox's namespace S by a veth pair
-// (eth0 = 198.18.0.2/30 in S, veth0 = 198.18.0.1/30 in G). S gets no route beyond the link,
-// G forwards nothing and has no other interface, and IPv6 is off on both ends: in this
-// release nothing leaves a sandbox. The daemon reaches services in the sandbox by dialling
-// from a socket created in G (DialSandbox).
+// (eth0 = 198.18.0.2/30 in S, veth0 = 198.18.0.1/30 in G). S's default route points at G;
+// G forwards nothing, has no other interface, and its nftables firewall (firewall.go)
+// redirects every TCP connection to the egress proxy and every DNS query to moat's DNS
+// server, dropping all else; IPv6 is off on both ends. The daemon serves those listeners
+// (Listen) and reaches services in the sandbox by dialling from a socket created in G
+// (DialSandbox).
 //
 // Every kernel object is found again from the sandbox ID alone, so Teardown is idempotent
 // and works after a daemon crash. Code that must run inside G does so through
@@ -19,6 +21,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -44,6 +47,7 @@ var (
 
 const (
 	linkPrefixLen = 30
+	linkMTU       = 65520
 	// SandboxLink and GatewayLink are the names of the veth ends in S and G.
 	SandboxLink = "eth0"
 	GatewayLink = "veth0"
@@ -211,10 +215,13 @@ func (m *Manager) setup(ctx context.Context, id string, s *os.File) error {
 	}
 	// Both ends are created directly in their namespaces: nothing ever appears in the host
 	// namespace, so a crash at any point leaves nothing that G's removal does not remove.
+	// The link never leaves the host: a loopback-sized MTU lets bulk transfers through
+	// the proxy move 64 KiB segments instead of 1500-byte ones.
 	veth := &netlink.Veth{
-		LinkAttrs:     netlink.LinkAttrs{Name: GatewayLink},
+		LinkAttrs:     netlink.LinkAttrs{Name: GatewayLink, MTU: linkMTU},
 		PeerName:      SandboxLink,
 		PeerNamespace: netlink.NsFd(s.Fd()),
+		PeerMTU:       linkMTU,
 	}
 	if err := hg.LinkAdd(veth); err != nil {
 		return fmt.Errorf("creating veth pair: %w", err)
@@ -239,7 +246,20 @@ func (m *Manager) setup(ctx context.Context, id string, s *os.File) error {
 	if err := linkUp(hs, "lo"); err != nil {
 		return fmt.Errorf("sandbox namespace: %w", err)
 	}
+	// Every destination is "via the gateway": G's firewall hands each connection to the
+	// egress proxy or DNS server and drops the rest, so the route leads nowhere else.
+	if err := addDefaultRoute(hs); err != nil {
+		return fmt.Errorf("sandbox namespace: %w", err)
+	}
 	if err := configureLink(hg, GatewayLink, GatewayAddr); err != nil {
+		return fmt.Errorf("gateway namespace: %w", err)
+	}
+	g, err := linux.OpenNetNS(path)
+	if err != nil {
+		return fmt.Errorf("gateway namespace: %w", err)
+	}
+	defer g.Close()
+	if err := installFirewall(g); err != nil {
 		return fmt.Errorf("gateway namespace: %w", err)
 	}
 	// Until the kernel's link watcher has seen the carrier, both ends drop every packet
@@ -314,6 +334,18 @@ func linkUp(h *netlink.Handle, name string) error {
 	return nil
 }
 
+func addDefaultRoute(h *netlink.Handle) error {
+	l, err := h.LinkByName(SandboxLink)
+	if err != nil {
+		return fmt.Errorf("%s: %w", SandboxLink, err)
+	}
+	r := &netlink.Route{LinkIndex: l.Attrs().Index, Gw: GatewayAddr.AsSlice(), Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}}
+	if err := h.RouteAdd(r); err != nil {
+		return fmt.Errorf("adding the default route via %s: %w", GatewayAddr, err)
+	}
+	return nil
+}
+
 // errNotSetUp: check found no gateway namespace at all.
 var errNotSetUp = errors.New("not set up")
 
@@ -351,6 +383,9 @@ func (m *Manager) check(id string, s *os.File) error {
 	}
 	if ga, sa := gl.Attrs(), sl.Attrs(); ga.ParentIndex != sa.Index || sa.ParentIndex != ga.Index || ga.NetNsID != nsid || nsid < 0 {
 		return fmt.Errorf("%s and %s are not peers", GatewayLink, SandboxLink)
+	}
+	if err := checkFirewall(g); err != nil {
+		return fmt.Errorf("gateway namespace: %w", err)
 	}
 	return nil
 }
@@ -571,4 +606,51 @@ func writeIPv6Sysctl(name, value string) error {
 		return nil
 	}
 	return writeSysctl(name, value)
+}
+
+// Listeners are the egress sockets of one sandbox, created in its gateway namespace on
+// GatewayAddr: where the firewall sends the sandbox's TCP connections and DNS queries.
+type Listeners struct {
+	Proxy  net.Listener   // TCP, ProxyPort
+	DNSTCP net.Listener   // TCP, DNSPort
+	DNSUDP net.PacketConn // UDP, DNSPort
+}
+
+// Close closes those that are open.
+func (l *Listeners) Close() error {
+	var errs []error
+	if l.Proxy != nil {
+		errs = append(errs, l.Proxy.Close())
+	}
+	if l.DNSTCP != nil {
+		errs = append(errs, l.DNSTCP.Close())
+	}
+	if l.DNSUDP != nil {
+		errs = append(errs, l.DNSUDP.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Listen creates the egress listeners of sandbox id inside its gateway namespace. The
+// caller serves them from any goroutine and closes them.
+func (m *Manager) Listen(id string) (*Listeners, error) {
+	var l Listeners
+	err := m.inGateway(id, func() error {
+		// net.Listen makes its socket on the calling thread, which is in G.
+		var err error
+		gw := GatewayAddr.String()
+		if l.Proxy, err = net.Listen("tcp4", net.JoinHostPort(gw, strconv.Itoa(ProxyPort))); err != nil {
+			return err
+		}
+		if l.DNSTCP, err = net.Listen("tcp4", net.JoinHostPort(gw, strconv.Itoa(DNSPort))); err != nil {
+			return err
+		}
+		l.DNSUDP, err = net.ListenPacket("udp4", net.JoinHostPort(gw, strconv.Itoa(DNSPort)))
+		return err
+	})
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("egress listeners of sandbox %s: %w", id, err)
+	}
+	return &l, nil
 }

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"net"
+
+	"github.com/moatdev/moat/internal/egress/policy"
 )
 
 // Runtime starts and stops the container of a sandbox with one OCI runtime binary.
@@ -114,4 +116,16 @@ type Network interface {
 	Teardown(ctx context.Context, id string) error
 	// DialSandbox connects from the gateway namespace to port in the sandbox.
 	DialSandbox(ctx context.Context, id string, port int) (net.Conn, error)
+}
+
+// Egress serves the network boundary (DNS and proxy) of running sandboxes. Implemented by
+// *egress.Manager.
+type Egress interface {
+	// Attach starts serving sandbox id's boundary, in its gateway namespace, with spec.
+	Attach(id string, spec policy.Spec) error
+	// SetPolicy replaces the policy of an attached sandbox at once and cuts the open
+	// connections it no longer allows, returning how many; a detached sandbox is no error.
+	SetPolicy(id string, spec policy.Spec) (int, error)
+	// Detach stops serving sandbox id and cuts its connections. Idempotent.
+	Detach(id string)
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/errdefs"
 )
 
@@ -70,6 +72,7 @@ type Manager struct {
 	runtimes map[string]Runtime
 	storage  Storage
 	network  Network
+	egress   Egress
 	ns       Namespaces
 	log      *slog.Logger
 
@@ -81,12 +84,12 @@ type Manager struct {
 
 // NewManager wires a Manager. runtimes maps runtime names ("runc", "runsc", …) to drivers;
 // only those that work on this host should be present.
-func NewManager(cfg Config, st Store, runtimes map[string]Runtime, storage Storage, network Network, ns Namespaces, log *slog.Logger) *Manager {
+func NewManager(cfg Config, st Store, runtimes map[string]Runtime, storage Storage, network Network, egress Egress, ns Namespaces, log *slog.Logger) *Manager {
 	if cfg.HealthTimeout == 0 {
 		cfg.HealthTimeout = 20 * time.Second
 	}
 	m := &Manager{
-		cfg: cfg, store: st, runtimes: runtimes, storage: storage, network: network, ns: ns, log: log,
+		cfg: cfg, store: st, runtimes: runtimes, storage: storage, network: network, egress: egress, ns: ns, log: log,
 		pools: map[string]*pool{},
 	}
 	for rt, n := range cfg.Warm {
@@ -121,6 +124,8 @@ type CreateOptions struct {
 	Limits   Limits            `json:"limits"`
 	Timeout  time.Duration     `json:"timeout,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Policy is the egress policy (nil: deny-all).
+	Policy *policy.Spec `json:"policy,omitempty"`
 }
 
 var (
@@ -167,6 +172,11 @@ func (m *Manager) validate(opts *CreateOptions) error {
 	}
 	if opts.Timeout < 0 {
 		return fmt.Errorf("timeout %s is negative: %w", opts.Timeout, errdefs.ErrInvalidArgument)
+	}
+	if opts.Policy != nil {
+		if err := opts.Policy.Validate(); err != nil {
+			return fmt.Errorf("egress policy: %w: %w", err, errdefs.ErrInvalidArgument)
+		}
 	}
 	l := &opts.Limits
 	d := m.cfg.DefaultLimits
@@ -231,7 +241,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 	sb := &Sandbox{
 		ID: newID(), State: StateCreating, Runtime: opts.Runtime, Template: opts.Template,
 		Repo: opts.Repo, User: opts.User, Env: opts.Env, Limits: opts.Limits, Metadata: opts.Metadata,
-		CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
+		Policy: opts.Policy, CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
 	}
 	if opts.Timeout > 0 {
 		exp := now.Add(opts.Timeout)
@@ -312,6 +322,9 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 	step("namespaces")
 	if err := m.network.Setup(ctx, sb.ID, p.netns); err != nil {
 		return fmt.Errorf("setting up network: %w", err)
+	}
+	if err := m.egress.Attach(sb.ID, sb.EgressPolicy()); err != nil {
+		return fmt.Errorf("starting egress: %w", err)
 	}
 	step("network")
 	// gVisor has its own kernel and no user namespace of ours: its layers are not idmapped
@@ -468,6 +481,7 @@ func (m *Manager) down(id string, runtime string) error {
 	defer cancel()
 	p := m.paths(id)
 	var errs []error
+	m.egress.Detach(id)
 	if rt := m.runtimes[runtime]; rt != nil {
 		if err := rt.Stop(ctx, id); err != nil {
 			errs = append(errs, fmt.Errorf("stopping container: %w", err))
@@ -720,8 +734,12 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			unlock()
 		case StateRunning, StatePaused:
 			if m.alive(ctx, sb) {
-				m.log.Info("adopted running sandbox", "sandbox", sb.ID, "state", sb.State)
-				continue
+				if err := m.egress.Attach(sb.ID, sb.EgressPolicy()); err == nil {
+					m.log.Info("adopted running sandbox", "sandbox", sb.ID, "state", sb.State)
+					continue
+				} else {
+					m.log.Error("restarting egress of a running sandbox", "sandbox", sb.ID, "err", err)
+				}
 			}
 			unlock := m.lock(sb.ID)
 			_, _ = m.stopLocked(ctx, sb, "container was gone after a daemon restart")
@@ -837,4 +855,47 @@ func newToken() string {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// PolicyUpdate changes a sandbox's egress policy: a new Spec, a new phase, or both.
+type PolicyUpdate struct {
+	Spec  *policy.Spec `json:"policy,omitempty"` // nil keeps the current policy
+	Phase string       `json:"phase,omitempty"`  // "" keeps the spec's phase
+}
+
+// SetPolicy records a sandbox's new egress policy and, when it runs, applies it at once:
+// connections the new policy does not allow are cut (their number is returned).
+func (m *Manager) SetPolicy(ctx context.Context, id string, u PolicyUpdate) (*Sandbox, int, error) {
+	unlock := m.lock(id)
+	defer unlock()
+	sb, err := m.store.Get(ctx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	if sb.Warm {
+		return nil, 0, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	spec := sb.EgressPolicy()
+	if u.Spec != nil {
+		spec = *u.Spec
+	}
+	if u.Phase != "" {
+		if _, ok := spec.Phases[u.Phase]; !ok {
+			return nil, 0, fmt.Errorf("the policy has no phase %q (phases: %s): %w", u.Phase, strings.Join(slices.Sorted(maps.Keys(spec.Phases)), ", "), errdefs.ErrInvalidArgument)
+		}
+		spec.Phase = u.Phase
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, 0, fmt.Errorf("egress policy: %w: %w", err, errdefs.ErrInvalidArgument)
+	}
+	sb, err = m.store.Update(ctx, id, func(s *Sandbox) error { s.Policy = &spec; return nil })
+	if err != nil {
+		return nil, 0, err
+	}
+	cut, err := m.egress.SetPolicy(id, spec)
+	if err != nil {
+		return sb, 0, err
+	}
+	m.log.Info("egress policy changed", "sandbox", id, "phase", spec.Phase, "connections_cut", cut)
+	return sb, cut, nil
 }

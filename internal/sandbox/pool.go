@@ -167,6 +167,11 @@ func (m *Manager) handOver(ctx context.Context, id string, opts CreateOptions, t
 	if err != nil {
 		return nil, err
 	}
+	if opts.Policy != nil {
+		if _, err := m.egress.SetPolicy(id, *opts.Policy); err != nil {
+			return nil, err
+		}
+	}
 	body, _ := json.Marshal(map[string]any{"envVars": mergeEnv(tmpl.Env, opts.Env), "defaultUser": user})
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+id+"/init", bytes.NewReader(body))
 	req.Header.Set("X-Access-Token", sb.AccessToken)
@@ -183,7 +188,7 @@ func (m *Manager) handOver(ctx context.Context, id string, opts CreateOptions, t
 	now := time.Now().UTC()
 	return m.store.Update(ctx, id, func(s *Sandbox) error {
 		s.Warm = false
-		s.User, s.Env, s.Limits, s.Metadata = user, opts.Env, opts.Limits, opts.Metadata
+		s.User, s.Env, s.Limits, s.Metadata, s.Policy = user, opts.Env, opts.Limits, opts.Metadata, opts.Policy
 		s.CreatedAt = now
 		if opts.Timeout > 0 {
 			exp := now.Add(opts.Timeout)

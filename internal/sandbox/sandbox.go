@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/errdefs"
 )
 
@@ -75,9 +76,20 @@ type Sandbox struct {
 	Timeout   time.Duration `json:"timeout,omitempty"`
 	ExpiresAt *time.Time    `json:"expires_at,omitempty"`
 
+	// Policy is the sandbox's egress policy with its current phase (nil: deny-all).
+	Policy *policy.Spec `json:"policy,omitempty"`
+
 	// AccessToken authenticates the daemon to the sandbox's moat-init. It is never
 	// sent to API clients of the native API.
 	AccessToken string `json:"-"`
+}
+
+// EgressPolicy returns the sandbox's egress policy; deny-all when none was given.
+func (s *Sandbox) EgressPolicy() policy.Spec {
+	if s.Policy == nil {
+		return policy.DenyAll()
+	}
+	return *s.Policy
 }
 
 // HostIDs returns the host uid/gid range of the sandbox's user namespace.

@@ -434,7 +434,9 @@ const synthHosts = `127.0.0.1	localhost
 127.0.1.1	sandbox
 `
 
-const synthResolv = `# moat: sandboxes have no DNS resolver in this release.
+const synthResolv = `# moat: the sandbox's DNS server (answers only names the egress policy allows)
+nameserver 198.18.0.1
+options timeout:2 attempts:2
 `
 
 const synthNsswitch = `passwd:         files

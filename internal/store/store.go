@@ -72,7 +72,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("opening state database: %w", err)
 	}
 	db.SetMaxOpenConns(4)
-	if _, err := db.Exec(schema + apiKeySchema); err != nil {
+	if _, err := db.Exec(schema + apiKeySchema + egressSchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("creating schema: %w", err)
 	}

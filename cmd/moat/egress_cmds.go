@@ -1,0 +1,455 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/egress/policy"
+	"github.com/moatdev/moat/sdk"
+)
+
+// policyFlags are the egress flags of run, create and policy set.
+type policyFlags struct {
+	net         string
+	allow, deny []string
+	file        string
+}
+
+func (p *policyFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&p.net, "net", "", "egress: allow-all or deny-all (default: deny-all, or only what --allow names)")
+	fl.StringArrayVar(&p.allow, "allow", nil, "allow HOST[:PORT], *.DOMAIN, CIDR or a set such as `registries` (repeatable)")
+	fl.StringArrayVar(&p.deny, "deny", nil, "deny HOST[:PORT], *.DOMAIN or CIDR; deny rules win (repeatable)")
+	fl.StringVar(&p.file, "policy", "", "egress policy file (YAML; may name phases)")
+}
+
+func (p *policyFlags) set() bool {
+	return p.net != "" || len(p.allow) > 0 || len(p.deny) > 0 || p.file != ""
+}
+
+// spec builds the policy the flags describe; nil when none is given (the daemon's
+// default, deny-all) and there is no setup phase. With setup, the policy gets a "setup"
+// phase (registries, unless the file has one) and a "run" phase, and starts in setup.
+func (p *policyFlags) spec(setup bool) (*v1.Policy, error) {
+	if !p.set() && !setup {
+		return nil, nil
+	}
+	if p.net != "" && p.net != "allow-all" && p.net != "deny-all" {
+		return nil, fmt.Errorf("--net %q: want allow-all or deny-all", p.net)
+	}
+	var s policy.Spec
+	if p.file != "" {
+		if p.net != "" || len(p.allow) > 0 || len(p.deny) > 0 {
+			return nil, errors.New("--policy cannot be combined with --net, --allow or --deny: put the rules in the file")
+		}
+		data, err := os.ReadFile(p.file)
+		if err != nil {
+			return nil, fmt.Errorf("--policy: %w", err)
+		}
+		if s, err = policy.ParseFile(data); err != nil {
+			return nil, fmt.Errorf("--policy %s: %w", p.file, err)
+		}
+	} else {
+		s = policy.Single(policy.Rules{Net: p.net, Allow: p.allow, Deny: p.deny})
+		if !p.set() {
+			s = policy.DenyAll()
+		}
+	}
+	if setup {
+		if _, ok := s.Phases["run"]; !ok {
+			return nil, fmt.Errorf("--setup needs a policy with a \"run\" phase (the file names %s)", strings.Join(slices.Sorted(mapsKeys(s.Phases)), ", "))
+		}
+		if _, ok := s.Phases["setup"]; !ok {
+			s.Phases["setup"] = policy.Rules{Allow: []string{"registries"}}
+		}
+		s.Phase = "setup"
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("egress policy: %w", err)
+	}
+	out := v1.Policy{Phase: s.Phase, Sets: s.Sets, Phases: map[string]v1.PolicyRules{}}
+	for name, r := range s.Phases {
+		out.Phases[name] = v1.PolicyRules{Net: r.Net, Allow: r.Allow, Deny: r.Deny}
+	}
+	return &out, nil
+}
+
+func mapsKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// lockfileScript prints the SHA-256 of every lockfile under the working directory.
+const lockfileScript = `find . -maxdepth 6 \( -name node_modules -o -name .git -o -name vendor -o -name target -o -name .venv \) -prune -o -type f \( ` +
+	`-name go.sum -o -name go.mod -o -name package-lock.json -o -name npm-shrinkwrap.json -o -name yarn.lock -o -name pnpm-lock.yaml ` +
+	`-o -name bun.lockb -o -name poetry.lock -o -name Pipfile.lock -o -name uv.lock -o -name requirements.txt -o -name Cargo.lock ` +
+	`-o -name Gemfile.lock -o -name composer.lock -o -name mix.lock -o -name pubspec.lock \) -print0 2>/dev/null | xargs -0 -r sha256sum 2>/dev/null; true`
+
+// runSetup runs the setup command in the setup phase, reports the lockfiles it changed,
+// and switches the sandbox to the run phase.
+func runSetup(ctx context.Context, c *sdk.Client, id, workdir, line string, quiet bool) error {
+	before, err := lockfiles(ctx, c, id, workdir)
+	if err != nil {
+		return err
+	}
+	if !quiet {
+		fmt.Fprintf(os.Stderr, "moat: setup phase: %s\n", line)
+	}
+	code, err := c.Exec(ctx, id, sdk.ExecRequest{
+		Cmd: "/bin/bash", Args: []string{"-l", "-c", line}, Workdir: workdir, Stdout: os.Stdout, Stderr: os.Stderr,
+	})
+	if err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "moat: setup failed with exit code %d; the main command did not run\n", code)
+		return exitError{code}
+	}
+	after, err := lockfiles(ctx, c, id, workdir)
+	if err != nil {
+		return err
+	}
+	if changes := diffChecksums(before, after); len(changes) > 0 && !quiet {
+		fmt.Fprintf(os.Stderr, "moat: setup changed lockfiles: %s\n", strings.Join(changes, ", "))
+	}
+	res, err := c.SetPolicy(ctx, id, v1.SetPolicyRequest{Phase: "run"})
+	if err != nil {
+		return fmt.Errorf("switching to the run phase: %w", err)
+	}
+	if !quiet {
+		fmt.Fprintf(os.Stderr, "moat: run phase: %s", describeRules(res.Sandbox.Policy.Phases["run"]))
+		if res.ConnectionsCut > 0 {
+			fmt.Fprintf(os.Stderr, " (%d open connections cut)", res.ConnectionsCut)
+		}
+		fmt.Fprintln(os.Stderr)
+	}
+	return nil
+}
+
+func lockfiles(ctx context.Context, c *sdk.Client, id, workdir string) (map[string]string, error) {
+	var out bytes.Buffer
+	if _, err := c.Exec(ctx, id, sdk.ExecRequest{
+		Cmd: "/bin/bash", Args: []string{"-c", lockfileScript}, Workdir: workdir, Stdout: &out, Stderr: &bytes.Buffer{},
+	}); err != nil {
+		return nil, fmt.Errorf("listing lockfiles: %w", err)
+	}
+	return parseChecksums(out.Bytes()), nil
+}
+
+// parseChecksums reads sha256sum output ("HEX  PATH" lines; a leading backslash marks an
+// escaped path) into path → hash. Lines that are not checksums are skipped.
+func parseChecksums(b []byte) map[string]string {
+	out := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		escaped := strings.HasPrefix(line, `\`)
+		if escaped {
+			line = line[1:]
+		}
+		if len(line) < 67 || (line[64:66] != "  " && line[64:66] != " *") {
+			continue
+		}
+		sum := line[:64]
+		if _, err := hex.DecodeString(sum); err != nil {
+			continue
+		}
+		path := line[66:]
+		if escaped {
+			path = strings.NewReplacer(`\\`, `\`, `\n`, "\n", `\r`, "\r").Replace(path)
+		}
+		out[strings.TrimPrefix(path, "./")] = sum
+	}
+	return out
+}
+
+// diffChecksums lists what changed between two lockfile listings, sorted.
+func diffChecksums(before, after map[string]string) []string {
+	var out []string
+	for path, sum := range after {
+		switch old, ok := before[path]; {
+		case !ok:
+			out = append(out, path+" (created)")
+		case old != sum:
+			out = append(out, path+" (modified)")
+		}
+	}
+	for path := range before {
+		if _, ok := after[path]; !ok {
+			out = append(out, path+" (deleted)")
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func describeRules(r v1.PolicyRules) string {
+	var parts []string
+	if r.Net != "" {
+		parts = append(parts, r.Net)
+	}
+	if len(r.Allow) > 0 {
+		parts = append(parts, "allow "+strings.Join(r.Allow, ", "))
+	}
+	if len(r.Deny) > 0 {
+		parts = append(parts, "deny "+strings.Join(r.Deny, ", "))
+	}
+	if len(parts) == 0 {
+		return "deny-all"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// destination is how a log entry names where the sandbox tried to go.
+func destination(e v1.EgressEntry) string {
+	host := e.Name
+	if host == "" {
+		host = e.Addr
+	}
+	if e.Proto == "dns" {
+		return host + " (dns)"
+	}
+	return fmt.Sprintf("%s:%d", host, e.Port)
+}
+
+// printEgressSummary prints, on stderr, where the sandbox connected and what was blocked.
+func printEgressSummary(ctx context.Context, c *sdk.Client, id string) {
+	entries, err := c.Egress(ctx, id, 0)
+	if err != nil || len(entries) == 0 {
+		return
+	}
+	type agg struct {
+		n        int
+		up, down int64
+		why      string
+	}
+	allowed, blocked := map[string]*agg{}, map[string]*agg{}
+	var nAllowed, nBlocked int
+	for _, e := range entries {
+		if e.Proto == "dns" && e.Allowed {
+			continue // the connection that follows is what counts
+		}
+		key := destination(e)
+		m, why := allowed, ""
+		if e.Allowed {
+			nAllowed++
+		} else {
+			m, why = blocked, e.Reason
+			nBlocked++
+			key += "\x00" + why
+		}
+		a := m[key]
+		if a == nil {
+			a = &agg{why: why}
+			m[key] = a
+		}
+		a.n++
+		a.up += e.BytesUp
+		a.down += e.BytesDown
+	}
+	if nAllowed+nBlocked == 0 {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "moat: egress: %d allowed, %d blocked\n", nAllowed, nBlocked)
+	tw := tabwriter.NewWriter(os.Stderr, 0, 0, 2, ' ', 0)
+	for _, k := range slices.Sorted(mapsKeys(allowed)) {
+		a := allowed[k]
+		fmt.Fprintf(tw, "  allowed\t%s\t×%d\t%s up, %s down\n", k, a.n, humanBytes(a.up), humanBytes(a.down))
+	}
+	for _, k := range slices.Sorted(mapsKeys(blocked)) {
+		a := blocked[k]
+		dest, _, _ := strings.Cut(k, "\x00")
+		fmt.Fprintf(tw, "  BLOCKED\t%s\t×%d\t%s\n", dest, a.n, a.why)
+	}
+	tw.Flush()
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func (a *app) egressCmd() *cobra.Command {
+	var asJSON, follow, blockedOnly bool
+	cmd := &cobra.Command{
+		Use:   "egress ID",
+		Short: "Show a sandbox's egress log: every allowed and blocked destination",
+		Long: `egress lists every decision of the sandbox's network boundary: DNS answers and
+connections, allowed or BLOCKED, with the rule or reason, bytes and duration. --follow keeps
+printing new decisions (an open connection is printed again when it ends).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			keep := func(e v1.EgressEntry) bool { return !blockedOnly || !e.Allowed }
+			if follow {
+				tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+				if !asJSON {
+					fmt.Fprintln(tw, "TIME\tPHASE\tVERDICT\tDESTINATION\tDETAIL")
+				}
+				return c.FollowEgress(cmd.Context(), args[0], 0, func(e v1.EgressEntry) error {
+					if !keep(e) {
+						return nil
+					}
+					if asJSON {
+						return printJSONLine(e)
+					}
+					printEgressRow(tw, e)
+					return tw.Flush()
+				})
+			}
+			entries, err := c.Egress(cmd.Context(), args[0], 0)
+			if err != nil {
+				return err
+			}
+			entries = slices.DeleteFunc(entries, func(e v1.EgressEntry) bool { return !keep(e) })
+			if asJSON {
+				if entries == nil {
+					entries = []v1.EgressEntry{}
+				}
+				return printJSON(entries)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "TIME\tPHASE\tVERDICT\tDESTINATION\tDETAIL")
+			for _, e := range entries {
+				printEgressRow(tw, e)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (NDJSON with --follow)")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new decisions")
+	cmd.Flags().BoolVar(&blockedOnly, "blocked", false, "only blocked attempts")
+	return cmd
+}
+
+func printEgressRow(tw *tabwriter.Writer, e v1.EgressEntry) {
+	verdict := "allowed"
+	detail := e.Rule
+	if !e.Allowed {
+		verdict, detail = "BLOCKED", e.Reason
+	} else if e.Proto == "tcp" {
+		state := fmt.Sprintf("%s up, %s down, %s", humanBytes(e.BytesUp), humanBytes(e.BytesDown), (time.Duration(e.DurationMS * float64(time.Millisecond))).Round(time.Millisecond))
+		if e.Open {
+			state = "open"
+		}
+		detail = strings.TrimSpace(detail + "  " + state)
+		if e.Error != "" {
+			detail += "  (" + e.Error + ")"
+		}
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("15:04:05.000"), e.Phase, verdict, destination(e), detail)
+}
+
+func (a *app) policyCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "policy",
+		Short: "Show or change a sandbox's egress policy and phase",
+	}
+	var pf policyFlags
+	var phase string
+	var asJSON bool
+	set := &cobra.Command{
+		Use:   "set ID",
+		Short: "Replace a sandbox's egress policy or switch its phase, at once",
+		Long: `set applies at once to a running sandbox: open connections the new policy does not
+allow are cut. --phase switches phase within the current policy (or the new one).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := pf.spec(false)
+			if err != nil {
+				return err
+			}
+			if p == nil && phase == "" {
+				return errors.New("give a policy (--net, --allow, --deny or --policy) or a --phase")
+			}
+			if p != nil && phase != "" {
+				p.Phase = phase
+			}
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			res, err := c.SetPolicy(cmd.Context(), args[0], v1.SetPolicyRequest{Policy: p, Phase: phase})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(res)
+			}
+			pol := res.Sandbox.Policy
+			fmt.Printf("phase %s: %s\n", pol.Phase, describeRules(pol.Phases[pol.Phase]))
+			if res.ConnectionsCut > 0 {
+				fmt.Printf("%d open connections cut\n", res.ConnectionsCut)
+			}
+			return nil
+		},
+	}
+	pf.register(set)
+	set.Flags().StringVar(&phase, "phase", "", "switch to this phase")
+	set.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+
+	var showJSON bool
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a sandbox's egress policy",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			sb, err := c.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if showJSON {
+				return printJSON(sb.Policy)
+			}
+			for _, name := range slices.Sorted(mapsKeys(sb.Policy.Phases)) {
+				mark := " "
+				if name == sb.Policy.Phase {
+					mark = "*"
+				}
+				fmt.Printf("%s %s: %s\n", mark, name, describeRules(sb.Policy.Phases[name]))
+			}
+			return nil
+		},
+	}
+	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
+	cmd.AddCommand(set, show)
+	return cmd
+}
+
+func printJSONLine(v any) error {
+	return json.NewEncoder(os.Stdout).Encode(v)
+}

@@ -1,0 +1,369 @@
+// Package egress runs the network boundary of every sandbox: per sandbox, moat's DNS
+// server and egress proxy on listeners inside its gateway namespace, the sandbox's compiled
+// policy and phase, and the egress log of every decision. The firewall that sends the
+// sandbox's traffic to those listeners is set up with the gateway namespace
+// (internal/netns); this package only serves what arrives.
+package egress
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/moatdev/moat/internal/egress/dns"
+	"github.com/moatdev/moat/internal/egress/policy"
+	"github.com/moatdev/moat/internal/egress/proxy"
+	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/linux"
+)
+
+// SyntheticPrefix is where moat's DNS takes the addresses it hands out for allowed names.
+// Each sandbox has its own table (the addresses only mean something inside its gateway).
+var SyntheticPrefix = netip.MustParsePrefix("198.19.0.0/16")
+
+// Listeners are a sandbox's egress sockets in its gateway namespace.
+type Listeners struct {
+	Proxy  net.Listener
+	DNSTCP net.Listener
+	DNSUDP net.PacketConn
+}
+
+// Listener opens a sandbox's egress listeners. Implemented by an adapter over
+// *netns.Manager.
+type Listener interface {
+	Listen(id string) (Listeners, error)
+}
+
+// Journal stores egress log entries. Implemented by *store.Store.
+type Journal interface {
+	// WriteEgress inserts adds (setting their Seq) and then updates finished entries
+	// (matched by Seq), in one transaction.
+	WriteEgress(ctx context.Context, adds []*Entry, finished []Entry) error
+}
+
+// Entry is one decision in a sandbox's egress log.
+type Entry struct {
+	Seq      int64         `json:"seq"`
+	Time     time.Time     `json:"time"`
+	Sandbox  string        `json:"sandbox"`
+	Phase    string        `json:"phase"`
+	Proto    string        `json:"proto"` // "tcp" or "dns"
+	Name     string        `json:"name,omitempty"`
+	Addr     string        `json:"addr,omitempty"` // the destination the sandbox used
+	Port     int           `json:"port,omitempty"`
+	Allowed  bool          `json:"allowed"`
+	Rule     string        `json:"rule,omitempty"`
+	Reason   string        `json:"reason,omitempty"`
+	Upstream string        `json:"upstream,omitempty"` // where the proxy connected
+	Up       int64         `json:"bytes_up"`
+	Down     int64         `json:"bytes_down"`
+	Duration time.Duration `json:"duration_ns"`
+	Open     bool          `json:"open,omitempty"` // an allowed connection still open
+	Error    string        `json:"error,omitempty"`
+}
+
+// Config configures the Manager. Listener and Journal are required.
+type Config struct {
+	Listener Listener
+	Journal  Journal
+	Resolver *Resolver
+	Log      *slog.Logger
+	// Proxy limits (zero: the proxy's defaults).
+	MaxConns    int
+	IdleTimeout time.Duration
+	MaxDuration time.Duration
+}
+
+// Manager runs the boundaries of all running sandboxes. Safe for concurrent use.
+type Manager struct {
+	cfg     Config
+	log     *slog.Logger
+	journal *journal
+
+	mu sync.Mutex
+	bs map[string]*boundary
+
+	hostMu    sync.Mutex
+	hostAddrs []netip.Addr
+	hostAt    time.Time
+}
+
+// New returns a Manager; Close stops it.
+func New(cfg Config) *Manager {
+	if cfg.Resolver == nil {
+		cfg.Resolver = NewResolver(nil, "")
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{cfg: cfg, log: log, journal: newJournal(cfg.Journal, log), bs: map[string]*boundary{}}
+}
+
+// boundary is one sandbox's running DNS server and proxy.
+type boundary struct {
+	id    string
+	table *dns.Table
+	proxy *proxy.Proxy
+	dns   *dns.Server
+	ls    Listeners
+	wg    sync.WaitGroup
+
+	mu     sync.RWMutex
+	spec   policy.Spec
+	comp   *policy.Compiled
+	phase  string
+	pol    *policy.Policy
+	dnsLog map[string]bool // DNS decisions already logged in this phase
+}
+
+func (b *boundary) current() (string, *policy.Policy) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.phase, b.pol
+}
+
+// Attach starts serving sandbox id's boundary with spec. Attaching a sandbox that is
+// attached replaces its policy (as SetPolicy).
+func (m *Manager) Attach(id string, spec policy.Spec) error {
+	comp, pol, err := compile(spec)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if _, ok := m.bs[id]; ok {
+		m.mu.Unlock()
+		_, err := m.SetPolicy(id, spec)
+		return err
+	}
+	m.mu.Unlock()
+	ls, err := m.cfg.Listener.Listen(id)
+	if err != nil {
+		return err
+	}
+	table, err := dns.NewTable(SyntheticPrefix)
+	if err != nil {
+		closeListeners(ls)
+		return err
+	}
+	b := &boundary{id: id, table: table, ls: ls, spec: spec, comp: comp, phase: spec.Phase, pol: pol, dnsLog: map[string]bool{}}
+	b.proxy = proxy.New(proxy.Config{
+		Policy: b.current,
+		Name: func(a netip.Addr) (string, bool) {
+			if !SyntheticPrefix.Contains(a) {
+				return "", false
+			}
+			return table.Name(a)
+		},
+		OriginalDst: func(c net.Conn) (netip.AddrPort, error) {
+			sc, ok := c.(syscall.Conn)
+			if !ok {
+				return netip.AddrPort{}, fmt.Errorf("%T has no socket", c)
+			}
+			return linux.OriginalDst(sc)
+		},
+		Resolve:     m.cfg.Resolver.Resolve,
+		Dial:        dial,
+		HostAddrs:   m.hostAddresses,
+		Record:      func(ev proxy.Event) func(proxy.Outcome) { return m.recordConn(id, ev) },
+		Log:         m.log.With("sandbox", id),
+		MaxConns:    m.cfg.MaxConns,
+		IdleTimeout: m.cfg.IdleTimeout,
+		MaxDuration: m.cfg.MaxDuration,
+	})
+	b.dns = dns.NewServer(dns.Config{
+		Table: table,
+		Decide: func(name string) dns.Verdict {
+			_, pol := b.current()
+			d := pol.AllowsName(name)
+			return dns.Verdict{Allow: d.Allow, Rule: d.Rule, Reason: d.Reason}
+		},
+		Log: func(q dns.Query) { m.recordDNS(b, q) },
+	})
+	m.mu.Lock()
+	if _, ok := m.bs[id]; ok {
+		m.mu.Unlock()
+		closeListeners(ls)
+		return fmt.Errorf("egress of sandbox %s attached twice at once: %w", id, errdefs.ErrConflict)
+	}
+	m.bs[id] = b
+	m.mu.Unlock()
+	serve := func(name string, fn func() error) {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			if err := fn(); err != nil {
+				m.log.Error("egress listener failed", "sandbox", id, "listener", name, "err", err)
+			}
+		}()
+	}
+	serve("proxy", func() error { return b.proxy.Serve(ls.Proxy) })
+	serve("dns/udp", func() error { return b.dns.ServePacket(ls.DNSUDP) })
+	serve("dns/tcp", func() error { return b.dns.ServeListener(ls.DNSTCP) })
+	m.log.Debug("egress attached", "sandbox", id, "phase", spec.Phase, "policy", pol.String())
+	return nil
+}
+
+// SetPolicy replaces sandbox id's policy (and phase) at once and cuts the open connections
+// it no longer allows; it returns how many. A sandbox that is not attached (not running)
+// is not an error: its new policy applies when it starts.
+func (m *Manager) SetPolicy(id string, spec policy.Spec) (int, error) {
+	comp, pol, err := compile(spec)
+	if err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	b := m.bs[id]
+	m.mu.Unlock()
+	if b == nil {
+		return 0, nil
+	}
+	b.mu.Lock()
+	if b.phase != spec.Phase {
+		b.dnsLog = map[string]bool{}
+	}
+	b.spec, b.comp, b.phase, b.pol = spec, comp, spec.Phase, pol
+	b.mu.Unlock()
+	cut := b.proxy.Recheck()
+	m.log.Info("egress policy set", "sandbox", id, "phase", spec.Phase, "policy", pol.String(), "connections_cut", cut)
+	return cut, nil
+}
+
+// Detach stops sandbox id's boundary: its listeners close, its connections are cut.
+// Idempotent.
+func (m *Manager) Detach(id string) {
+	m.mu.Lock()
+	b := m.bs[id]
+	delete(m.bs, id)
+	m.mu.Unlock()
+	if b == nil {
+		return
+	}
+	b.proxy.Close()
+	b.dns.Close()
+	closeListeners(b.ls)
+	b.wg.Wait()
+	m.log.Debug("egress detached", "sandbox", id)
+}
+
+// Close detaches every sandbox and flushes the journal.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	ids := make([]string, 0, len(m.bs))
+	for id := range m.bs {
+		ids = append(ids, id)
+	}
+	m.mu.Unlock()
+	for _, id := range ids {
+		m.Detach(id)
+	}
+	return m.journal.close()
+}
+
+// Flush waits until every entry recorded so far is in the journal.
+func (m *Manager) Flush() { m.journal.flush() }
+
+func compile(spec policy.Spec) (*policy.Compiled, *policy.Policy, error) {
+	comp, err := policy.CompileSpec(spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
+	}
+	pol, ok := comp.Phase(spec.Phase)
+	if !ok {
+		return nil, nil, fmt.Errorf("policy has no phase %q: %w", spec.Phase, errdefs.ErrInvalidArgument)
+	}
+	return comp, pol, nil
+}
+
+func closeListeners(ls Listeners) {
+	if ls.Proxy != nil {
+		ls.Proxy.Close()
+	}
+	if ls.DNSTCP != nil {
+		ls.DNSTCP.Close()
+	}
+	if ls.DNSUDP != nil {
+		ls.DNSUDP.Close()
+	}
+}
+
+func dial(ctx context.Context, a netip.AddrPort) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", a.String())
+}
+
+// hostAddresses lists the host's own addresses, refreshed every 30 s.
+func (m *Manager) hostAddresses() []netip.Addr {
+	m.hostMu.Lock()
+	defer m.hostMu.Unlock()
+	if time.Since(m.hostAt) < 30*time.Second && m.hostAddrs != nil {
+		return m.hostAddrs
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		m.log.Warn("listing host addresses", "err", err)
+		return m.hostAddrs
+	}
+	out := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, p.Addr().Unmap())
+		}
+	}
+	m.hostAddrs, m.hostAt = out, time.Now()
+	return out
+}
+
+func (m *Manager) recordConn(id string, ev proxy.Event) func(proxy.Outcome) {
+	e := &Entry{
+		Time: ev.Time, Sandbox: id, Phase: ev.Phase, Proto: "tcp", Name: ev.Name,
+		Port: int(ev.Port), Allowed: ev.Allowed, Rule: ev.Rule, Reason: ev.Reason, Open: ev.Allowed,
+	}
+	if ev.Addr.IsValid() {
+		e.Addr = ev.Addr.String()
+	}
+	if !ev.Allowed {
+		m.log.Info("egress denied", "sandbox", id, "name", e.Name, "addr", e.Addr, "port", e.Port, "reason", e.Reason)
+	}
+	base := *e // e belongs to the journal from now on
+	m.journal.add(e)
+	return func(o proxy.Outcome) {
+		f := base
+		f.Open = false
+		f.Up, f.Down, f.Duration, f.Error = o.Up, o.Down, o.Duration, o.Err
+		if o.Upstream.IsValid() {
+			f.Upstream = o.Upstream.String()
+		}
+		m.journal.finish(e, f)
+	}
+}
+
+// recordDNS logs a DNS decision the first time it is made in a phase: a sandbox asking for
+// the same name again does not grow the log.
+func (m *Manager) recordDNS(b *boundary, q dns.Query) {
+	key := fmt.Sprintf("%t %s", q.Verdict.Allow, q.Name)
+	b.mu.Lock()
+	seen := b.dnsLog[key]
+	if !seen {
+		if len(b.dnsLog) > 10000 {
+			b.dnsLog = map[string]bool{}
+		}
+		b.dnsLog[key] = true
+	}
+	phase := b.phase
+	b.mu.Unlock()
+	if seen {
+		return
+	}
+	e := &Entry{Time: time.Now(), Sandbox: b.id, Phase: phase, Proto: "dns", Name: q.Name,
+		Allowed: q.Verdict.Allow, Rule: q.Verdict.Rule, Reason: q.Verdict.Reason}
+	if q.Answer.IsValid() {
+		e.Addr = q.Answer.String()
+	}
+	m.journal.add(e)
+}

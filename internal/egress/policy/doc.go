@@ -1,0 +1,58 @@
+// Package policy is the egress policy of a sandbox: which host names, ports and addresses
+// a sandbox may reach through moat's proxy and DNS server. It is the security decision at
+// the network boundary, so it is pure and compiled: [Compile] and [CompileSpec] parse the
+// user's rules once and reject anything malformed; [Policy.Decide] then answers each
+// connection or query with no I/O and, for canonical input, no allocation. A [Policy] is
+// immutable and safe for concurrent use.
+//
+// # Rules
+//
+// A phase's [Rules] has a net mode and allow and deny lists of rule strings:
+//
+//	example.com            the name example.com, any port
+//	example.com:443        one port; example.com:8000-8100 a range (ports 1-65535)
+//	*.example.com          any name below example.com at any depth, never example.com itself
+//	10.0.0.0/8, 192.0.2.5  an IPv4 prefix or address, optionally with :port or :range
+//	registries             a named set (see below)
+//
+// Names are case-insensitive and may end in one dot; they must be ASCII (IDNs in their
+// xn-- form). "*", URLs, paths, IPv6 and out-of-range ports are rejected. See
+// [NormalizeName] for what a name is.
+//
+// A named set is a list of rule strings. The built-in set "registries" ([BuiltinSets])
+// covers the common package registries; a user set of the same name extends it. An entry
+// is a set reference exactly when it is (case-insensitively) the name of a set; otherwise
+// it is a rule, so a misspelt set name is an ordinary host name that matches nothing
+// useful. Sets cannot contain sets, and a set reference takes no port.
+//
+// # Decisions
+//
+// [Policy.Decide] applies the first step that answers:
+//
+//  1. net deny-all denies everything (and takes no allow rules).
+//  2. A deny rule wins over every allow: a name deny rule matching the request's name and
+//     port, or a CIDR deny rule covering the request's address (named or direct).
+//  3. net allow-all allows the rest, direct IP connections included.
+//  4. A named request is allowed by a name allow rule (exact or wildcard) covering its port.
+//     CIDR allow rules never allow a name, whatever it resolves to.
+//  5. A direct IP request (empty name) is allowed by a CIDR allow rule covering its address
+//     and port.
+//  6. Everything else is denied (default deny).
+//
+// Port 0 in a request asks "on some port?" (the DNS server's question): any allow rule for
+// the name counts, and only deny rules covering every port deny. The proxy must still ask
+// again with the real port.
+//
+// IPv4-mapped IPv6 addresses are matched as IPv4. A request name that is not a valid host
+// name (for example an IP literal) is denied; pass addresses in [Request.Addr].
+//
+// [Policy.NamesAddr] answers a separate question for the proxy: does the policy name this
+// (private, loopback, ...) address explicitly with a CIDR allow rule? net allow-all alone
+// never does.
+//
+// # Phases
+//
+// A [Spec] holds named phases (for example "setup" with registries, then "run" with
+// nothing) and the current one; [ParseFile] reads the YAML policy file. Errors are of class
+// errdefs.ErrInvalidArgument and name the offending phase, field or rule.
+package policy

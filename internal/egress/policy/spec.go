@@ -1,0 +1,239 @@
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Spec is a sandbox's whole egress policy: named phases and the current one.
+type Spec struct {
+	Phases map[string]Rules `json:"phases" yaml:"phases"`
+	// Phase is the current phase; it must name one of Phases.
+	Phase string `json:"phase" yaml:"phase"`
+	// Sets are user-defined named sets of rule strings; one named like a built-in set
+	// extends it.
+	Sets map[string][]string `json:"sets,omitempty" yaml:"sets,omitempty"`
+}
+
+// The phase a single-phase policy has.
+const defaultPhase = "run"
+
+// DenyAll returns the policy that allows nothing: one phase "run" with net deny-all.
+func DenyAll() Spec { return Single(Rules{Net: NetDenyAll}) }
+
+// Single returns a one-phase policy whose phase is "run".
+func Single(r Rules) Spec {
+	return Spec{Phases: map[string]Rules{defaultPhase: r}, Phase: defaultPhase}
+}
+
+// Validate reports the first thing CompileSpec would reject.
+func (s Spec) Validate() error {
+	_, err := CompileSpec(s)
+	return err
+}
+
+// Compiled is a compiled Spec: every phase's Policy. It is immutable.
+type Compiled struct {
+	phases  map[string]*Policy
+	names   []string
+	initial string
+}
+
+// CompileSpec compiles the sets and every phase of s. Phase names are 1-63 of
+// [a-z0-9_-] starting with a letter or digit; s.Phase must name a phase.
+func CompileSpec(s Spec) (*Compiled, error) {
+	if len(s.Phases) == 0 {
+		return nil, invalidf("phases: at least one phase is required")
+	}
+	sets, err := resolveSets(s.Sets)
+	if err != nil {
+		return nil, err
+	}
+	c := &Compiled{
+		phases:  make(map[string]*Policy, len(s.Phases)),
+		names:   slices.Sorted(maps.Keys(s.Phases)),
+		initial: s.Phase,
+	}
+	for _, name := range c.names {
+		if !validWord(name) {
+			return nil, invalidf("phases: %q is not a valid phase name (lowercase letters, digits, '-' and '_', starting with a letter or digit)", name)
+		}
+		p, err := compile(s.Phases[name], sets)
+		if err != nil {
+			return nil, fmt.Errorf("phase %q: %w", name, err)
+		}
+		c.phases[name] = p
+	}
+	switch _, ok := c.phases[s.Phase]; {
+	case s.Phase == "":
+		return nil, invalidf("phase: not set; name one of %s", strings.Join(c.names, ", "))
+	case !ok:
+		return nil, invalidf("phase %q: no such phase (have %s)", s.Phase, strings.Join(c.names, ", "))
+	}
+	return c, nil
+}
+
+// Phase returns the compiled policy of the named phase.
+func (c *Compiled) Phase(name string) (*Policy, bool) {
+	p, ok := c.phases[name]
+	return p, ok
+}
+
+// Phases returns the phase names, sorted.
+func (c *Compiled) Phases() []string { return slices.Clone(c.names) }
+
+// Initial returns the name of the Spec's current phase at compile time.
+func (c *Compiled) Initial() string { return c.initial }
+
+// file is the YAML policy file: either the single-phase form (net, allow, deny) or the
+// phases form (phases, phase), with sets in both.
+type file struct {
+	Net    string               `yaml:"net"`
+	Allow  ruleList             `yaml:"allow"`
+	Deny   ruleList             `yaml:"deny"`
+	Phases map[string]filePhase `yaml:"phases"`
+	Phase  string               `yaml:"phase"`
+	Sets   map[string]ruleList  `yaml:"sets"`
+}
+
+// filePhase is Rules as the file spells it.
+type filePhase struct {
+	Net   string   `yaml:"net"`
+	Allow ruleList `yaml:"allow"`
+	Deny  ruleList `yaml:"deny"`
+}
+
+// ruleList is a YAML sequence of rule strings. Unlike []string it rejects null and
+// non-scalar entries instead of dropping or mangling them.
+type ruleList []string
+
+func (l *ruleList) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.SequenceNode {
+		return invalidf("line %d: want a list of rules", n.Line)
+	}
+	out := make(ruleList, 0, len(n.Content))
+	for _, e := range n.Content {
+		if e.Kind != yaml.ScalarNode || e.Tag == "!!null" {
+			return invalidf("line %d: a rule must be a string", e.Line)
+		}
+		out = append(out, e.Value)
+	}
+	*l = out
+	return nil
+}
+
+// ParseFile parses and validates a YAML policy file, in one of two forms:
+//
+//	# single phase, which becomes phase "run"
+//	net: deny-all   # optional
+//	allow: [registries, "api.github.com:443"]
+//	deny: [evil.example.com]
+//	sets: {registries: [my-mirror.internal]}
+//
+//	# phases
+//	phases:
+//	  setup: {allow: [registries]}
+//	  run: {net: deny-all}
+//	phase: setup
+//
+// Without phase, the phases form starts in "setup" if there is one, else "run", else
+// its only phase; anything else is an error. Unknown fields, duplicate keys, more than one
+// YAML document, and mixing top-level net/allow/deny with phases are errors.
+func ParseFile(data []byte) (Spec, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var f file
+	if err := dec.Decode(&f); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Spec{}, invalidf("policy file is empty")
+		}
+		return Spec{}, yamlError(err)
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return Spec{}, yamlError(err)
+		}
+		return Spec{}, invalidf("line %d: policy file holds more than one YAML document", next.Line)
+	}
+
+	s := Spec{Phase: f.Phase}
+	if f.Sets != nil {
+		s.Sets = make(map[string][]string, len(f.Sets))
+		for name, members := range f.Sets {
+			s.Sets[name] = members
+		}
+	}
+	if f.Phases == nil {
+		if f.Phase != "" && f.Phase != defaultPhase {
+			return Spec{}, invalidf("phase %q: a policy without phases has only phase %q", f.Phase, defaultPhase)
+		}
+		s.Phases = map[string]Rules{defaultPhase: {Net: f.Net, Allow: f.Allow, Deny: f.Deny}}
+		s.Phase = defaultPhase
+	} else {
+		if f.Net != "" || f.Allow != nil || f.Deny != nil {
+			return Spec{}, invalidf("top-level net, allow and deny cannot be combined with phases; move them into a phase")
+		}
+		s.Phases = make(map[string]Rules, len(f.Phases))
+		for name, r := range f.Phases {
+			s.Phases[name] = Rules{Net: r.Net, Allow: r.Allow, Deny: r.Deny}
+		}
+		if s.Phase == "" {
+			phase, err := initialPhase(s.Phases)
+			if err != nil {
+				return Spec{}, err
+			}
+			s.Phase = phase
+		}
+	}
+	if err := s.Validate(); err != nil {
+		return Spec{}, err
+	}
+	return s, nil
+}
+
+// initialPhase picks the phase a file without "phase" starts in.
+func initialPhase(phases map[string]Rules) (string, error) {
+	for _, name := range []string{"setup", defaultPhase} {
+		if _, ok := phases[name]; ok {
+			return name, nil
+		}
+	}
+	names := slices.Sorted(maps.Keys(phases))
+	switch len(names) {
+	case 0:
+		return "", invalidf("phases: at least one phase is required")
+	case 1:
+		return names[0], nil
+	}
+	return "", invalidf("phase: not set and ambiguous among %s (no setup or run phase); name the initial phase", strings.Join(names, ", "))
+}
+
+// yamlError rewrites a yaml error for the person who wrote the file, keeping line
+// numbers and dropping Go type names.
+func yamlError(err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return invalidf("%s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	// Name this package's Go types the way the file's author knows them.
+	goTypes := strings.NewReplacer("policy.filePhase", "a phase", "policy.file", "a policy file")
+	msgs := make([]string, 0, len(te.Errors))
+	for _, msg := range te.Errors {
+		// "line 3: field foo not found in type policy.file"
+		if head, _, ok := strings.Cut(msg, " not found in type "); ok {
+			if line, field, ok := strings.Cut(head, ": field "); ok {
+				msg = fmt.Sprintf("%s: unknown field %q", line, field)
+			}
+		}
+		msgs = append(msgs, goTypes.Replace(msg))
+	}
+	return invalidf("%s", strings.Join(msgs, "; "))
+}

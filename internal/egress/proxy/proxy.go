@@ -1,0 +1,508 @@
+// Package proxy is the egress proxy of one sandbox: the only thing a sandbox's TCP
+// connections ever reach. The gateway firewall redirects every connection to its listener;
+// for each one the proxy
+//
+//  1. recovers the original destination (SO_ORIGINAL_DST) and maps a synthetic address
+//     back to the name the sandbox resolved through moat's DNS;
+//  2. peeks at the first bytes for a TLS SNI or an HTTP Host and refuses the connection
+//     when they name another host than the address does;
+//  3. decides with the sandbox's current policy (deny unless allowed);
+//  4. resolves the *name* itself (pinned hosts first, then its own resolver) and checks
+//     every address just before connecting: loopback, private, link-local, metadata and
+//     the host's own addresses are refused unless pinned by the operator or named by a
+//     CIDR rule of the policy;
+//  5. splices bytes both ways under idle and total timeouts, and records the decision
+//     and the bytes moved.
+//
+// TLS passes through untouched. Nothing here fails open: a connection the proxy cannot
+// account for is closed, and when the proxy is not serving, the firewall's redirect meets
+// a closed port.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/moatdev/moat/internal/egress/policy"
+	"github.com/moatdev/moat/internal/egress/sniff"
+)
+
+// Event is one decision of the proxy, recorded when it is made. Allowed connections are
+// finished later with their byte counts (Outcome).
+type Event struct {
+	Time    time.Time
+	Phase   string
+	Name    string     // the host name the connection was for ("" for a direct IP)
+	Addr    netip.Addr // the destination the sandbox dialled (synthetic for names)
+	Port    uint16
+	Allowed bool
+	Rule    string
+	Reason  string
+}
+
+// Outcome is how an allowed connection ended.
+type Outcome struct {
+	Upstream netip.AddrPort // the address the proxy connected to (zero if it never did)
+	Up, Down int64          // bytes sandbox → upstream and back
+	Duration time.Duration
+	Err      string // why it ended abnormally: dial failure, a refused address, idle timeout, policy change
+}
+
+// Resolved is one upstream address of a name.
+type Resolved struct {
+	Addr netip.Addr
+	// Pinned addresses come from the operator's hosts file: trusted even when private.
+	Pinned bool
+}
+
+// Config wires a Proxy to its sandbox. Every func field is required unless noted.
+type Config struct {
+	// Policy returns the current phase's name and compiled policy.
+	Policy func() (phase string, p *policy.Policy)
+	// Name maps a synthetic address back to the name it was handed out for.
+	Name func(netip.Addr) (string, bool)
+	// OriginalDst recovers where a redirected connection was going.
+	OriginalDst func(net.Conn) (netip.AddrPort, error)
+	// Resolve looks a name up upstream (never through the sandbox's DNS).
+	Resolve func(ctx context.Context, name string) ([]Resolved, error)
+	// Dial connects to an upstream address from the daemon's namespace.
+	Dial func(ctx context.Context, addr netip.AddrPort) (net.Conn, error)
+	// HostAddrs lists the host's own addresses (refused as destinations). Optional.
+	HostAddrs func() []netip.Addr
+	// Record stores a decision; for allowed connections the returned func is called once
+	// with the outcome. Optional.
+	Record func(Event) func(Outcome)
+	Log    *slog.Logger // optional
+
+	MaxConns    int           // concurrent connections (default 512)
+	PeekTimeout time.Duration // wait for a client's first bytes (default 300ms)
+	DialTimeout time.Duration // default 10s
+	IdleTimeout time.Duration // no bytes either way (default 15min)
+	MaxDuration time.Duration // total lifetime of a connection (default 12h)
+}
+
+// Proxy serves one sandbox's egress listener. Safe for concurrent use.
+type Proxy struct {
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	conns  map[*conn]struct{}
+	closed bool
+	ls     []net.Listener
+	active atomic.Int64
+	wg     sync.WaitGroup
+}
+
+// New returns a Proxy with cfg's defaults filled in.
+func New(cfg Config) *Proxy {
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 512
+	}
+	if cfg.PeekTimeout <= 0 {
+		cfg.PeekTimeout = 300 * time.Millisecond
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 10 * time.Second
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 15 * time.Minute
+	}
+	if cfg.MaxDuration <= 0 {
+		cfg.MaxDuration = 12 * time.Hour
+	}
+	if cfg.HostAddrs == nil {
+		cfg.HostAddrs = func() []netip.Addr { return nil }
+	}
+	if cfg.Record == nil {
+		cfg.Record = func(Event) func(Outcome) { return func(Outcome) {} }
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Proxy{cfg: cfg, log: log, conns: map[*conn]struct{}{}}
+}
+
+// conn is one sandbox connection the proxy holds.
+type conn struct {
+	client net.Conn
+	target policy.Request
+	cancel context.CancelCauseFunc
+}
+
+// errPolicyChanged ends connections the new policy no longer allows.
+var errPolicyChanged = errors.New("the policy changed and no longer allows this connection")
+
+// Serve accepts connections on l until Close. It returns nil after Close.
+func (p *Proxy) Serve(l net.Listener) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		l.Close()
+		return nil
+	}
+	p.ls = append(p.ls, l)
+	p.mu.Unlock()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			p.mu.Lock()
+			closed := p.closed
+			p.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("egress proxy: %w", err)
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.handle(c)
+		}()
+	}
+}
+
+// Close stops serving and closes every connection. It waits for the handlers to end.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	for _, l := range p.ls {
+		l.Close()
+	}
+	for c := range p.conns {
+		c.cancel(errors.New("the sandbox's egress was closed"))
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return nil
+}
+
+// Recheck decides every open connection again with the current policy and cuts those it
+// no longer allows. It returns how many it cut. Call it after a policy or phase change.
+func (p *Proxy) Recheck() int {
+	_, pol := p.cfg.Policy()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for c := range p.conns {
+		if !pol.Decide(c.target).Allow {
+			c.cancel(errPolicyChanged)
+			n++
+		}
+	}
+	return n
+}
+
+// Active is the number of connections being handled.
+func (p *Proxy) Active() int { return int(p.active.Load()) }
+
+func (p *Proxy) handle(client net.Conn) {
+	defer client.Close()
+	start := time.Now()
+	if n := p.active.Add(1); n > int64(p.cfg.MaxConns) {
+		p.active.Add(-1)
+		phase, _ := p.cfg.Policy()
+		p.cfg.Record(Event{Time: start, Phase: phase, Reason: fmt.Sprintf("more than %d connections at once", p.cfg.MaxConns)})
+		return
+	}
+	defer p.active.Add(-1)
+
+	dst, err := p.cfg.OriginalDst(client)
+	if err != nil {
+		p.log.Warn("egress: no original destination", "err", err)
+		phase, _ := p.cfg.Policy()
+		p.cfg.Record(Event{Time: start, Phase: phase, Reason: "original destination unknown: " + err.Error()})
+		return
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	ctx, cancelTotal := context.WithTimeoutCause(ctx, p.cfg.MaxDuration, fmt.Errorf("connection open longer than %s", p.cfg.MaxDuration))
+	defer cancelTotal()
+
+	head, ev, req := p.decide(client, dst)
+	ev.Time = start
+	var targets []netip.AddrPort
+	if ev.Allowed {
+		// An allowed name whose addresses are all refused is a blocked attempt, logged as one.
+		var why string
+		if targets, why = p.resolve(ctx, req); why != "" {
+			ev.Allowed, ev.Reason = false, why
+		}
+	}
+	if !ev.Allowed {
+		p.cfg.Record(ev)
+		return
+	}
+	c := &conn{client: client, target: req, cancel: cancel}
+	if !p.track(c) {
+		return
+	}
+	defer p.untrack(c)
+	finish := p.cfg.Record(ev)
+	// A policy change between the decision and the tracking is caught here.
+	if _, pol := p.cfg.Policy(); !pol.Decide(req).Allow {
+		finish(Outcome{Duration: time.Since(start), Err: errPolicyChanged.Error()})
+		return
+	}
+	out := p.relay(ctx, c, head, targets)
+	out.Duration = time.Since(start)
+	finish(out)
+}
+
+// decide reads the client's first bytes and decides. head holds the bytes read.
+func (p *Proxy) decide(client net.Conn, dst netip.AddrPort) (head []byte, ev Event, req policy.Request) {
+	phase, pol := p.cfg.Policy()
+	ev = Event{Phase: phase, Addr: dst.Addr(), Port: dst.Port()}
+	req = policy.Request{Addr: dst.Addr(), Port: dst.Port()}
+	name, synthetic := p.cfg.Name(dst.Addr())
+	if synthetic {
+		req.Name, ev.Name = name, name
+	}
+	head, sniffed, err := p.peek(client)
+	if err != nil {
+		ev.Reason = err.Error()
+		return head, ev, req
+	}
+	if sniffed.Name != "" && ev.Name == "" {
+		ev.Name = sniffed.Name // for the log: a direct connection that named a host
+	}
+	if synthetic && sniffed.Name != "" && sniffed.Name != name {
+		ev.Reason = fmt.Sprintf("%s names %s but the connection was to %s", sniffed.Proto, sniffed.Name, name)
+		return head, ev, req
+	}
+	d := pol.Decide(req)
+	ev.Allowed, ev.Rule, ev.Reason = d.Allow, d.Rule, d.Reason
+	return head, ev, req
+}
+
+// peek reads the client's first bytes until sniff can classify them, for at most
+// PeekTimeout. A client that sends nothing (a server-speaks-first protocol) gets an empty
+// head; one that stops half-way through a TLS hello or HTTP header is refused.
+func (p *Proxy) peek(client net.Conn) ([]byte, sniff.Result, error) {
+	buf := make([]byte, sniff.MaxPeek)
+	n := 0
+	client.SetReadDeadline(time.Now().Add(p.cfg.PeekTimeout))
+	defer client.SetReadDeadline(time.Time{})
+	for {
+		m, err := client.Read(buf[n:])
+		n += m
+		if n > 0 && m > 0 {
+			r, serr := sniff.Sniff(buf[:n])
+			if serr == nil {
+				return buf[:n], r, nil
+			}
+			if !errors.Is(serr, sniff.ErrNeedMore) {
+				return buf[:n], r, fmt.Errorf("unreadable first bytes: %w", serr)
+			}
+			if n == len(buf) {
+				return buf[:n], r, fmt.Errorf("the first %d bytes are an unfinished TLS hello or HTTP header", n)
+			}
+		}
+		if err != nil {
+			var ne net.Error
+			if n == 0 && (errors.As(err, &ne) && ne.Timeout() || errors.Is(err, io.EOF)) {
+				return nil, sniff.Result{}, nil // the server speaks first, or nothing to send
+			}
+			return buf[:n], sniff.Result{}, fmt.Errorf("the client stopped in the middle of its TLS hello or HTTP header: %w", err)
+		}
+	}
+}
+
+func (p *Proxy) track(c *conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c *conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+// relay connects to the first target that answers and copies bytes both ways until
+// both sides are done, the connection idles out, or ctx ends (policy change, total
+// timeout, Close).
+func (p *Proxy) relay(ctx context.Context, c *conn, head []byte, targets []netip.AddrPort) Outcome {
+	up, addr, err := p.dial(ctx, targets)
+	if err != nil {
+		return Outcome{Err: err.Error()}
+	}
+	defer up.Close()
+	out := Outcome{Upstream: addr}
+	// Closing both ends unblocks the copy loops when ctx ends.
+	stop := context.AfterFunc(ctx, func() {
+		c.client.Close()
+		up.Close()
+	})
+	defer stop()
+	if len(head) > 0 {
+		if _, err := up.Write(head); err != nil {
+			out.Err = "writing to upstream: " + err.Error()
+			return out
+		}
+		out.Up = int64(len(head))
+	}
+	// Upstream → client runs here; client → upstream in a second goroutine.
+	var idleErr atomic.Value
+	act := newActivity()
+	upDone := make(chan int64, 1)
+	go func() {
+		n, err := p.copy(up, c.client, act)
+		if err != nil {
+			idleErr.CompareAndSwap(nil, err.Error())
+		}
+		upDone <- n
+	}()
+	n, err := p.copy(c.client, up, act)
+	out.Down = n
+	if err != nil {
+		idleErr.CompareAndSwap(nil, err.Error())
+	}
+	out.Up += <-upDone
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		out.Err = cause.Error()
+	} else if v := idleErr.Load(); v != nil {
+		out.Err = v.(string)
+	}
+	return out
+}
+
+// resolve finds where req may go: the resolved addresses of req.Name (or req.Addr for an
+// allowed direct connection) that pass the address check. why says why none does.
+func (p *Proxy) resolve(ctx context.Context, req policy.Request) (targets []netip.AddrPort, why string) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+	defer cancel()
+	var addrs []Resolved
+	if req.Name == "" {
+		addrs = []Resolved{{Addr: req.Addr}}
+	} else {
+		var err error
+		if addrs, err = p.cfg.Resolve(ctx, req.Name); err != nil {
+			return nil, fmt.Sprintf("resolving %s: %v", req.Name, err)
+		}
+	}
+	_, pol := p.cfg.Policy()
+	var refused []string
+	for _, a := range addrs {
+		if !a.Pinned && !pol.NamesAddr(a.Addr, req.Port) {
+			if why := CheckAddr(a.Addr, p.cfg.HostAddrs()); why != "" {
+				refused = append(refused, a.Addr.String()+", "+why)
+				continue
+			}
+		}
+		targets = append(targets, netip.AddrPortFrom(a.Addr.Unmap(), req.Port))
+	}
+	switch {
+	case len(targets) > 0:
+		return targets, ""
+	case len(refused) > 0:
+		return nil, fmt.Sprintf("%s resolves to %s (add a CIDR rule or pin it with --egress-hosts to allow)", hostOf(req), refused[0])
+	default:
+		return nil, hostOf(req) + " has no address"
+	}
+}
+
+// dial connects to the first target that answers.
+func (p *Proxy) dial(ctx context.Context, targets []netip.AddrPort) (net.Conn, netip.AddrPort, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+	defer cancel()
+	var errs []error
+	for _, t := range targets {
+		c, err := p.cfg.Dial(ctx, t)
+		if err == nil {
+			return c, t, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, netip.AddrPort{}, fmt.Errorf("connecting upstream: %w", errors.Join(errs...))
+}
+
+func hostOf(req policy.Request) string {
+	if req.Name != "" {
+		return net.JoinHostPort(req.Name, strconv.Itoa(int(req.Port)))
+	}
+	return netip.AddrPortFrom(req.Addr, req.Port).String()
+}
+
+// activity is the time of the last byte moved in either direction, shared by the two
+// copy loops of a connection so that a long download does not idle out its upload side.
+type activity struct{ ns atomic.Int64 }
+
+func newActivity() *activity {
+	a := &activity{}
+	a.touch()
+	return a
+}
+
+func (a *activity) touch()              { a.ns.Store(time.Now().UnixNano()) }
+func (a *activity) since() time.Duration { return time.Duration(time.Now().UnixNano() - a.ns.Load()) }
+
+// copy moves bytes from src to dst until EOF or an error, then half-closes dst. Between
+// two TCP sockets io.CopyN splices in the kernel (no copy through user space); it moves at
+// most copyChunk bytes per call, so that the read deadline (the idle timeout) is renewed
+// as long as bytes flow. A connection idles out after IdleTimeout to 2×IdleTimeout
+// without a byte in either direction.
+func (p *Proxy) copy(dst, src net.Conn, act *activity) (int64, error) {
+	var total int64
+	idle := p.cfg.IdleTimeout
+	for {
+		src.SetReadDeadline(time.Now().Add(idle))
+		n, err := io.CopyN(dst, src, copyChunk)
+		total += n
+		if n > 0 {
+			act.touch()
+		}
+		if err == nil {
+			continue
+		}
+		var ne net.Error
+		switch {
+		case errors.As(err, &ne) && ne.Timeout():
+			if n > 0 || act.since() < idle {
+				continue // bytes moved in this chunk or the other direction is busy
+			}
+			closeBoth(dst, src)
+			return total, fmt.Errorf("idle for %s", idle)
+		case errors.Is(err, io.EOF):
+			closeWrite(dst)
+			return total, nil
+		default:
+			closeBoth(dst, src)
+			return total, nil
+		}
+	}
+}
+
+const copyChunk = 1 << 20
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+		return
+	}
+	c.Close()
+}
+
+func closeBoth(a, b net.Conn) {
+	a.Close()
+	b.Close()
+}

@@ -1,0 +1,515 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moatdev/moat/internal/egress/policy"
+)
+
+// The proxy is tested on loopback: a client connects to its listener, a fake original
+// destination stands for the firewall's redirect, and upstreams are servers on 127.0.0.1.
+// The full path through a gateway namespace is tested in internal/egress and the daemon.
+
+const synthetic = "198.19.0.5"
+
+type harness struct {
+	t       testing.TB
+	p       *Proxy
+	ln      net.Listener
+	mu      sync.Mutex
+	pol     *policy.Policy
+	dst     netip.AddrPort // what OriginalDst reports
+	addrs   []Resolved     // what Resolve returns
+	dials   []netip.AddrPort
+	events  []Event
+	results chan Outcome
+}
+
+func newHarness(t testing.TB, rules policy.Rules, cfg Config) *harness {
+	t.Helper()
+	h := &harness{t: t, results: make(chan Outcome, 16)}
+	h.setPolicy(rules)
+	cfg.Policy = func() (string, *policy.Policy) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return "run", h.pol
+	}
+	cfg.Name = func(a netip.Addr) (string, bool) {
+		if a == netip.MustParseAddr(synthetic) {
+			return "allowed.test", true
+		}
+		return "", false
+	}
+	cfg.OriginalDst = func(net.Conn) (netip.AddrPort, error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.dst, nil
+	}
+	cfg.Resolve = func(context.Context, string) ([]Resolved, error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.addrs, nil
+	}
+	cfg.Dial = func(ctx context.Context, a netip.AddrPort) (net.Conn, error) {
+		h.mu.Lock()
+		h.dials = append(h.dials, a)
+		h.mu.Unlock()
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", a.String())
+	}
+	cfg.Record = func(ev Event) func(Outcome) {
+		h.mu.Lock()
+		h.events = append(h.events, ev)
+		h.mu.Unlock()
+		return func(o Outcome) {
+			select {
+			case h.results <- o:
+			default: // benchmarks do not read outcomes
+			}
+		}
+	}
+	h.p = New(cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.ln = ln
+	go h.p.Serve(ln)
+	t.Cleanup(func() { h.p.Close() })
+	return h
+}
+
+func (h *harness) setPolicy(r policy.Rules) {
+	p, err := policy.Compile(r, nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.mu.Lock()
+	h.pol = p
+	h.mu.Unlock()
+}
+
+// upstream is a loopback server that records what it receives.
+type upstream struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns int
+	got   []string
+}
+
+func newUpstream(t testing.TB, handle func(net.Conn)) *upstream {
+	t.Helper()
+	u := &upstream{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.ln = ln
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u.mu.Lock()
+			u.conns++
+			u.mu.Unlock()
+			go handle(c)
+		}
+	}()
+	return u
+}
+
+func (u *upstream) port() uint16 { return uint16(u.ln.Addr().(*net.TCPAddr).Port) }
+
+func (u *upstream) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.conns
+}
+
+// echo answers each line with "echo: " + line.
+func echo(c net.Conn) {
+	defer c.Close()
+	r := bufio.NewReader(c)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		if _, err := io.WriteString(c, "echo: "+line); err != nil {
+			return
+		}
+	}
+}
+
+func (h *harness) to(dst string, port uint16, addrs ...Resolved) {
+	h.mu.Lock()
+	h.dst = netip.AddrPortFrom(netip.MustParseAddr(dst), port)
+	h.addrs = addrs
+	h.mu.Unlock()
+}
+
+func (h *harness) dial() net.Conn {
+	h.t.Helper()
+	c, err := net.Dial("tcp", h.ln.Addr().String())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (h *harness) lastEvent() Event {
+	h.t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		h.mu.Lock()
+		n := len(h.events)
+		var ev Event
+		if n > 0 {
+			ev = h.events[n-1]
+		}
+		h.mu.Unlock()
+		if n > 0 {
+			return ev
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.t.Fatal("no event recorded")
+	return Event{}
+}
+
+func loopback() Resolved { return Resolved{Addr: netip.MustParseAddr("127.0.0.1"), Pinned: true} }
+
+// closed reports whether the proxy closed c (EOF or reset) within a second.
+func closed(c net.Conn) bool {
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	_, err := c.Read(make([]byte, 1))
+	var ne net.Error
+	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+}
+
+func TestAllowedRelays(t *testing.T) {
+	up := newUpstream(t, echo)
+	h := newHarness(t, policy.Rules{Allow: []string{"allowed.test"}}, Config{})
+	h.to(synthetic, up.port(), loopback())
+	c := h.dial()
+	r := bufio.NewReader(c)
+	for _, msg := range []string{"hello\n", "again\n"} {
+		io.WriteString(c, msg)
+		line, err := r.ReadString('\n')
+		if err != nil || line != "echo: "+msg {
+			t.Fatalf("got %q, %v", line, err)
+		}
+	}
+	c.Close()
+	out := <-h.results
+	if out.Up != 12 || out.Down != 24 {
+		t.Errorf("bytes up/down = %d/%d, want 12/24", out.Up, out.Down)
+	}
+	if out.Upstream.Port() != up.port() {
+		t.Errorf("upstream = %s", out.Upstream)
+	}
+	ev := h.lastEvent()
+	if !ev.Allowed || ev.Name != "allowed.test" || ev.Rule == "" {
+		t.Errorf("event = %+v", ev)
+	}
+}
+
+func TestDenied(t *testing.T) {
+	up := newUpstream(t, echo)
+	cases := []struct {
+		name   string
+		rules  policy.Rules
+		dst    string
+		send   string
+		reason string
+	}{
+		{"deny-all", policy.Rules{Net: "deny-all"}, synthetic, "hi\n", ""},
+		{"direct IP", policy.Rules{Allow: []string{"allowed.test"}}, "192.0.2.7", "hi\n", "direct"},
+		{"gateway address", policy.Rules{Allow: []string{"allowed.test"}}, "198.18.0.1", "hi\n", "direct"},
+		{"denied by rule", policy.Rules{Net: "allow-all", Deny: []string{"allowed.test"}}, synthetic, "hi\n", ""},
+		{"HTTP Host of another name", policy.Rules{Allow: []string{"allowed.test"}}, synthetic,
+			"GET / HTTP/1.1\r\nHost: denied.test\r\n\r\n", "denied.test"},
+		{"TLS SNI of another name", policy.Rules{Allow: []string{"allowed.test"}}, synthetic, "", "denied.test"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.rules, Config{PeekTimeout: 200 * time.Millisecond})
+			h.to(tc.dst, up.port(), loopback())
+			c := h.dial()
+			if tc.send != "" {
+				io.WriteString(c, tc.send)
+			} else {
+				go tls.Client(c, &tls.Config{ServerName: "denied.test", InsecureSkipVerify: true}).Handshake()
+			}
+			if !closed(c) {
+				t.Errorf("connection was not closed")
+			}
+			ev := h.lastEvent()
+			if ev.Allowed || !strings.Contains(ev.Reason, tc.reason) {
+				t.Errorf("event = %+v, want denied with reason containing %q", ev, tc.reason)
+			}
+			if len(h.dials) != 0 || up.count() != 0 {
+				t.Errorf("upstream was dialled: %v", h.dials)
+			}
+		})
+	}
+}
+
+func TestMatchingSNIAndHostPass(t *testing.T) {
+	up := newUpstream(t, func(c net.Conn) {
+		defer c.Close()
+		buf := make([]byte, 4096)
+		n, _ := c.Read(buf)
+		c.Write([]byte(strings.ToUpper(string(buf[:min(n, 3)]))))
+	})
+	h := newHarness(t, policy.Rules{Allow: []string{"allowed.test"}}, Config{})
+	h.to(synthetic, up.port(), loopback())
+	c := h.dial()
+	io.WriteString(c, "get / HTTP/1.1\r\nhost: ALLOWED.test:80\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	b, _ := io.ReadAll(c)
+	if string(b) != "GET" {
+		t.Errorf("got %q (the lowercase method is not HTTP to the sniffer, so it passes as opaque)", b)
+	}
+}
+
+func TestRefusedAddresses(t *testing.T) {
+	up := newUpstream(t, echo)
+	for _, tc := range []struct {
+		addr   string
+		reason string
+	}{
+		{"10.0.0.5", "private"},
+		{"169.254.169.254", "metadata"},
+		{"127.0.0.1", "loopback"},
+		{"::ffff:127.0.0.1", "loopback"},
+	} {
+		t.Run(tc.addr, func(t *testing.T) {
+			h := newHarness(t, policy.Rules{Allow: []string{"allowed.test"}}, Config{})
+			h.to(synthetic, up.port(), Resolved{Addr: netip.MustParseAddr(tc.addr)})
+			c := h.dial()
+			io.WriteString(c, "hi\n")
+			if !closed(c) {
+				t.Fatal("not closed")
+			}
+			ev := h.lastEvent()
+			if ev.Allowed || !strings.Contains(ev.Reason, tc.reason) {
+				t.Errorf("event = %+v, want refused (%s)", ev, tc.reason)
+			}
+			if len(h.dials) != 0 {
+				t.Errorf("dialled %v", h.dials)
+			}
+		})
+	}
+	// A CIDR rule naming the address lets it through.
+	h := newHarness(t, policy.Rules{Allow: []string{"allowed.test", "127.0.0.0/8"}}, Config{})
+	h.to(synthetic, up.port(), Resolved{Addr: netip.MustParseAddr("127.0.0.1")})
+	c := h.dial()
+	io.WriteString(c, "hi\n")
+	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "echo: hi\n" {
+		t.Errorf("with a CIDR rule: %q, %v", line, err)
+	}
+}
+
+func TestServerSpeaksFirst(t *testing.T) {
+	up := newUpstream(t, func(c net.Conn) {
+		defer c.Close()
+		io.WriteString(c, "220 banner\n")
+		echo(c)
+	})
+	h := newHarness(t, policy.Rules{Allow: []string{"allowed.test"}}, Config{PeekTimeout: 50 * time.Millisecond})
+	h.to(synthetic, up.port(), loopback())
+	c := h.dial()
+	r := bufio.NewReader(c)
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if line, err := r.ReadString('\n'); err != nil || line != "220 banner\n" {
+		t.Fatalf("banner = %q, %v", line, err)
+	}
+}
+
+func TestRecheckCutsConnections(t *testing.T) {
+	up := newUpstream(t, echo)
+	h := newHarness(t, policy.Rules{Allow: []string{"allowed.test"}}, Config{})
+	h.to(synthetic, up.port(), loopback())
+	c := h.dial()
+	io.WriteString(c, "hi\n")
+	if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.p.Recheck(); n != 0 {
+		t.Errorf("Recheck with the same policy cut %d", n)
+	}
+	h.setPolicy(policy.Rules{Net: "deny-all"})
+	if n := h.p.Recheck(); n != 1 {
+		t.Errorf("Recheck cut %d, want 1", n)
+	}
+	if !closed(c) {
+		t.Errorf("connection survived the policy change")
+	}
+	out := <-h.results
+	if !strings.Contains(out.Err, "policy changed") {
+		t.Errorf("outcome error = %q", out.Err)
+	}
+}
+
+func TestIdleTimeout(t *testing.T) {
+	up := newUpstream(t, echo)
+	h := newHarness(t, policy.Rules{Allow: []string{"allowed.test"}}, Config{IdleTimeout: 200 * time.Millisecond})
+	h.to(synthetic, up.port(), loopback())
+	c := h.dial()
+	io.WriteString(c, "hi\n")
+	r := bufio.NewReader(c)
+	r.ReadString('\n')
+	// Activity keeps it open past the timeout.
+	for range 4 {
+		time.Sleep(100 * time.Millisecond)
+		io.WriteString(c, "hi\n")
+		if _, err := r.ReadString('\n'); err != nil {
+			t.Fatalf("busy connection was cut: %v", err)
+		}
+	}
+	select {
+	case out := <-h.results:
+		if !strings.Contains(out.Err, "idle") {
+			t.Errorf("outcome = %+v, want an idle timeout", out)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("idle connection was not cut")
+	}
+}
+
+func TestMaxDuration(t *testing.T) {
+	up := newUpstream(t, echo)
+	h := newHarness(t, policy.Rules{Allow: []string{"allowed.test"}}, Config{MaxDuration: 300 * time.Millisecond})
+	h.to(synthetic, up.port(), loopback())
+	c := h.dial()
+	io.WriteString(c, "hi\n")
+	if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case out := <-h.results:
+		if !strings.Contains(out.Err, "longer than") {
+			t.Errorf("outcome = %+v", out)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("connection outlived its maximum duration")
+	}
+	if !closed(c) {
+		t.Error("client side still open")
+	}
+}
+
+func TestMaxConns(t *testing.T) {
+	up := newUpstream(t, echo)
+	h := newHarness(t, policy.Rules{Allow: []string{"allowed.test"}}, Config{MaxConns: 2})
+	h.to(synthetic, up.port(), loopback())
+	var open []net.Conn
+	for range 2 {
+		c := h.dial()
+		io.WriteString(c, "hi\n")
+		if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, c)
+	}
+	c := h.dial()
+	if !closed(c) {
+		t.Error("third connection over a cap of 2 was not closed")
+	}
+	if ev := h.lastEvent(); ev.Allowed || !strings.Contains(ev.Reason, "connections at once") {
+		t.Errorf("event = %+v", ev)
+	}
+	open[0].Close()
+	time.Sleep(100 * time.Millisecond)
+	c = h.dial()
+	io.WriteString(c, "hi\n")
+	if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+		t.Errorf("after one closed, a new connection failed: %v", err)
+	}
+}
+
+func TestCloseCutsEverything(t *testing.T) {
+	up := newUpstream(t, echo)
+	h := newHarness(t, policy.Rules{Allow: []string{"allowed.test"}}, Config{})
+	h.to(synthetic, up.port(), loopback())
+	c := h.dial()
+	io.WriteString(c, "hi\n")
+	bufio.NewReader(c).ReadString('\n')
+	h.p.Close()
+	if !closed(c) {
+		t.Error("connection survived Close")
+	}
+	if _, err := net.DialTimeout("tcp", h.ln.Addr().String(), time.Second); err == nil {
+		t.Error("listener still accepts after Close")
+	}
+}
+
+func TestCheckAddr(t *testing.T) {
+	host := []netip.Addr{netip.MustParseAddr("203.0.114.9")}
+	for addr, want := range map[string]string{
+		"93.184.216.34":   "",
+		"2606:4700::1111": "",
+		"127.0.0.1":       "loopback",
+		"10.1.2.3":        "private",
+		"172.16.0.1":      "private",
+		"172.32.0.1":      "",
+		"192.168.1.1":     "private",
+		"100.64.0.1":      "CGNAT",
+		"169.254.169.254": "metadata",
+		"169.254.1.1":     "link-local",
+		"198.18.0.1":      "moat",
+		"198.19.0.5":      "moat",
+		"0.0.0.0":         "unspecified",
+		"224.0.0.1":       "multicast",
+		"255.255.255.255": "reserved",
+		"::1":             "loopback",
+		"::ffff:10.0.0.1": "private",
+		"fd00::1":         "private",
+		"fe80::1":         "link-local",
+		"fd00:ec2::254":   "metadata",
+		"203.0.114.9":     "host's own",
+		"192.0.2.1":       "documentation",
+	} {
+		got := CheckAddr(netip.MustParseAddr(addr), host)
+		if (want == "") != (got == "") || !strings.Contains(got, want) {
+			t.Errorf("CheckAddr(%s) = %q, want %q", addr, got, want)
+		}
+	}
+	if CheckAddr(netip.Addr{}, nil) == "" {
+		t.Error("the zero address passed")
+	}
+}
+
+// BenchmarkNewConnection is the proxy alone on loopback (no namespace hop): accept, peek,
+// decide, resolve, dial upstream, one round trip.
+func BenchmarkNewConnection(b *testing.B) {
+	up := newUpstream(b, echo)
+	h := newHarness(b, policy.Rules{Allow: []string{"allowed.test"}}, Config{})
+	h.to(synthetic, up.port(), loopback())
+	for b.Loop() {
+		c, err := net.Dial("tcp", h.ln.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.WriteString(c, "hi\n")
+		if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+	}
+}
