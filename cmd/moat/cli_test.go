@@ -7,12 +7,15 @@ import (
 	"errors"
 	"io"
 	"log"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -250,4 +253,131 @@ func pushTinyImage(t *testing.T, ref string) {
 	if err := remote.Write(r, img); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestCLINetwork drives the egress flags end to end: a setup phase that may reach a
+// loopback "registry", a run phase that may not, the lockfile report, the egress summary,
+// and `moat egress` / `moat policy` on the kept sandbox.
+func TestCLINetwork(t *testing.T) {
+	c := newCLI(t)
+	var mu sync.Mutex
+	var seen []string
+	ln, err := net.Listen("tcp4", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.Path)
+		mu.Unlock()
+		io.WriteString(w, `{"lockfileVersion": 3}`)
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	dir := t.TempDir()
+	hosts := filepath.Join(dir, "hosts")
+	os.WriteFile(hosts, []byte("127.0.0.2 registry.test\n"), 0o644)
+	pol := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(pol, []byte("phases:\n  setup: {allow: [registry.test]}\n  run: {net: deny-all}\n"), 0o644)
+	c.args = append(c.args, "--egress-hosts", hosts)
+
+	out, errOut, code := c.run("", "run", "--keep", "--policy", pol,
+		"--setup", "curl -sSf http://registry.test:"+port+"/pkg > package-lock.json",
+		"--", "curl -sS --max-time 5 http://registry.test:"+port+"/after || echo main-blocked")
+	if code != 0 || !strings.Contains(out, "main-blocked") {
+		t.Fatalf("run: code %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	for _, want := range []string{"setup changed lockfiles: package-lock.json (created)", "run phase: deny-all", "egress: 1 allowed", "BLOCKED", "registry.test (dns)"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	mu.Lock()
+	if strings.Join(seen, ",") != "/pkg" {
+		t.Errorf("the registry saw %v, want only /pkg", seen)
+	}
+	mu.Unlock()
+	id := ""
+	for _, line := range strings.Split(errOut, "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[1] == "sandbox" && strings.HasPrefix(f[2], "sb-") {
+			id = f[2]
+		}
+	}
+	if id == "" {
+		t.Fatalf("no sandbox id in %s", errOut)
+	}
+	defer c.run("", "rm", id)
+
+	js, _, code := c.run("", "egress", "--json", id)
+	var entries []v1.EgressEntry
+	if err := json.Unmarshal([]byte(js), &entries); err != nil || code != 0 {
+		t.Fatalf("egress --json: %v (code %d): %s", err, code, js)
+	}
+	var phases []string
+	for _, e := range entries {
+		phases = append(phases, e.Phase+"/"+e.Proto+"/"+strconv.FormatBool(e.Allowed))
+	}
+	if got := strings.Join(phases, " "); !strings.Contains(got, "setup/tcp/true") || !strings.Contains(got, "run/dns/false") {
+		t.Errorf("egress log phases: %s", got)
+	}
+	if out, _, _ := c.run("", "egress", "--blocked", id); !strings.Contains(out, "BLOCKED") || strings.Contains(out, "allowed ") {
+		t.Errorf("egress --blocked:\n%s", out)
+	}
+	if out, _, _ := c.run("", "policy", "show", id); !strings.Contains(out, "* run: deny-all") || !strings.Contains(out, "  setup: allow registry.test") {
+		t.Errorf("policy show:\n%s", out)
+	}
+	if out, errOut, code := c.run("", "policy", "set", id, "--phase", "setup"); code != 0 || !strings.Contains(out, "phase setup") {
+		t.Errorf("policy set --phase setup: %d %s %s", code, out, errOut)
+	}
+	if out, _, code := c.run("", "exec", id, "--", "curl -sSf http://registry.test:"+port+"/again"); code != 0 || !strings.Contains(out, "lockfileVersion") {
+		t.Errorf("after switching back to setup: %d %s", code, out)
+	}
+
+	for _, tc := range []struct {
+		args   []string
+		errHas string
+	}{
+		{[]string{"run", "--net", "bogus", "--", "true"}, "--net"},
+		{[]string{"run", "--policy", pol, "--allow", "x.test", "--", "true"}, "cannot be combined"},
+		{[]string{"run", "--allow", "https://x.test/", "--", "true"}, "https://x.test/"},
+		{[]string{"run", "--net", "deny-all", "--allow", "x.test", "--", "true"}, "deny-all"},
+		{[]string{"policy", "set", id, "--phase", "nope"}, "no phase"},
+		{[]string{"policy", "set", id}, "give a policy"},
+	} {
+		if _, errOut, code := c.run("", tc.args...); code == 0 || !strings.Contains(errOut, tc.errHas) {
+			t.Errorf("moat %v: code %d, stderr %q; want an error naming %q", tc.args, code, errOut, tc.errHas)
+		}
+	}
+}
+
+func TestParseChecksums(t *testing.T) {
+	sum := strings.Repeat("ab", 32)
+	got := parseChecksums([]byte(sum + "  ./go.sum\n" + sum + " *./a b/yarn.lock\n\\" + sum + "  ./we\\nird/Cargo.lock\nnot a line\n" + "zz" + sum[2:] + "  x\n"))
+	want := map[string]string{"go.sum": sum, "a b/yarn.lock": sum, "we\nird/Cargo.lock": sum}
+	if len(got) != len(want) {
+		t.Fatalf("got %v", got)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%q = %q", k, got[k])
+		}
+	}
+	before := map[string]string{"go.sum": "1", "yarn.lock": "2", "gone.lock": "3"}
+	after := map[string]string{"go.sum": "1", "yarn.lock": "9", "Cargo.lock": "4"}
+	if d := strings.Join(diffChecksums(before, after), ", "); d != "Cargo.lock (created), gone.lock (deleted), yarn.lock (modified)" {
+		t.Errorf("diff = %s", d)
+	}
+}
+
+func FuzzParseChecksums(f *testing.F) {
+	f.Add([]byte(strings.Repeat("0", 64) + "  ./go.sum\n"))
+	f.Add([]byte("\\" + strings.Repeat("f", 64) + "  a\\\\b\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for path, sum := range parseChecksums(b) {
+			if len(sum) != 64 || strings.HasPrefix(path, "./") && path != "./" {
+				t.Fatalf("bad entry %q → %q", path, sum)
+			}
+		}
+	})
 }

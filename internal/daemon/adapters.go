@@ -11,8 +11,11 @@ import (
 	"github.com/moatdev/moat/internal/store"
 )
 
-// events adapts the store's event log to the API.
-type events struct{ st *store.Store }
+// events adapts the store's event and egress logs to the API.
+type events struct {
+	st *store.Store
+	eg *egress.Manager
+}
 
 func (e events) Events(ctx context.Context, id string) ([]v1.Event, error) {
 	if _, err := e.st.Get(ctx, id); err != nil {
@@ -30,6 +33,7 @@ func (e events) Events(ctx context.Context, id string) ([]v1.Event, error) {
 }
 
 func (e events) Egress(ctx context.Context, id string, after int64, limit int) ([]v1.EgressEntry, error) {
+	e.eg.Flush() // what the proxy recorded before this call is in the answer
 	list, err := e.st.Egress(ctx, id, after, limit)
 	if err != nil {
 		return nil, err

@@ -218,7 +218,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 
-	d.api = apiserver.New(d.Manager, templates{stor}, events{st}, apiKeys{st}, func(ctx context.Context) any {
+	d.api = apiserver.New(d.Manager, templates{stor}, events{st, d.Egress}, apiKeys{st}, func(ctx context.Context) any {
 		return doctor.Run(ctx, ProbeRuntime)
 	}, d.log.With("component", "api"))
 	return d, nil

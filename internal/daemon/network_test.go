@@ -63,12 +63,12 @@ func (l *netLog) contains(s string) bool {
 
 // internet is the fake outside world of one test.
 type internet struct {
-	log                          *netLog
-	httpPort, tlsPort, echoPort  int
-	deniedPort                   int
-	dnsAddr                      string
-	hostsFile                    string
-	hostListener                 net.Listener // on every host address: must never be reached
+	log                         *netLog
+	httpPort, tlsPort, echoPort int
+	deniedPort                  int
+	dnsAddr                     string
+	hostsFile                   string
+	hostListener                net.Listener // on every host address: must never be reached
 }
 
 func newInternet(t *testing.T) *internet {
@@ -440,9 +440,19 @@ for n in ["c2VjcmV0.exfil.denied.test", "evil.example"]:
 	})
 
 	e.run("phase switch cuts open connections", func(t *testing.T, e *env) {
-		// A background reader holds a connection open and reports when it is cut.
-		e.mustSh(sb.ID, fmt.Sprintf(`(exec 3<>/dev/tcp/allowed.test/%d; echo hold >&3; while read -r l <&3; do echo "$l"; done; echo CUT) > /tmp/hold.log 2>&1 &
-for i in $(seq 50); do grep -q "echo: hold" /tmp/hold.log && exit 0; sleep 0.1; done; cat /tmp/hold.log; exit 1`, in.echoPort))
+		// A background reader holds a connection open and reports when it is cut. (It
+		// polls before reading: gVisor's host-network sockets answer a plain blocking
+		// read with EAGAIN once idle, which would end a bash read loop by itself.)
+		holder := fmt.Sprintf(`import socket
+s = socket.create_connection(("allowed.test", %d)); s.settimeout(60)
+s.sendall(b"hold\n"); print(s.recv(100).decode().strip(), flush=True)
+while True:
+    try:
+        if not s.recv(100): break
+    except OSError: break
+print("CUT", flush=True)`, in.echoPort)
+		e.mustSh(sb.ID, "cat > /tmp/hold.py <<'EOF'\n"+holder+"\nEOF\n"+`setsid python3 /tmp/hold.py > /tmp/hold.log 2>&1 < /dev/null &
+for i in $(seq 50); do grep -q "echo: hold" /tmp/hold.log && exit 0; sleep 0.1; done; cat /tmp/hold.log; exit 1`)
 		res, err := e.c.SetPolicy(context.Background(), sb.ID, v1.SetPolicyRequest{Phase: "closed"})
 		if err != nil {
 			t.Fatal(err)

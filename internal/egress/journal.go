@@ -14,10 +14,10 @@ type journal struct {
 	store Journal
 	log   *slog.Logger
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	ops     []op
-	pending int // ops taken but not yet written
+	mu       sync.Mutex
+	cond     *sync.Cond
+	ops      []op
+	pending  int // ops taken but not yet written
 	closed   bool
 	flushing bool // a flush waits: write without gathering
 	done     chan struct{}

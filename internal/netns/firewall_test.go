@@ -2,8 +2,8 @@ package netns
 
 import (
 	"net"
-	"os"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 

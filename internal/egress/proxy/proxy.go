@@ -453,7 +453,7 @@ func newActivity() *activity {
 	return a
 }
 
-func (a *activity) touch()              { a.ns.Store(time.Now().UnixNano()) }
+func (a *activity) touch()               { a.ns.Store(time.Now().UnixNano()) }
 func (a *activity) since() time.Duration { return time.Duration(time.Now().UnixNano() - a.ns.Load()) }
 
 // copy moves bytes from src to dst until EOF or an error, then half-closes dst. Between
