@@ -72,14 +72,34 @@ echo "who am I inside: $(id)"
 echo "uid map (inside 0 is an unprivileged host uid):"; cat /proc/self/uid_map
 grep -c . /etc/passwd | sed "s/^/users in \/etc\/passwd: /"
 grep Seccomp: /proc/self/status
-echo "routes (no default route: nothing leaves):"; ip route 2>&1
+echo "routes (the only one leads to the moat gateway, which forwards nothing):"; ip route 2>&1
 echo "processes visible:"; ps -e --no-headers | wc -l'
 
 echo "even root inside sees none of the host's /root, /home or /var/lib/moat:"
 "$MOAT" run --user root --memory 256M --disk 128M -- 'echo "  /root holds only skeleton files: $(ls -A /root | tr "\n" " ")"; echo "  /home: $(ls /home)"; ls -d /var/lib/moat 2>&1 | sed "s/^/  /"'
 
-say "4. The same on gVisor: a separate user-space kernel"
+say "4. The network: nothing leaves unless the policy allows it"
+# A stand-in package registry on this machine's loopback, named through --egress-hosts.
+mkdir -p "$work/registry"
+echo '{"name": "wordcount", "lockfileVersion": 3}' >"$work/registry/index.json"
+python3 -m http.server --bind 127.0.0.2 18765 --directory "$work/registry" >/dev/null 2>&1 &
+registry=$!
+trap 'kill $registry 2>/dev/null; rm -rf "$work"' EXIT
+echo "127.0.0.2 registry.demo.test" >"$work/hosts"
+cat >"$work/policy.yaml" <<'YAML'
+phases:
+  setup: {allow: [registry.demo.test]}   # dependencies come in during setup...
+  run: {net: deny-all}                   # ...and the task itself runs closed
+YAML
+sleep 0.3
+"$MOAT" --egress-hosts "$work/hosts" run --policy "$work/policy.yaml" --memory 256M --disk 128M \
+  --setup 'curl -sSf http://registry.demo.test:18765/index.json -o package-lock.json && echo "setup: fetched package-lock.json"' -- '
+curl -sS --max-time 5 http://registry.demo.test:18765/index.json || echo "run phase: the registry is closed now"
+curl -sS --max-time 5 https://example.com/ || echo "example.com: blocked (moat never resolved or contacted it)"
+python3 -c "import socket; s = socket.create_connection((\"192.0.2.1\", 443), timeout=3); s.sendall(b\"x\"); s.recv(1)" 2>&1 | tail -n 1 | sed "s/^/direct IP 192.0.2.1: /"' || true
+
+say "5. The same on gVisor: a separate user-space kernel"
 "$MOAT" run --runtime runsc --memory 256M --disk 128M -- 'echo "kernel inside: $(uname -r) (host: '"$(uname -r)"')"; python3 -c "print(sum(range(10**6)))"'
 
-say "Done: five sandboxes ran, each deleted afterwards"
+say "Done: six sandboxes ran, each deleted afterwards"
 "$MOAT" ls

@@ -245,6 +245,7 @@ func (p *Proxy) handle(client net.Conn) {
 	}
 	if !ev.Allowed {
 		p.cfg.Record(ev)
+		reset(client)
 		return
 	}
 	c := &conn{client: client, target: req, cancel: cancel}
@@ -493,6 +494,14 @@ func (p *Proxy) copy(dst, src net.Conn, act *activity) (int64, error) {
 }
 
 const copyChunk = 1 << 20
+
+// reset makes the coming Close send a TCP reset: the sandbox's client sees "connection
+// reset" at once instead of an orderly end of a conversation that never happened.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+}
 
 func closeWrite(c net.Conn) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
