@@ -516,3 +516,35 @@ func TestEgressDefaultDenyAndAllowAll(t *testing.T) {
 		}
 	}
 }
+
+// TestEgressWarmPoolAndRestart: a warm sandbox handed over with a policy gets that policy
+// at once, and a daemon restart serves every running sandbox's boundary again with its
+// stored policy and phase (while the daemon is down, nothing gets out).
+func TestEgressWarmPoolAndRestart(t *testing.T) {
+	in := newInternet(t)
+	configure := func(c *daemon.Config) { in.configure(c); c.Warm = map[string]int{"runc": 1} }
+	e := newEnvWith(t, configure)
+	testutil.WaitFor(t, 60*time.Second, "the warm pool to fill", func() bool { return len(e.warmIDs()) == 1 })
+	warm := e.warmIDs()[0]
+	sb := e.create(v1.CreateSandboxRequest{DiskBytes: 10 << 30, MemoryBytes: 2 << 30, Policy: &v1.Policy{
+		Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"allowed.test"}}},
+	}})
+	if sb.ID != warm {
+		t.Fatalf("create did not claim the warm sandbox %s (got %s)", warm, sb.ID)
+	}
+	get := func(path string) result {
+		return e.sh(sb.ID, "", fmt.Sprintf("curl -sS --max-time 5 http://allowed.test:%d%s", in.httpPort, path))
+	}
+	if r := get("/claimed"); r.code != 0 || !in.log.contains("path=/claimed") {
+		t.Fatalf("claimed warm sandbox cannot reach allowed.test: %+v", r)
+	}
+
+	e.stop()
+	e.start(filepath.Join(testutil.Binaries(t), "moat-init"), configure)
+	if r := get("/restarted"); r.code != 0 || !in.log.contains("path=/restarted") {
+		t.Errorf("after a daemon restart: %+v", r)
+	}
+	if r := e.sh(sb.ID, "", fmt.Sprintf("curl -sS --max-time 5 http://denied.test:%d/", in.deniedPort)); r.code == 0 {
+		t.Errorf("after a restart a denied name is reachable")
+	}
+}

@@ -15,6 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moatdev/moat/internal/netns"
+
 	"github.com/moatdev/moat/internal/linux"
 )
 
@@ -90,9 +92,13 @@ func kernelChecks() []Check {
 
 	out = append(out, idmapCheck())
 
-	_, nftErr := os.Stat("/sys/module/nf_tables")
-	out = append(out, Check{Name: "nftables", OK: nftErr == nil || strings.Contains(string(mustRead("/proc/net/protocols")), "NETLINK"),
-		Detail: "used by the egress boundary", Fix: "modprobe nf_tables; apt-get install nftables"})
+	fwDetail := "the gateway firewall (nf_tables: NAT redirect, conntrack) installs in a test namespace"
+	fwErr := netns.ProbeFirewall(os.TempDir())
+	if fwErr != nil {
+		fwDetail = "cannot install the gateway firewall: " + fwErr.Error()
+	}
+	out = append(out, Check{Name: "nftables", OK: fwErr == nil, Detail: fwDetail,
+		Fix: "a kernel with nf_tables, nft_nat, nft_redir and nf_conntrack (modprobe nf_tables nft_redir); without it no sandbox can start"})
 
 	out = append(out, cgroupCheck()...)
 

@@ -4,10 +4,13 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/moatdev/moat/internal/linux"
 )
 
 // The egress listeners in G. The daemon creates them (Listen, ListenPacket) and serves
@@ -168,3 +171,25 @@ func ctEstablished() []expr.Any {
 func accept() []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}} }
 
 func be16(p uint16) []byte { return binary.BigEndian.AppendUint16(nil, p) }
+
+// ProbeFirewall installs the gateway firewall in a throwaway network namespace and reads
+// it back: it reports whether this kernel can enforce the egress boundary (nf_tables with
+// NAT, redirect and conntrack). `moat doctor` runs it.
+func ProbeFirewall(tmpDir string) error {
+	path := filepath.Join(tmpDir, fmt.Sprintf("moat-firewall-probe-%d", os.Getpid()))
+	err := linux.CreateNetNS(path, func() error {
+		g, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			return err
+		}
+		defer g.Close()
+		if err := installFirewall(g); err != nil {
+			return err
+		}
+		return checkFirewall(g)
+	})
+	if err == nil {
+		err = linux.UnmountFile(path)
+	}
+	return err
+}

@@ -151,3 +151,10 @@ func mustOpen(t *testing.T, path string) *os.File {
 	t.Cleanup(func() { f.Close() })
 	return f
 }
+
+func TestProbeFirewall(t *testing.T) {
+	requireRoot(t)
+	if err := ProbeFirewall(t.TempDir()); err != nil {
+		t.Fatalf("ProbeFirewall: %v", err)
+	}
+}
