@@ -45,6 +45,7 @@ test-short: build
 
 bench: build
 	$(BIN)/moat bench
+	go test -run '^$$' -bench 'BenchmarkEgress' -benchtime 3000x ./internal/egress/
 
 fuzz: deps
 	./scripts/fuzz.sh
