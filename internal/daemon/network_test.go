@@ -285,6 +285,30 @@ func networkBoundary(t *testing.T, e *env, in *internet, rt string) {
 		}
 	})
 
+	e.run("egress log follow", func(t *testing.T, e *env) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		before, err := e.c.Egress(ctx, sb.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := before[len(before)-1].Seq
+		got := make(chan v1.EgressEntry, 100)
+		go e.c.FollowEgress(ctx, sb.ID, 0, func(x v1.EgressEntry) error { got <- x; return nil })
+		curl(fmt.Sprintf("http://allowed.test:%d/followed", in.httpPort))
+		for {
+			select {
+			case x := <-got:
+				// The entry arrives open or finished; a finished one has its bytes.
+				if x.Proto == "tcp" && x.Allowed && x.Port == in.httpPort && !x.Open && x.BytesDown > 0 && x.Seq > last {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatal("follow did not deliver the finished connection")
+			}
+		}
+	})
+
 	e.run("allowed HTTPS passthrough", func(t *testing.T, e *env) {
 		r := curl(fmt.Sprintf("-k https://allowed.test:%d/tls", in.tlsPort))
 		if r.code != 0 || !strings.Contains(r.stdout, "hello over tls") {
