@@ -517,6 +517,14 @@ func TestEgressDefaultDenyAndAllowAll(t *testing.T) {
 	if r := e.sh(def.ID, "", fmt.Sprintf("curl -sS --max-time 5 http://allowed.test:%d/", in.httpPort)); r.code == 0 {
 		t.Errorf("default sandbox reached allowed.test: %+v", r)
 	}
+	// A policy without a phase starts in "setup" when it has one.
+	phased := e.create(v1.CreateSandboxRequest{Policy: &v1.Policy{Phases: map[string]v1.PolicyRules{"setup": {Allow: []string{"registries"}}, "run": {}}}})
+	if phased.Policy.Phase != "setup" {
+		t.Errorf("initial phase = %q, want setup", phased.Policy.Phase)
+	}
+	if _, err := e.c.Create(context.Background(), v1.CreateSandboxRequest{Policy: &v1.Policy{Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"https://x.test/"}}}}}); err == nil || !strings.Contains(err.Error(), "https://x.test/") {
+		t.Errorf("a bad rule: %v", err)
+	}
 	open := e.create(v1.CreateSandboxRequest{Policy: &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Net: "allow-all"}}}})
 	if r := e.sh(open.ID, "", fmt.Sprintf("curl -sS --max-time 5 http://allowed.test:%d/open", in.httpPort)); r.code != 0 {
 		t.Errorf("allow-all sandbox could not reach allowed.test: %+v", r)

@@ -174,9 +174,14 @@ func (m *Manager) validate(opts *CreateOptions) error {
 		return fmt.Errorf("timeout %s is negative: %w", opts.Timeout, errdefs.ErrInvalidArgument)
 	}
 	if opts.Policy != nil {
-		if err := opts.Policy.Validate(); err != nil {
+		spec, err := opts.Policy.WithDefaultPhase()
+		if err == nil {
+			err = spec.Validate()
+		}
+		if err != nil {
 			return fmt.Errorf("egress policy: %w: %w", err, errdefs.ErrInvalidArgument)
 		}
+		opts.Policy = &spec
 	}
 	l := &opts.Limits
 	d := m.cfg.DefaultLimits
@@ -878,6 +883,14 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, u PolicyUpdate) (*Sa
 	spec := sb.EgressPolicy()
 	if u.Spec != nil {
 		spec = *u.Spec
+		if spec.Phase == "" && u.Phase == "" {
+			// A new policy without a phase keeps the current phase if it has it.
+			if _, ok := spec.Phases[sb.EgressPolicy().Phase]; ok {
+				spec.Phase = sb.EgressPolicy().Phase
+			} else if spec, err = spec.WithDefaultPhase(); err != nil {
+				return nil, 0, fmt.Errorf("egress policy: %w: %w", err, errdefs.ErrInvalidArgument)
+			}
+		}
 	}
 	if u.Phase != "" {
 		if _, ok := spec.Phases[u.Phase]; !ok {

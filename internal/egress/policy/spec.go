@@ -237,3 +237,17 @@ func yamlError(err error) error {
 	}
 	return invalidf("%s", strings.Join(msgs, "; "))
 }
+
+// WithDefaultPhase returns s with Phase filled in when it is empty, as a policy file
+// without "phase" starts: "setup" if there is one, else "run", else the only phase.
+func (s Spec) WithDefaultPhase() (Spec, error) {
+	if s.Phase != "" {
+		return s, nil
+	}
+	p, err := initialPhase(s.Phases)
+	if err != nil {
+		return s, err
+	}
+	s.Phase = p
+	return s, nil
+}
