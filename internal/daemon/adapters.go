@@ -6,7 +6,6 @@ import (
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/egress"
-	"github.com/moatdev/moat/internal/netns"
 	"github.com/moatdev/moat/internal/storage"
 	"github.com/moatdev/moat/internal/store"
 )
@@ -108,15 +107,4 @@ func (t templates) Import(ctx context.Context, req v1.TemplateRequest, progress 
 func (t templates) Pull(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error) {
 	ti, err := t.s.Pull(ctx, req.Name, req.Ref, progress, storage.PullOptions{Insecure: req.Insecure})
 	return toAPITemplate(ti), err
-}
-
-// listener opens egress listeners in sandboxes' gateway namespaces.
-type listener struct{ n *netns.Manager }
-
-func (l listener) Listen(id string) (egress.Listeners, error) {
-	ls, err := l.n.Listen(id)
-	if err != nil {
-		return egress.Listeners{}, err
-	}
-	return egress.Listeners{Proxy: ls.Proxy, DNSTCP: ls.DNSTCP, DNSUDP: ls.DNSUDP}, nil
 }

@@ -167,7 +167,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		}
 	}
 	d.Egress = egress.New(egress.Config{
-		Listener:    listener{net},
+		Listener:    net,
 		Journal:     st,
 		Resolver:    egress.NewResolver(cfg.EgressHosts, cfg.EgressDNS),
 		Log:         d.log.With("component", "egress"),

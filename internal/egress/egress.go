@@ -20,23 +20,17 @@ import (
 	"github.com/moatdev/moat/internal/egress/proxy"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/linux"
+	"github.com/moatdev/moat/internal/netns"
 )
 
 // SyntheticPrefix is where moat's DNS takes the addresses it hands out for allowed names.
 // Each sandbox has its own table (the addresses only mean something inside its gateway).
 var SyntheticPrefix = netip.MustParsePrefix("198.19.0.0/16")
 
-// Listeners are a sandbox's egress sockets in its gateway namespace.
-type Listeners struct {
-	Proxy  net.Listener
-	DNSTCP net.Listener
-	DNSUDP net.PacketConn
-}
-
-// Listener opens a sandbox's egress listeners. Implemented by an adapter over
+// Listener opens a sandbox's egress listeners in its gateway namespace. Implemented by
 // *netns.Manager.
 type Listener interface {
-	Listen(id string) (Listeners, error)
+	Listen(id string) (*netns.Listeners, error)
 }
 
 // Journal stores egress log entries. Implemented by *store.Store.
@@ -111,7 +105,7 @@ type boundary struct {
 	table *dns.Table
 	proxy *proxy.Proxy
 	dns   *dns.Server
-	ls    Listeners
+	ls    *netns.Listeners
 	wg    sync.WaitGroup
 
 	mu     sync.RWMutex
@@ -148,7 +142,7 @@ func (m *Manager) Attach(id string, spec policy.Spec) error {
 	}
 	table, err := dns.NewTable(SyntheticPrefix)
 	if err != nil {
-		closeListeners(ls)
+		ls.Close()
 		return err
 	}
 	b := &boundary{id: id, table: table, ls: ls, spec: spec, comp: comp, phase: spec.Phase, pol: pol, dnsLog: map[string]bool{}}
@@ -188,7 +182,7 @@ func (m *Manager) Attach(id string, spec policy.Spec) error {
 	m.mu.Lock()
 	if _, ok := m.bs[id]; ok {
 		m.mu.Unlock()
-		closeListeners(ls)
+		ls.Close()
 		return fmt.Errorf("egress of sandbox %s attached twice at once: %w", id, errdefs.ErrConflict)
 	}
 	m.bs[id] = b
@@ -246,7 +240,7 @@ func (m *Manager) Detach(id string) {
 	}
 	b.proxy.Close()
 	b.dns.Close()
-	closeListeners(b.ls)
+	b.ls.Close()
 	b.wg.Wait()
 	m.log.Debug("egress detached", "sandbox", id)
 }
@@ -278,18 +272,6 @@ func compile(spec policy.Spec) (*policy.Compiled, *policy.Policy, error) {
 		return nil, nil, fmt.Errorf("policy has no phase %q: %w", spec.Phase, errdefs.ErrInvalidArgument)
 	}
 	return comp, pol, nil
-}
-
-func closeListeners(ls Listeners) {
-	if ls.Proxy != nil {
-		ls.Proxy.Close()
-	}
-	if ls.DNSTCP != nil {
-		ls.DNSTCP.Close()
-	}
-	if ls.DNSUDP != nil {
-		ls.DNSUDP.Close()
-	}
 }
 
 func dial(ctx context.Context, a netip.AddrPort) (net.Conn, error) {

@@ -34,16 +34,6 @@ type rig struct {
 	net *netns.Manager
 }
 
-type listener struct{ n *netns.Manager }
-
-func (l listener) Listen(id string) (egress.Listeners, error) {
-	ls, err := l.n.Listen(id)
-	if err != nil {
-		return egress.Listeners{}, err
-	}
-	return egress.Listeners{Proxy: ls.Proxy, DNSTCP: ls.DNSTCP, DNSUDP: ls.DNSUDP}, nil
-}
-
 func newRig(tb testing.TB, hosts egress.Hosts, spec policy.Spec) *rig {
 	tb.Helper()
 	if os.Geteuid() != 0 {
@@ -65,7 +55,7 @@ func newRig(tb testing.TB, hosts egress.Hosts, spec policy.Spec) *rig {
 	if r.s, err = linux.OpenNetNS(sPath); err != nil {
 		tb.Fatal(err)
 	}
-	r.m = egress.New(egress.Config{Listener: listener{r.net}, Journal: st, Resolver: egress.NewResolver(hosts, "")})
+	r.m = egress.New(egress.Config{Listener: r.net, Journal: st, Resolver: egress.NewResolver(hosts, "")})
 	if err := r.m.Attach(r.id, spec); err != nil {
 		tb.Fatal(err)
 	}
