@@ -211,11 +211,14 @@ func (p *proc) finish(t *processTable, log *slog.Logger) {
 }
 
 // endEvent describes a wait status the way Go's os.ProcessState does, which
-// is what E2B's envd reports.
+// is what E2B's envd reports. A process that did not exit with 0 also gets
+// the status as its error (envd sets the error of exec's Wait): the E2B SDK
+// shows it as CommandExitError's message.
 func endEvent(ws syscall.WaitStatus) *pb.ProcessEvent_EndEvent {
+	var end *pb.ProcessEvent_EndEvent
 	switch {
 	case ws.Exited():
-		return &pb.ProcessEvent_EndEvent{
+		end = &pb.ProcessEvent_EndEvent{
 			ExitCode: int32(ws.ExitStatus()),
 			Exited:   true,
 			Status:   fmt.Sprintf("exit status %d", ws.ExitStatus()),
@@ -225,10 +228,14 @@ func endEvent(ws syscall.WaitStatus) *pb.ProcessEvent_EndEvent {
 		if ws.CoreDump() {
 			status += " (core dumped)"
 		}
-		return &pb.ProcessEvent_EndEvent{ExitCode: -1, Status: status}
+		end = &pb.ProcessEvent_EndEvent{ExitCode: -1, Status: status}
 	default:
-		return &pb.ProcessEvent_EndEvent{ExitCode: -1, Status: fmt.Sprintf("wait status %#x", int(ws))}
+		end = &pb.ProcessEvent_EndEvent{ExitCode: -1, Status: fmt.Sprintf("wait status %#x", int(ws))}
 	}
+	if end.ExitCode != 0 {
+		end.Error = &end.Status
+	}
+	return end
 }
 
 // input returns the file input goes to: stdin, or the terminal when toPTY.
