@@ -525,11 +525,14 @@ host files. A relative path inside is relative to the user's home.`,
 func (a *app) serveCmd() *cobra.Command {
 	var listen string
 	var warm, warmRunsc int
+	var e2bTemplates []string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the moat daemon",
 		Long: `serve runs the daemon: SQLite state under --data, the API on --socket (mode 0600) and,
-with --listen ADDR, on TCP for clients with an API key (moat apikey create).`,
+with --listen ADDR, on TCP for clients with an API key (moat apikey create). The TCP listener
+also serves the E2B-compatible API: point an E2B SDK program at it with
+E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if a.logLevel == "warn" {
@@ -540,6 +543,16 @@ with --listen ADDR, on TCP for clients with an API key (moat apikey create).`,
 				return err
 			}
 			cfg.Listen, cfg.Warm = listen, map[string]int{"runc": warm, "runsc": warmRunsc}
+			if len(e2bTemplates) > 0 {
+				cfg.E2BTemplates = map[string]string{}
+				for _, kv := range e2bTemplates {
+					alias, tmpl, ok := strings.Cut(kv, "=")
+					if !ok || alias == "" || tmpl == "" {
+						return fmt.Errorf("--e2b-template %q: want E2B_NAME=MOAT_TEMPLATE, e.g. base=debian", kv)
+					}
+					cfg.E2BTemplates[alias] = tmpl
+				}
+			}
 			d, err := daemon.New(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -551,6 +564,7 @@ with --listen ADDR, on TCP for clients with an API key (moat apikey create).`,
 	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this TCP address (API keys required)")
 	cmd.Flags().IntVar(&warm, "warm", 2, "default runc sandboxes (host template, default disk) kept started for fast creates; 0: none")
 	cmd.Flags().IntVar(&warmRunsc, "warm-runsc", 0, "the same for runsc (serves creates with default limits only)")
+	cmd.Flags().StringArrayVar(&e2bTemplates, "e2b-template", nil, "map an E2B template name to a moat template, NAME=TEMPLATE (repeatable; default base=debian)")
 	return cmd
 }
 

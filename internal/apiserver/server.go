@@ -37,6 +37,10 @@ type Sandboxes interface {
 	Check(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	// SetPolicy changes the egress policy or phase; it returns the connections cut.
 	SetPolicy(ctx context.Context, id string, u sandbox.PolicyUpdate) (*sandbox.Sandbox, int, error)
+	// SetTimeout moves the sandbox's deadline to d from now (d ≤ 0: none).
+	SetTimeout(ctx context.Context, id string, d time.Duration) (*sandbox.Sandbox, error)
+	// Metrics samples a running sandbox's CPU, memory and drive use.
+	Metrics(ctx context.Context, id string) (sandbox.Metric, error)
 	EnvdTransport() http.RoundTripper
 }
 
@@ -75,14 +79,29 @@ type Server struct {
 	events    Events
 	keys      APIKeys
 	doctor    func(ctx context.Context) any
+	e2b       E2BConfig
+	builds    builds
 	log       *slog.Logger
 	mux       *http.ServeMux
 	proxy     *httputil.ReverseProxy
 }
 
-// New builds the route table.
-func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, doctor func(context.Context) any, log *slog.Logger) *Server {
-	s := &Server{sandboxes: sb, templates: tpl, events: ev, keys: keys, doctor: doctor, log: log, mux: http.NewServeMux()}
+// route is one entry of the route table.
+type route struct {
+	pattern string
+	h       http.HandlerFunc
+}
+
+// New builds the route table: moat's native API under /v1/, the E2B-compatible control
+// plane beside it (e2b.go).
+func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, doctor func(context.Context) any, e2b E2BConfig, log *slog.Logger) *Server {
+	if e2b.Templates == nil {
+		e2b.Templates = DefaultE2BTemplates
+	}
+	if e2b.DefaultTimeout == 0 {
+		e2b.DefaultTimeout = 300 * time.Second
+	}
+	s := &Server{sandboxes: sb, templates: tpl, events: ev, keys: keys, doctor: doctor, e2b: e2b, log: log, mux: http.NewServeMux()}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:       s.rewriteEnvd,
 		Transport:     sb.EnvdTransport(),
@@ -95,6 +114,10 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, doctor func(conte
 			}
 			dest := r.Context().Value(envdTarget{}).(envdDest)
 			s.log.Warn("envd forward failed", "sandbox", dest.id, "path", dest.rest, "err", err)
+			if dest.e2b {
+				writeGone(w, dest.id, "the sandbox is not reachable")
+				return
+			}
 			if sb, cerr := s.sandboxes.Check(context.WithoutCancel(r.Context()), dest.id); cerr == nil && sb.State != sandbox.StateRunning {
 				writeError(w, fmt.Errorf("sandbox %s is %s: %s: %w", sb.ID, sb.State, sb.Error, errdefs.ErrConflict))
 				return
@@ -103,10 +126,7 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, doctor func(conte
 		},
 	}
 	// The one route table.
-	routes := []struct {
-		pattern string
-		h       http.HandlerFunc
-	}{
+	routes := []route{
 		{"GET /v1/health", s.health},
 		{"POST /v1/sandboxes", s.create},
 		{"GET /v1/sandboxes", s.list},
@@ -129,30 +149,53 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, doctor func(conte
 		{"GET /v1/apikeys", s.listKeys},
 		{"DELETE /v1/apikeys/{id}", s.deleteKey},
 	}
+	routes = append(routes, s.e2bRoutes()...)
+	routes = append(routes, route{"GET /health", s.health})
 	for _, r := range routes {
 		s.mux.HandleFunc(r.pattern, r.h)
 	}
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("no route for %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound))
+	})
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeE2BError(w, fmt.Errorf("moat does not implement %s %s (native API: /v1/; E2B: see the README): %w", r.Method, r.URL.Path, errdefs.ErrNotImplemented))
 	})
 	return s
 }
 
 // Handler returns the API with the authentication gate: when auth is nil (the unix
-// socket) every request passes; otherwise `Authorization: Bearer <key>` must hold a valid
-// API key.
+// socket) every request passes; otherwise an API key must be given, as
+// `Authorization: Bearer <key>` (native clients) or `X-API-KEY: <key>` (E2B SDKs). Requests
+// for a sandbox's envd (E2B's E2b-Sandbox-Id header, or a signed /files URL) need no API
+// key: moat-init checks their access token or signature itself. GET /health is open.
 func (s *Server) Handler(auth Authenticator) http.Handler {
-	if auth == nil {
-		return s.mux
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(e2bSandboxHeader) != "" {
+			s.e2bGateway(w, r)
+			return
+		}
+		if r.URL.Path == "/files" && r.URL.Query().Get("signature") != "" {
+			s.e2bSignedFiles(w, r)
+			return
+		}
+		if auth == nil || r.Method == http.MethodGet && r.URL.Path == "/health" {
+			s.mux.ServeHTTP(w, r)
+			return
+		}
+		fail := writeError
+		if !strings.HasPrefix(r.URL.Path, "/v1/") {
+			fail = func(w http.ResponseWriter, err error) { writeE2BError(w, err) }
+		}
 		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || key == "" {
-			writeError(w, fmt.Errorf("an API key is required (Authorization: Bearer <key>): %w", errdefs.ErrUnauthenticated))
+		if !ok {
+			key = r.Header.Get("X-API-KEY")
+		}
+		if key == "" {
+			fail(w, fmt.Errorf("an API key is required (Authorization: Bearer <key>, or X-API-KEY): %w", errdefs.ErrUnauthenticated))
 			return
 		}
 		if err := auth.CheckAPIKey(r.Context(), key); err != nil {
-			writeError(w, err)
+			fail(w, err)
 			return
 		}
 		if strings.HasPrefix(r.URL.Path, "/v1/apikeys") {
@@ -244,6 +287,9 @@ type envdTarget struct{}
 
 type envdDest struct {
 	id, token, rest string
+	// e2b: an E2B client's request through the gateway. It brings its own access token
+	// and envd user header, and its errors are E2B-shaped.
+	e2b bool
 }
 
 // envd forwards /v1/sandboxes/{id}/envd/<rest> to the sandbox's moat-init, adding the
@@ -258,7 +304,15 @@ func (s *Server) envd(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("sandbox %s is %s, not running: %w", sb.ID, sb.State, errdefs.ErrConflict))
 		return
 	}
-	dest := envdDest{id: sb.ID, token: sb.AccessToken, rest: "/" + r.PathValue("rest")}
+	s.forward(w, r, envdDest{id: sb.ID, token: sb.AccessToken, rest: "/" + r.PathValue("rest")})
+}
+
+// forward sends r to the moat-init of dest.id.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, dest envdDest) {
+	fail := writeError
+	if dest.e2b {
+		fail = func(w http.ResponseWriter, err error) { writeE2BError(w, err) }
+	}
 	if dest.rest != "/files" {
 		// An RPC request is one message: read it whole, so the upstream request has a
 		// fixed length and is written completely before its response streams back. (A
@@ -266,11 +320,11 @@ func (s *Server) envd(w http.ResponseWriter, r *http.Request) {
 		// the upstream connection that the next request of a kept-alive client reuses.)
 		body, err := io.ReadAll(io.LimitReader(r.Body, maxRPCBytes+1))
 		if err != nil {
-			writeError(w, fmt.Errorf("reading request: %v: %w", err, errdefs.ErrInvalidArgument))
+			fail(w, fmt.Errorf("reading request: %v: %w", err, errdefs.ErrInvalidArgument))
 			return
 		}
 		if len(body) > maxRPCBytes {
-			writeError(w, fmt.Errorf("request larger than %d bytes: %w", maxRPCBytes, errdefs.ErrInvalidArgument))
+			fail(w, fmt.Errorf("request larger than %d bytes: %w", maxRPCBytes, errdefs.ErrInvalidArgument))
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -284,6 +338,14 @@ func (s *Server) rewriteEnvd(pr *httputil.ProxyRequest) {
 	dest := pr.In.Context().Value(envdTarget{}).(envdDest)
 	pr.Out.URL = &url.URL{Scheme: "http", Host: dest.id, Path: dest.rest, RawQuery: pr.In.URL.RawQuery}
 	pr.Out.Host = dest.id
+	if dest.e2b {
+		// The E2B client authenticates to moat-init itself (X-Access-Token, or a signed
+		// URL) and names its envd user (Authorization: Basic).
+		for _, h := range []string{"X-Api-Key", e2bSandboxHeader, e2bPortHeader, UserHeader} {
+			pr.Out.Header.Del(h)
+		}
+		return
+	}
 	pr.Out.Header.Set("X-Access-Token", dest.token)
 	// The caller's credentials for the daemon never reach the sandbox. The user to run as
 	// travels as X-Moat-User and becomes envd's Basic user header.
@@ -408,6 +470,7 @@ var classes = []struct {
 	{errdefs.ErrConflict, http.StatusConflict, "conflict"},
 	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 	{errdefs.ErrUnauthenticated, http.StatusUnauthorized, "unauthenticated"},
+	{errdefs.ErrNotImplemented, http.StatusNotImplemented, "unimplemented"},
 }
 
 // StatusOf maps an error to its HTTP status and wire code.

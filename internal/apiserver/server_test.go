@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/errdefs"
@@ -69,6 +70,13 @@ func (f *fakeSandboxes) SetPolicy(ctx context.Context, id string, u sandbox.Poli
 	sb, err := f.get(id)
 	return sb, 0, err
 }
+func (f *fakeSandboxes) SetTimeout(ctx context.Context, id string, d time.Duration) (*sandbox.Sandbox, error) {
+	return f.get(id)
+}
+func (f *fakeSandboxes) Metrics(ctx context.Context, id string) (sandbox.Metric, error) {
+	_, err := f.get(id)
+	return sandbox.Metric{}, err
+}
 func (f *fakeSandboxes) EnvdTransport() http.RoundTripper {
 	return &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return net.Dial("tcp", f.envd.Listener.Addr().String())
@@ -91,7 +99,7 @@ func newTestServer(t *testing.T) (*httptest.Server, *httptest.Server, chan http.
 		fmt.Fprintf(w, "%s %s?%s", r.Method, r.URL.Path, r.URL.RawQuery)
 	}))
 	t.Cleanup(envd.Close)
-	s := New(&fakeSandboxes{envd: envd}, nil, nil, nil, nil, slog.New(slog.DiscardHandler))
+	s := New(&fakeSandboxes{envd: envd}, nil, nil, nil, nil, E2BConfig{}, slog.New(slog.DiscardHandler))
 	api := httptest.NewServer(s.Handler(keys{"good": true}))
 	t.Cleanup(api.Close)
 	return api, envd, seen
@@ -202,7 +210,7 @@ func TestEnvdForwardFixedLength(t *testing.T) {
 		io.Copy(io.Discard, r.Body)
 	}))
 	defer envd.Close()
-	s := New(&fakeSandboxes{envd: envd}, nil, nil, nil, nil, slog.New(slog.DiscardHandler))
+	s := New(&fakeSandboxes{envd: envd}, nil, nil, nil, nil, E2BConfig{}, slog.New(slog.DiscardHandler))
 	api := httptest.NewServer(s.Handler(nil))
 	defer api.Close()
 	pr, pw := io.Pipe()

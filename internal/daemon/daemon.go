@@ -54,7 +54,9 @@ type Config struct {
 	EgressIdleTimeout time.Duration
 	EgressMaxDuration time.Duration
 	EgressMaxConns    int
-	Log               *slog.Logger
+	// E2BTemplates maps E2B template names to moat templates (default: base → debian).
+	E2BTemplates map[string]string
+	Log          *slog.Logger
 }
 
 // Daemon is a running moat daemon.
@@ -220,7 +222,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 
 	d.api = apiserver.New(d.Manager, templates{stor}, events{st, d.Egress}, apiKeys{st}, func(ctx context.Context) any {
 		return doctor.Run(ctx, ProbeRuntime)
-	}, d.log.With("component", "api"))
+	}, apiserver.E2BConfig{Templates: cfg.E2BTemplates}, d.log.With("component", "api"))
 	return d, nil
 }
 

@@ -19,6 +19,8 @@ var (
 	ErrUnavailable = errors.New("unavailable")
 	// ErrUnauthenticated: missing or wrong credentials.
 	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrNotImplemented: a route or option moat does not provide (yet).
+	ErrNotImplemented = errors.New("not implemented")
 )
 
 // IsNotFound reports whether err is of class ErrNotFound.

@@ -26,6 +26,9 @@ type Runtime interface {
 	// Pause freezes every process of the container; Resume thaws them.
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
+	// Stats reads the running container's CPU and memory figures from its cgroup
+	// (ErrNotFound for an unknown container, ErrUnavailable where they cannot be read).
+	Stats(ctx context.Context, id string) (Stats, error)
 }
 
 // ContainerSpec is everything a runtime needs to start one sandbox's container.

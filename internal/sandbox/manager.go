@@ -126,6 +126,11 @@ type CreateOptions struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Policy is the egress policy (nil: deny-all).
 	Policy *policy.Spec `json:"policy,omitempty"`
+	// OnTimeout: OnTimeoutStop (default), OnTimeoutDelete or OnTimeoutPause.
+	OnTimeout string `json:"on_timeout,omitempty"`
+	// TemplateAlias is the name the client asked for when it differs from Template (an
+	// E2B template name such as "base").
+	TemplateAlias string `json:"template_alias,omitempty"`
 }
 
 var (
@@ -172,6 +177,11 @@ func (m *Manager) validate(opts *CreateOptions) error {
 	}
 	if opts.Timeout < 0 {
 		return fmt.Errorf("timeout %s is negative: %w", opts.Timeout, errdefs.ErrInvalidArgument)
+	}
+	switch opts.OnTimeout {
+	case "", OnTimeoutStop, OnTimeoutDelete, OnTimeoutPause:
+	default:
+		return fmt.Errorf("on-timeout %q: want stop, delete or pause: %w", opts.OnTimeout, errdefs.ErrInvalidArgument)
 	}
 	if opts.Policy != nil {
 		spec, err := opts.Policy.WithDefaultPhase()
@@ -246,7 +256,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 	sb := &Sandbox{
 		ID: newID(), State: StateCreating, Runtime: opts.Runtime, Template: opts.Template,
 		Repo: opts.Repo, User: opts.User, Env: opts.Env, Limits: opts.Limits, Metadata: opts.Metadata,
-		Policy: opts.Policy, CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
+		Policy: opts.Policy, OnTimeout: opts.OnTimeout, TemplateAlias: opts.TemplateAlias, CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
 	}
 	if opts.Timeout > 0 {
 		exp := now.Add(opts.Timeout)
@@ -828,14 +838,51 @@ func (m *Manager) Expire(ctx context.Context, now time.Time) {
 		if sb.Warm || sb.ExpiresAt == nil || now.Before(*sb.ExpiresAt) || (sb.State != StateRunning && sb.State != StatePaused) {
 			continue
 		}
-		m.log.Info("sandbox timeout reached", "sandbox", sb.ID)
+		m.log.Info("sandbox timeout reached", "sandbox", sb.ID, "on_timeout", sb.OnTimeout)
+		if sb.OnTimeout == OnTimeoutDelete {
+			if err := m.Delete(ctx, sb.ID); err != nil {
+				m.log.Error("deleting sandbox at its timeout", "sandbox", sb.ID, "err", err)
+			}
+			continue
+		}
 		unlock := m.lock(sb.ID)
 		cur, err := m.store.Get(ctx, sb.ID)
-		if err == nil && (cur.State == StateRunning || cur.State == StatePaused) {
+		switch {
+		case err != nil:
+		case cur.OnTimeout == OnTimeoutPause:
+			// Frozen, with no deadline until someone resumes it.
+			if cur.State == StateRunning {
+				if err := m.runtimes[cur.Runtime].Pause(ctx, cur.ID); err != nil {
+					m.log.Error("pausing sandbox at its timeout", "sandbox", cur.ID, "err", err)
+					_, _ = m.stopLocked(ctx, cur, "timeout reached; pausing failed: "+err.Error())
+					break
+				}
+			}
+			_, _ = m.store.Update(ctx, cur.ID, func(s *Sandbox) error { s.State, s.ExpiresAt = StatePaused, nil; return nil })
+		case cur.State == StateRunning || cur.State == StatePaused:
 			_, _ = m.stopLocked(ctx, cur, "timeout reached")
 		}
 		unlock()
 	}
+}
+
+// SetTimeout makes sandbox id's timeout end d from now (d ≤ 0: no deadline); later starts
+// and resumes count d again.
+func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) (*Sandbox, error) {
+	unlock := m.lock(id)
+	defer unlock()
+	return m.store.Update(ctx, id, func(s *Sandbox) error {
+		if s.Warm || s.State == StateDeleting {
+			return fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		}
+		if d <= 0 {
+			s.ExpiresAt = nil
+			return nil
+		}
+		exp := time.Now().UTC().Add(d)
+		s.Timeout, s.ExpiresAt = d, &exp
+		return nil
+	})
 }
 
 // EnvdTransport returns the HTTP transport that reaches sandboxes' moat-init: request
@@ -911,4 +958,21 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, u PolicyUpdate) (*Sa
 	}
 	m.log.Info("egress policy changed", "sandbox", id, "phase", spec.Phase, "connections_cut", cut)
 	return sb, cut, nil
+}
+
+// Metrics samples a running sandbox's CPU, memory and drive use (over 200 ms).
+func (m *Manager) Metrics(ctx context.Context, id string) (Metric, error) {
+	sb, err := m.Get(ctx, id)
+	if err != nil {
+		return Metric{}, err
+	}
+	if sb.State != StateRunning && sb.State != StatePaused {
+		return Metric{}, fmt.Errorf("sandbox %s is %s: %w", id, sb.State, errdefs.ErrConflict)
+	}
+	rt := m.runtimes[sb.Runtime]
+	if rt == nil {
+		return Metric{}, fmt.Errorf("runtime %s unavailable: %w", sb.Runtime, errdefs.ErrUnavailable)
+	}
+	// The drive is mounted at <sandbox dir>/drive (storage.Mount).
+	return Sample(ctx, rt, id, filepath.Join(m.paths(id).dir, "drive"), 0)
 }

@@ -189,6 +189,7 @@ func (m *Manager) handOver(ctx context.Context, id string, opts CreateOptions, t
 	return m.store.Update(ctx, id, func(s *Sandbox) error {
 		s.Warm = false
 		s.User, s.Env, s.Limits, s.Metadata, s.Policy = user, opts.Env, opts.Limits, opts.Metadata, opts.Policy
+		s.OnTimeout, s.TemplateAlias = opts.OnTimeout, opts.TemplateAlias
 		s.CreatedAt = now
 		if opts.Timeout > 0 {
 			exp := now.Add(opts.Timeout)

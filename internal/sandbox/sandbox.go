@@ -75,6 +75,12 @@ type Sandbox struct {
 	// run ends: the daemon stops the sandbox then.
 	Timeout   time.Duration `json:"timeout,omitempty"`
 	ExpiresAt *time.Time    `json:"expires_at,omitempty"`
+	// OnTimeout is what the timeout does: "stop" (the default: processes end, the drive
+	// stays), "delete", or "pause" (processes frozen in memory).
+	OnTimeout string `json:"on_timeout,omitempty"`
+	// TemplateAlias is the template name the client used when it differs from Template
+	// (an E2B name such as "base").
+	TemplateAlias string `json:"template_alias,omitempty"`
 
 	// Policy is the sandbox's egress policy with its current phase (nil: deny-all).
 	Policy *policy.Spec `json:"policy,omitempty"`
@@ -83,6 +89,13 @@ type Sandbox struct {
 	// sent to API clients of the native API.
 	AccessToken string `json:"-"`
 }
+
+// What a sandbox's timeout does (Sandbox.OnTimeout).
+const (
+	OnTimeoutStop   = "stop"
+	OnTimeoutDelete = "delete"
+	OnTimeoutPause  = "pause"
+)
 
 // EgressPolicy returns the sandbox's egress policy; deny-all when none was given.
 func (s *Sandbox) EgressPolicy() policy.Spec {

@@ -1,0 +1,60 @@
+package apiserver
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/moatdev/moat/internal/envdauth"
+	"github.com/moatdev/moat/internal/sandbox"
+)
+
+// e2bGateway forwards an E2B SDK's envd request (it names its sandbox in E2b-Sandbox-Id)
+// to that sandbox's moat-init through the gateway namespace. The request keeps its own
+// X-Access-Token, which moat-init checks. A sandbox that is not running answers 502, as
+// E2B's edge does: the SDK's isRunning() reads that as "not running".
+func (s *Server) e2bGateway(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get(e2bSandboxHeader)
+	if p := r.Header.Get(e2bPortHeader); p != "" && p != envdPort {
+		writeGone(w, id, "moat forwards only envd (port "+envdPort+"), not port "+p)
+		return
+	}
+	sb, err := s.sandboxes.Get(r.Context(), id)
+	if err != nil || sb.Warm {
+		writeGone(w, id, "no such sandbox")
+		return
+	}
+	if sb.State != sandbox.StateRunning {
+		writeGone(w, id, "it is "+string(sb.State))
+		return
+	}
+	s.forward(w, r, envdDest{id: sb.ID, rest: r.URL.Path, e2b: true})
+}
+
+// e2bSignedFiles routes a signed file URL (E2B's uploadUrl/downloadUrl): it carries no
+// header naming its sandbox, only a signature made with that sandbox's access token, so
+// the running sandbox whose token verifies it is the one. moat-init verifies it again.
+func (s *Server) e2bSignedFiles(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	op := "read"
+	if r.Method == http.MethodPost {
+		op = "write"
+	}
+	users := []string{q.Get("username")}
+	list, err := s.sandboxes.List(r.Context())
+	if err != nil {
+		writeE2BError(w, err)
+		return
+	}
+	now := time.Now()
+	for _, sb := range list {
+		if sb.State != sandbox.StateRunning || sb.AccessToken == "" {
+			continue
+		}
+		tok := envdauth.NewToken(sb.AccessToken)
+		if tok.VerifySignature(q.Get("signature"), q.Get("path"), op, users, q.Get("signature_expiration"), now) == nil {
+			s.forward(w, r, envdDest{id: sb.ID, rest: "/files", e2b: true})
+			return
+		}
+	}
+	writeJSON(w, http.StatusUnauthorized, e2bError{Code: http.StatusUnauthorized, Message: "invalid or expired signature, or its sandbox is not running"})
+}

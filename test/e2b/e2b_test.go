@@ -1,0 +1,346 @@
+// Package e2b_test drives the real e2b JavaScript SDK (npm e2b@2.51.0, pinned in
+// package-lock.json) against a real `moat serve` with real sandboxes: TestE2BSDK runs the
+// node:test conformance suite (*.test.mjs) and BenchmarkE2BTTI measures the time to
+// interactive through the SDK beside the native API's in the same run.
+//
+// Both need root (real runtimes and namespaces) and node ≥ 20 (`make deps`). The SDK is
+// installed with `npm ci` into node_modules/ here when it is missing.
+package e2b_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/testutil"
+	"github.com/moatdev/moat/sdk"
+)
+
+// daemon is one `moat serve` subprocess with its TCP listener and an API key for it.
+type daemon struct {
+	url string // http://127.0.0.1:PORT: the E2B API and the envd gateway alike
+	key string // an API key (e2b_…)
+}
+
+// suiteDir is this package's directory, where package.json and the test files are.
+func suiteDir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.Getwd() // go test runs a package's tests in its directory
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return dir
+}
+
+// requireNode returns the path of node, after making sure the pinned SDK is installed.
+func requireNode(tb testing.TB) string {
+	tb.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		tb.Fatal("node is not installed (PATH has no `node`): the e2b conformance suite runs the e2b JS SDK under Node ≥ 20; `make deps` installs it")
+	}
+	dir := suiteDir(tb)
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err == nil {
+		return node
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		tb.Fatal("test/e2b/node_modules is missing and npm is not installed to run `npm ci`; `make deps` installs node and npm")
+	}
+	cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Logf("npm ci:\n%s", out)
+		tb.Fatalf("npm ci in %s: %v", dir, err)
+	}
+	return node
+}
+
+// startDaemon starts `moat serve` with its own data and run directories, an E2B template
+// alias base=host and warm sandboxes in its pool, waits until its TCP listener answers
+// GET /health, and creates an API key. The daemon is stopped with SIGTERM when tb ends;
+// its stderr goes to the log if tb failed.
+func startDaemon(tb testing.TB, warm int) *daemon {
+	tb.Helper()
+	testutil.RequiresRoot(tb)
+	moat := filepath.Join(testutil.Binaries(tb), "moat")
+
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	runDir := "/run/moat-e2b-" + hex.EncodeToString(rnd[:])
+	sock := filepath.Join(runDir, "moat.sock")
+	global := []string{
+		"--data", tb.TempDir(), "--run-dir", runDir, "--socket", sock,
+		"--id-base", strconv.FormatUint(uint64(testutil.IDBase()), 10),
+	}
+	addr := freeAddr(tb)
+
+	logs := &syncBuffer{}
+	cmd := exec.Command(moat, append(slices.Clone(global),
+		"serve", "--listen", addr, "--warm", strconv.Itoa(warm), "--e2b-template", "base=host")...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("starting moat serve: %v", err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	tb.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(60 * time.Second):
+			tb.Errorf("moat serve did not stop within 60s of SIGTERM; killing it")
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if tb.Failed() {
+			tb.Logf("moat serve output (last 64 KiB):\n%s", logs.tail(64<<10))
+		}
+		_ = os.RemoveAll(runDir)
+	})
+
+	base := "http://" + addr
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if healthy(base) {
+			break
+		}
+		select {
+		case <-exited:
+			tb.Fatalf("moat serve exited before it answered /health: %v\n%s", waitErr, logs.tail(64<<10))
+		default:
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("moat serve did not answer GET %s/health within 30s\n%s", base, logs.tail(64<<10))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	var out, errb bytes.Buffer
+	key := exec.Command(moat, append(slices.Clone(global), "apikey", "create")...)
+	key.Stdout, key.Stderr = &out, &errb
+	if err := key.Run(); err != nil {
+		tb.Fatalf("moat apikey create: %v\n%s", err, errb.String())
+	}
+	k := strings.TrimSpace(out.String())
+	if !strings.HasPrefix(k, "e2b_") || strings.ContainsAny(k, " \n") {
+		tb.Fatalf("moat apikey create printed %q, want the key alone (e2b_…)", out.String())
+	}
+	return &daemon{url: base, key: k}
+}
+
+func healthy(base string) bool {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get(base + "/health")
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// freeAddr returns a loopback address with a port nobody listened on a moment ago.
+func freeAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// nodeEnv is the environment for node: ours, minus anything that would point the SDK
+// elsewhere, plus the daemon's URLs and key.
+func (d *daemon) nodeEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "E2B_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "E2B_API_URL="+d.url, "E2B_SANDBOX_URL="+d.url, "E2B_API_KEY="+d.key,
+		"NO_COLOR=1", "FORCE_COLOR=0")
+}
+
+// TestE2BSDK runs the node:test suite (*.test.mjs here) against a fresh daemon, one test
+// file at a time, streaming node's spec report into the test log.
+func TestE2BSDK(t *testing.T) {
+	testutil.RequiresRoot(t)
+	node := requireNode(t)
+	d := startDaemon(t, 1)
+	dir := suiteDir(t)
+	files, err := filepath.Glob(filepath.Join(dir, "*.test.mjs"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no *.test.mjs in %s (%v)", dir, err)
+	}
+	for i, f := range files {
+		files[i] = filepath.Base(f)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	args := append([]string{"--test", "--test-concurrency=1", "--test-reporter=spec"}, files...)
+	cmd := exec.CommandContext(ctx, node, args...)
+	cmd.Dir = dir
+	cmd.Env = d.nodeEnv()
+	cmd.WaitDelay = 10 * time.Second
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	lines := make(chan struct{})
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		for sc.Scan() {
+			t.Log(sc.Text())
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	start := time.Now()
+	err = cmd.Run()
+	pw.Close()
+	<-lines
+	t.Logf("node --test took %s", time.Since(start).Round(time.Second))
+	if ctx.Err() != nil {
+		t.Fatalf("the e2b suite did not finish within 10 minutes")
+	}
+	if err != nil {
+		t.Fatalf("the e2b suite failed (%v): see the failing tests above", err)
+	}
+}
+
+// BenchmarkE2BTTI measures the time to interactive (create → first command completed)
+// through the native API (Go sdk: Create, Exec /bin/true) and through the e2b SDK
+// (bench.mjs: Sandbox.create() → commands.run('true')), 30 runs each against the same
+// daemon (2 warm sandboxes, 1 s between runs for the pool to refill, untimed), and reports
+// p50/p99 of both and the p50 the E2B layer adds. Each b.Loop iteration is the whole
+// measurement; one is enough (it takes about two minutes), and -benchtime Nx repeats it,
+// reporting the last.
+func BenchmarkE2BTTI(b *testing.B) {
+	const runs = 30
+	const refill = time.Second
+	testutil.RequiresRoot(b)
+	node := requireNode(b)
+	d := startDaemon(b, 2)
+	var native, viaSDK latency
+	for b.Loop() {
+		native = nativeTTI(b, d, runs, refill)
+		viaSDK = sdkTTI(b, d, node, runs, refill)
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(native.P50, "native-p50-ms")
+	b.ReportMetric(native.P99, "native-p99-ms")
+	b.ReportMetric(viaSDK.P50, "e2b-p50-ms")
+	b.ReportMetric(viaSDK.P99, "e2b-p99-ms")
+	b.ReportMetric(viaSDK.P50-native.P50, "added-p50-ms")
+	b.Logf("time to interactive, %d runs each:\n"+
+		"  path         p50 ms   p99 ms\n"+
+		"  native API  %7.1f  %7.1f\n"+
+		"  e2b SDK     %7.1f  %7.1f\n"+
+		"  added p50   %7.1f", runs, native.P50, native.P99, viaSDK.P50, viaSDK.P99, viaSDK.P50-native.P50)
+}
+
+type latency struct {
+	P50 float64 `json:"p50_ms"`
+	P99 float64 `json:"p99_ms"`
+	N   int     `json:"runs"`
+}
+
+// nativeTTI times Create → Exec("/bin/true") returned over the native API, after one
+// uncounted warm-up run; the Delete after each run is not timed.
+func nativeTTI(b *testing.B, d *daemon, runs int, refill time.Duration) latency {
+	b.Helper()
+	c := sdk.NewHTTP(d.url, d.key)
+	ctx := b.Context()
+	var ms []float64
+	for i := range runs + 1 {
+		time.Sleep(refill)
+		start := time.Now()
+		sb, err := c.Create(ctx, v1.CreateSandboxRequest{})
+		if err != nil {
+			b.Fatalf("native create: %v", err)
+		}
+		code, err := c.Exec(ctx, sb.ID, sdk.ExecRequest{Cmd: "/bin/true"})
+		took := time.Since(start)
+		if err := c.Delete(context.WithoutCancel(ctx), sb.ID); err != nil {
+			b.Errorf("native delete %s: %v", sb.ID, err)
+		}
+		if err != nil || code != 0 {
+			b.Fatalf("native exec /bin/true: code %d, %v", code, err)
+		}
+		if i > 0 {
+			ms = append(ms, float64(took.Microseconds())/1000)
+		}
+	}
+	slices.Sort(ms)
+	pct := func(p float64) float64 { return ms[max(0, min(int(p*float64(len(ms))+0.5)-1, len(ms)-1))] }
+	return latency{P50: pct(0.50), P99: pct(0.99), N: len(ms)}
+}
+
+// sdkTTI runs bench.mjs and returns what it printed.
+func sdkTTI(b *testing.B, d *daemon, node string, runs int, refill time.Duration) latency {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(b.Context(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "bench.mjs", strconv.Itoa(runs), strconv.FormatInt(refill.Milliseconds(), 10))
+	cmd.Dir = suiteDir(b)
+	cmd.Env = d.nodeEnv()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("node bench.mjs: %v\n%s%s", err, out.String(), errb.String())
+	}
+	var l latency
+	last := strings.TrimSpace(out.String())
+	if i := strings.LastIndexByte(last, '\n'); i >= 0 {
+		last = last[i+1:]
+	}
+	if err := json.Unmarshal([]byte(last), &l); err != nil || l.N != runs {
+		b.Fatalf("bench.mjs printed %q: %v", out.String(), err)
+	}
+	return l
+}
+
+// syncBuffer collects a subprocess's output for the log; safe for concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+// tail is the last n bytes written.
+func (s *syncBuffer) tail(n int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.buf.Bytes()
+	if len(b) > n {
+		return fmt.Sprintf("[… %d bytes before]\n%s", len(b)-n, b[len(b)-n:])
+	}
+	return string(b)
+}
