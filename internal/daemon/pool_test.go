@@ -11,6 +11,8 @@ import (
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
+	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/testutil"
 	"github.com/moatdev/moat/sdk"
 )
@@ -161,4 +163,46 @@ func TestListenAPIKeys(t *testing.T) {
 	}
 	e.d.Manager.Wait()
 	e.assertNoLeaks([]v1.Sandbox{*sb})
+}
+
+// TestTimeoutActions: a timeout can delete the sandbox (E2B's default) or freeze it
+// (E2B's autoPause), besides the native default of stopping it.
+func TestTimeoutActions(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	mk := func(onTimeout string) *sandbox.Sandbox {
+		sb, err := e.d.Manager.Create(ctx, sandbox.CreateOptions{
+			Timeout: 2 * time.Second, OnTimeout: onTimeout,
+			Limits: sandbox.Limits{MemoryBytes: 256 << 20, DiskBytes: 128 << 20},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb
+	}
+	del, pause := mk(sandbox.OnTimeoutDelete), mk(sandbox.OnTimeoutPause)
+	e.mustSh(pause.ID, "sleep 1000 >/dev/null 2>&1 &")
+	testutil.WaitFor(t, 20*time.Second, "the delete-on-timeout sandbox to go", func() bool {
+		_, err := e.d.Manager.Get(ctx, del.ID)
+		return errdefs.IsNotFound(err)
+	})
+	testutil.WaitFor(t, 20*time.Second, "the pause-on-timeout sandbox to pause", func() bool {
+		sb, err := e.d.Manager.Get(ctx, pause.ID)
+		return err == nil && sb.State == sandbox.StatePaused && sb.ExpiresAt == nil
+	})
+	if _, err := e.d.Manager.Resume(ctx, pause.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out := e.mustSh(pause.ID, "pgrep -x sleep >/dev/null && echo alive"); out != "alive\n" {
+		t.Errorf("the frozen process did not survive: %q", out)
+	}
+	if _, err := e.d.Manager.SetTimeout(ctx, pause.ID, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if sb, _ := e.d.Manager.Get(ctx, pause.ID); sb.ExpiresAt == nil || time.Until(*sb.ExpiresAt) < 59*time.Minute {
+		t.Errorf("SetTimeout: expires %v", sb.ExpiresAt)
+	}
+	if _, err := e.d.Manager.Create(ctx, sandbox.CreateOptions{OnTimeout: "explode"}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("bad on-timeout: %v", err)
+	}
 }

@@ -95,12 +95,12 @@ describe('errors', () => {
     assert.equal(res.status, 401)
   })
 
-  test('an unknown envd RPC is a Connect error, not a bare 404', async () => {
-    const res = await envdUnary('process.Process/NoSuchMethod', {}, {
-      'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': sbx.envdAccessToken,
-    })
-    assert.equal(res.status, 404)
-    assert.equal((await res.json()).code, 'unimplemented')
+  test('an unknown envd RPC is a 404 (Connect: unimplemented) behind the access check', async () => {
+    const hdr = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' }
+    let res = await envdUnary('process.Process/NoSuchMethod', {}, { ...hdr, 'X-Access-Token': sbx.envdAccessToken })
+    assert.equal(res.status, 404, 'connect-web reads an HTTP 404 as unimplemented')
+    res = await envdUnary('process.Process/NoSuchMethod', {}, { ...hdr, 'X-Access-Token': 'wrong' })
+    assert.equal(res.status, 401, 'nothing about the sandbox is revealed without its token')
   })
 
   test('allowInternetAccess: false — the sandbox reaches nothing', async () => {

@@ -38,14 +38,14 @@ describe('pty', () => {
       assert.ok(term.handle.pid > 0)
       let mark = term.out.length
       await term.type('stty size; echo "T=$TERM"; tty\n')
-      await term.until(/(^|\n)24 80\r?\n/, mark)
+      await term.until(/(^|[\r\n])24 80\r?\n/, mark)
       await term.until(/T=xterm-256color/, mark)
       await term.until(/\/dev\/pts\/\d+/, mark)
 
       await sbx.pty.resize(term.handle.pid, { cols: 120, rows: 40 })
       mark = term.out.length
       await term.type('stty size\n')
-      await term.until(/(^|\n)40 120\r?\n/, mark)
+      await term.until(/(^|[\r\n])40 120\r?\n/, mark)
 
       // A PTY is listed among the processes.
       const procs = await sbx.commands.list()
@@ -70,10 +70,12 @@ describe('pty', () => {
   test('control characters reach the terminal: ^C interrupts a foreground command', async () => {
     const term = await terminal()
     try {
-      let mark = term.out.length
-      await term.type('sleep 600; echo after-sleep-$?\n')
+      const mark = term.out.length
+      await term.type('sleep 600\n')
       await new Promise((r) => setTimeout(r, 500))
       await term.type('\x03')
+      await term.until(/\^C/, mark)
+      await term.type('echo after-sleep-$?\n')
       await term.until(/after-sleep-130/, mark)
     } finally {
       await sbx.pty.kill(term.handle.pid).catch(() => {})
