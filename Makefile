@@ -22,6 +22,10 @@ deps:
 	    python3 procps iproute2 >/dev/null; \
 	fi
 	$(GO) mod download
+	@# The E2B conformance tests drive the real e2b npm package (pinned in its lockfile).
+	@command -v node >/dev/null || { echo "node (>= 20.18) is needed for the E2B tests"; exit 1; }
+	@if [ ! -d test/e2b/node_modules ] || [ test/e2b/package-lock.json -nt test/e2b/node_modules ]; then \
+	  npm ci --prefix test/e2b --no-audit --no-fund --loglevel=error; fi
 
 build: deps
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags='-s -w' -o $(BIN)/moat-init ./cmd/moat-init
