@@ -1,10 +1,18 @@
 package apiserver
 
 import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/egress/policy"
 )
 
@@ -107,4 +115,73 @@ func FuzzParseE2BMetadata(f *testing.F) {
 			}
 		}
 	})
+}
+
+// buildingTemplates has no templates and builds one only when released.
+type buildingTemplates struct {
+	builds  chan string
+	release chan struct{}
+	built   atomic.Bool
+}
+
+func (b *buildingTemplates) List(ctx context.Context) ([]v1.Template, error) {
+	if b.built.Load() {
+		return []v1.Template{{Name: "debian"}}, nil
+	}
+	return nil, nil
+}
+
+func (b *buildingTemplates) Build(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error) {
+	b.builds <- req.Name
+	progress("debootstrap: fetching packages")
+	<-b.release
+	b.built.Store(true)
+	return v1.Template{Name: req.Name}, nil
+}
+
+func (b *buildingTemplates) Import(context.Context, v1.TemplateRequest, func(string)) (v1.Template, error) {
+	return v1.Template{}, nil
+}
+
+func (b *buildingTemplates) Pull(context.Context, v1.TemplateRequest, func(string)) (v1.Template, error) {
+	return v1.Template{}, nil
+}
+
+// TestE2BBaseBuiltOnFirstUse: `base` maps to the Debian template; while it is not built,
+// creates start one build and answer 503 (the SDK's ServiceBusyError) with its progress;
+// an unknown template is a 404 naming the known ones.
+func TestE2BBaseBuiltOnFirstUse(t *testing.T) {
+	tpl := &buildingTemplates{builds: make(chan string, 4), release: make(chan struct{})}
+	s := New(&fakeSandboxes{}, tpl, nil, nil, nil, E2BConfig{}, slog.New(slog.DiscardHandler))
+	api := httptest.NewServer(s.Handler(keys{"good": true}))
+	defer api.Close()
+	create := func(tmpl string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, api.URL+"/v2/sandboxes", strings.NewReader(`{"templateID":"`+tmpl+`"}`))
+		req.Header.Set("X-API-KEY", "good")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := create("base"); code != http.StatusServiceUnavailable || !strings.Contains(body, "building it now") || !strings.Contains(body, `"code":503`) {
+		t.Errorf("first create: %d %s", code, body)
+	}
+	if name := <-tpl.builds; name != "debian" {
+		t.Errorf("built %q", name)
+	}
+	if code, body := create("base"); code != http.StatusServiceUnavailable || !strings.Contains(body, "debootstrap: fetching packages") {
+		t.Errorf("create during the build: %d %s", code, body)
+	}
+	close(tpl.release)
+	select {
+	case name := <-tpl.builds:
+		t.Errorf("a second build of %s started", name)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if code, body := create("nonexistent"); code != http.StatusNotFound || !strings.Contains(body, `"code":404`) || !strings.Contains(body, "base") {
+		t.Errorf("unknown template: %d %s", code, body)
+	}
 }
