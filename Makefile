@@ -11,15 +11,15 @@ all: build
 
 # Debian packages the project uses: OCI runtimes, mkfs for drives, git for repo layers,
 # debootstrap for `moat template build debian`, nftables for the network boundary;
-# python3, procps and iproute2 are programs the tests and the demo run inside sandboxes of
+# python3, procps, iproute2, sudo and curl are programs the tests and the demo run inside sandboxes of
 # the default template (which shows the host's /usr).
-DEB_TOOLS := runc crun runsc mkfs.ext4 git debootstrap nft python3 ps ip losetup
+DEB_TOOLS := runc crun runsc mkfs.ext4 git debootstrap nft python3 ps ip losetup sudo curl
 deps:
 	@missing=; for t in $(DEB_TOOLS); do command -v $$t >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    runc crun runsc e2fsprogs git debootstrap nftables util-linux ca-certificates \
-	    python3 procps iproute2 >/dev/null; \
+	    python3 procps iproute2 sudo curl >/dev/null; \
 	fi
 	$(GO) mod download
 	@# The E2B conformance tests drive the real e2b npm package (pinned in its lockfile).
@@ -50,6 +50,7 @@ test-short: build
 bench: build
 	$(BIN)/moat bench
 	go test -run '^$$' -bench 'BenchmarkEgress' -benchtime 3000x ./internal/egress/
+	MOAT_BIN=$(CURDIR)/$(BIN) go test -run '^$$' -bench 'BenchmarkE2BTTI' -benchtime 1x ./test/e2b/
 
 fuzz: deps
 	./scripts/fuzz.sh

@@ -188,6 +188,12 @@ describe('commands', () => {
     await sbx.commands.run('touch /etc/yes && rm /etc/yes', { user: 'root' })
   })
 
+  test('the template user has passwordless sudo, as in the E2B base template', async () => {
+    // The host template shows the host's /usr: this needs sudo installed on the host.
+    const r = await sbx.commands.run('sudo -n whoami')
+    assert.equal(r.stdout, 'root\n')
+  })
+
   test('a large output arrives whole', async () => {
     const r = await sbx.commands.run('head -c 3000000 /dev/zero | tr "\\0" a')
     assert.equal(r.stdout.length, 3_000_000)

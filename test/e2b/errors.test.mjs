@@ -120,6 +120,17 @@ describe('errors', () => {
     assert.equal(info.allowInternetAccess, false)
   })
 
+  test('updateNetwork({ allowInternetAccess: false }) closes a running sandbox', async () => {
+    const box = await create()
+    await box.updateNetwork({ allowInternetAccess: false })
+    await rejectsWith(box.commands.run('curl -sS --max-time 3 http://example.com'), CommandExitError, 'curl after updateNetwork')
+    assert.equal((await box.getInfo()).allowInternetAccess, false)
+    const err = await rejectsWith(box.updateNetwork({ egressProxy: { address: 'proxy.example.com:1080' } }), SandboxError, 'updateNetwork with egressProxy')
+    assert.equal(err.statusCode, 400, err.message)
+    assert.match(err.message, /egressProxy/)
+    await rejectsWith(Sandbox.updateNetwork('sb-doesnotexist', { allowInternetAccess: false }), SandboxNotFoundError, 'updateNetwork of an unknown sandbox')
+  })
+
   test('network options moat does not enforce are refused with a 400 naming the field', async () => {
     const cases = [
       [{ network: { egressProxy: { address: 'proxy.example.com:1080' } } }, /egressProxy/],

@@ -65,7 +65,7 @@ export async function waitFor(what, cond, timeoutMs = 10_000) {
   }
 }
 
-// envd sends a raw Connect unary call to the sandbox's envd gateway, the way the SDK
+// envdUnary sends a raw Connect unary call to the sandbox's envd gateway, the way the SDK
 // would, but with the headers the caller chooses.
 export async function envdUnary(service, body, headers) {
   return fetch(`${SANDBOX_URL}/${service}`, {

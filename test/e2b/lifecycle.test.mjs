@@ -96,6 +96,24 @@ describe('lifecycle', () => {
     assert.ok(info.endAt.getTime() > Date.now() + 800_000, `endAt ${info.endAt.toISOString()} after connect(60s)`)
   })
 
+  test('getMetrics reports CPU, memory and disk of a running sandbox', async () => {
+    const sbx = await create()
+    await sbx.commands.run('head -c 20000000 /dev/urandom > /home/user/ballast')
+    const ms = await waitFor('a metrics sample', async () => {
+      const m = await sbx.getMetrics()
+      return m.length ? m : null
+    }, 15_000)
+    const m = ms.at(-1)
+    assert.ok(m.timestamp instanceof Date && !isNaN(m.timestamp), `timestamp ${m.timestamp}`)
+    assert.ok(Math.abs(m.timestamp.getTime() - Date.now()) < 120_000, `timestamp ${m.timestamp.toISOString()} is recent`)
+    assert.ok(m.cpuCount >= 1, `cpuCount ${m.cpuCount}`)
+    assert.ok(m.cpuUsedPct >= 0, `cpuUsedPct ${m.cpuUsedPct}`)
+    assert.ok(m.memTotal > 0 && m.memUsed > 0 && m.memUsed <= m.memTotal, `mem ${m.memUsed}/${m.memTotal}`)
+    assert.ok(m.diskTotal > 0 && m.diskUsed >= 20_000_000 && m.diskUsed <= m.diskTotal, `disk ${m.diskUsed}/${m.diskTotal}`)
+    await sbx.kill()
+    await rejectsWith(sbx.getMetrics(), SandboxNotFoundError, 'getMetrics of a killed sandbox')
+  })
+
   test('Sandbox.list filters by metadata and state and pages with limit', async () => {
     const tag = randomUUID()
     const boxes = await Promise.all([0, 1, 2].map((i) => create({ metadata: { listtag: tag, n: String(i) } })))
