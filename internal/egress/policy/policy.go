@@ -32,6 +32,9 @@ type Request struct {
 	Addr netip.Addr
 	// Port is the destination port; 0 asks "on some port?".
 	Port uint16
+	// Claimed is the host a direct IP connection names itself (its TLS SNI or HTTP Host),
+	// if any: deny rules on that name apply to it.
+	Claimed string
 }
 
 // Decision is the answer to a Request, with what the audit log needs to explain it.
@@ -241,6 +244,15 @@ func (p *Policy) Decide(req Request) Decision {
 		}
 		if d, ok := p.deny.addr(addr, req.Port); ok {
 			return d
+		}
+		if req.Claimed != "" {
+			claimed, err := NormalizeName(req.Claimed)
+			if err != nil {
+				return Decision{Reason: "invalid claimed host name"}
+			}
+			if d, ok := p.deny.name(claimed, req.Port); ok {
+				return d
+			}
 		}
 		if p.net == netAllowAll {
 			return allowAll()

@@ -390,3 +390,24 @@ func BenchmarkDecide(b *testing.B) {
 		p.Decide(req)
 	}
 }
+
+// TestClaimedName: a direct IP connection that names a denied host (TLS SNI, HTTP Host)
+// is denied even under allow-all, and a CIDR deny rule covers a named connection's
+// resolved address.
+func TestClaimedName(t *testing.T) {
+	p := mustCompile(t, Rules{Net: NetAllowAll, Deny: []string{"denied.test", "8.8.8.0/24"}}, nil)
+	ip := netip.MustParseAddr("203.0.113.9")
+	if d := p.Decide(Request{Addr: ip, Port: 443, Claimed: "Denied.Test"}); d.Allow {
+		t.Errorf("claimed denied name allowed: %+v", d)
+	}
+	if d := p.Decide(Request{Addr: ip, Port: 443, Claimed: "fine.test"}); !d.Allow {
+		t.Errorf("claimed other name denied: %+v", d)
+	}
+	if d := p.Decide(Request{Name: "dns.test", Addr: netip.MustParseAddr("8.8.8.8"), Port: 53}); d.Allow {
+		t.Errorf("named connection to a denied range allowed: %+v", d)
+	}
+	cidr := mustCompile(t, Rules{Allow: []string{"10.0.0.0/8:443"}}, nil)
+	if d := cidr.Decide(Request{Addr: netip.MustParseAddr("10.1.2.3"), Port: 443, Claimed: "internal.test"}); !d.Allow {
+		t.Errorf("a CIDR-allowed connection that names a host not denied: %+v", d)
+	}
+}

@@ -95,6 +95,8 @@ type Proxy struct {
 	cfg Config
 	log *slog.Logger
 
+	ctx    context.Context // cancelled by Close: ends handlers still resolving or dialling
+	stop   context.CancelFunc
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
 	closed bool
@@ -130,7 +132,8 @@ func New(cfg Config) *Proxy {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Proxy{cfg: cfg, log: log, conns: map[*conn]struct{}{}}
+	ctx, stop := context.WithCancel(context.Background())
+	return &Proxy{cfg: cfg, log: log, ctx: ctx, stop: stop, conns: map[*conn]struct{}{}}
 }
 
 // conn is one sandbox connection the proxy holds.
@@ -178,6 +181,7 @@ func (p *Proxy) Serve(l net.Listener) error {
 
 // Close stops serving and closes every connection. It waits for the handlers to end.
 func (p *Proxy) Close() error {
+	p.stop()
 	p.mu.Lock()
 	p.closed = true
 	for _, l := range p.ls {
@@ -199,6 +203,7 @@ func (p *Proxy) Recheck() int {
 	defer p.mu.Unlock()
 	n := 0
 	for c := range p.conns {
+		// c.target is guarded by p.mu: it gains the dialled address and a late claim.
 		if !pol.Decide(c.target).Allow {
 			c.cancel(errPolicyChanged)
 			n++
@@ -228,12 +233,12 @@ func (p *Proxy) handle(client net.Conn) {
 		p.cfg.Record(Event{Time: start, Phase: phase, Reason: "original destination unknown: " + err.Error()})
 		return
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
+	ctx, cancel := context.WithCancelCause(p.ctx)
 	defer cancel(nil)
 	ctx, cancelTotal := context.WithTimeoutCause(ctx, p.cfg.MaxDuration, fmt.Errorf("connection open longer than %s", p.cfg.MaxDuration))
 	defer cancelTotal()
 
-	head, ev, req := p.decide(client, dst)
+	head, sniffed, ev, req := p.decide(client, dst)
 	ev.Time = start
 	var targets []netip.AddrPort
 	if ev.Allowed {
@@ -259,13 +264,15 @@ func (p *Proxy) handle(client net.Conn) {
 		finish(Outcome{Duration: time.Since(start), Err: errPolicyChanged.Error()})
 		return
 	}
-	out := p.relay(ctx, c, head, targets)
+	out := p.relay(ctx, c, head, sniffed, targets)
 	out.Duration = time.Since(start)
 	finish(out)
 }
 
-// decide reads the client's first bytes and decides. head holds the bytes read.
-func (p *Proxy) decide(client net.Conn, dst netip.AddrPort) (head []byte, ev Event, req policy.Request) {
+// decide reads the client's first bytes and decides. head holds the bytes read; sniffed
+// says whether they were classified (false for a client that had sent nothing yet: relay
+// checks its first bytes when they come).
+func (p *Proxy) decide(client net.Conn, dst netip.AddrPort) (head []byte, sniffed bool, ev Event, req policy.Request) {
 	phase, pol := p.cfg.Policy()
 	ev = Event{Phase: phase, Addr: dst.Addr(), Port: dst.Port()}
 	req = policy.Request{Addr: dst.Addr(), Port: dst.Port()}
@@ -273,21 +280,42 @@ func (p *Proxy) decide(client net.Conn, dst netip.AddrPort) (head []byte, ev Eve
 	if synthetic {
 		req.Name, ev.Name = name, name
 	}
-	head, sniffed, err := p.peek(client)
+	head, r, err := p.peek(client)
 	if err != nil {
 		ev.Reason = err.Error()
-		return head, ev, req
+		return head, true, ev, req
 	}
-	if sniffed.Name != "" && ev.Name == "" {
-		ev.Name = sniffed.Name // for the log: a direct connection that named a host
-	}
-	if synthetic && sniffed.Name != "" && sniffed.Name != name {
-		ev.Reason = fmt.Sprintf("%s names %s but the connection was to %s", sniffed.Proto, sniffed.Name, name)
-		return head, ev, req
+	if len(head) > 0 {
+		if why := checkClaim(&req, r); why != "" {
+			ev.Reason = why
+			if !synthetic {
+				ev.Name = r.Name
+			}
+			return head, true, ev, req
+		}
+		if !synthetic && r.Name != "" {
+			ev.Name = r.Name // for the log: a direct connection that named a host
+		}
 	}
 	d := pol.Decide(req)
 	ev.Allowed, ev.Rule, ev.Reason = d.Allow, d.Rule, d.Reason
-	return head, ev, req
+	return head, len(head) > 0, ev, req
+}
+
+// checkClaim holds what the client's first bytes claim (TLS SNI, HTTP Host) against the
+// connection: a named connection must claim its own name; a direct one carries its claim
+// into the request, where deny rules on that name apply. It returns why the claim is
+// refused, or "".
+func checkClaim(req *policy.Request, r sniff.Result) string {
+	switch {
+	case r.Name == "":
+		return ""
+	case req.Name != "" && r.Name != req.Name:
+		return fmt.Sprintf("%s names %s but the connection was to %s", r.Proto, r.Name, req.Name)
+	case req.Name == "":
+		req.Claimed = r.Name
+	}
+	return ""
 }
 
 // peek reads the client's first bytes until sniff can classify them, for at most
@@ -342,11 +370,14 @@ func (p *Proxy) untrack(c *conn) {
 // relay connects to the first target that answers and copies bytes both ways until
 // both sides are done, the connection idles out, or ctx ends (policy change, total
 // timeout, Close).
-func (p *Proxy) relay(ctx context.Context, c *conn, head []byte, targets []netip.AddrPort) Outcome {
+func (p *Proxy) relay(ctx context.Context, c *conn, head []byte, sniffed bool, targets []netip.AddrPort) Outcome {
 	up, addr, err := p.dial(ctx, targets)
 	if err != nil {
 		return Outcome{Err: err.Error()}
 	}
+	p.mu.Lock()
+	c.target.Addr = addr.Addr() // Recheck decides on the address actually dialled
+	p.mu.Unlock()
 	defer up.Close()
 	out := Outcome{Upstream: addr}
 	// Closing both ends unblocks the copy loops when ctx ends.
@@ -367,11 +398,28 @@ func (p *Proxy) relay(ctx context.Context, c *conn, head []byte, targets []netip
 	act := newActivity()
 	upDone := make(chan int64, 1)
 	go func() {
-		n, err := p.copy(up, c.client, act)
+		var n int64
+		if !sniffed {
+			// The client spoke after the peek window (a slow client, or one that waits for
+			// a server banner): its first bytes get the same checks before any is sent.
+			first, why := p.lateClaim(ctx, c)
+			if why != "" {
+				idleErr.CompareAndSwap(nil, why)
+				c.cancel(errors.New(why))
+				upDone <- 0
+				return
+			}
+			if _, err := up.Write(first); err != nil {
+				upDone <- 0
+				return
+			}
+			n = int64(len(first))
+		}
+		m, err := p.copy(up, c.client, act)
 		if err != nil {
 			idleErr.CompareAndSwap(nil, err.Error())
 		}
-		upDone <- n
+		upDone <- n + m
 	}()
 	n, err := p.copy(c.client, up, act)
 	out.Down = n
@@ -385,6 +433,51 @@ func (p *Proxy) relay(ctx context.Context, c *conn, head []byte, targets []netip
 		out.Err = v.(string)
 	}
 	return out
+}
+
+// lateClaim reads a connection's first client bytes when they come after the peek window,
+// and checks what they claim like decide does. It returns the bytes read, or why the
+// connection must end.
+func (p *Proxy) lateClaim(ctx context.Context, c *conn) ([]byte, string) {
+	buf := make([]byte, sniff.MaxPeek)
+	n := 0
+	c.client.SetReadDeadline(time.Now().Add(p.cfg.IdleTimeout))
+	defer c.client.SetReadDeadline(time.Time{})
+	for {
+		m, err := c.client.Read(buf[n:])
+		n += m
+		if m > 0 {
+			r, serr := sniff.Sniff(buf[:n])
+			if serr == nil {
+				p.mu.Lock()
+				req := c.target
+				why := checkClaim(&req, r)
+				c.target = req
+				p.mu.Unlock()
+				if why == "" && req.Claimed != "" {
+					if _, pol := p.cfg.Policy(); !pol.Decide(req).Allow {
+						why = "the connection names " + req.Claimed + ", which the policy denies"
+					}
+				}
+				return buf[:n], why
+			}
+			if !errors.Is(serr, sniff.ErrNeedMore) {
+				return nil, fmt.Sprintf("unreadable first bytes: %v", serr)
+			}
+			if n == len(buf) {
+				return nil, fmt.Sprintf("the first %d bytes are an unfinished TLS hello or HTTP header", n)
+			}
+		}
+		if err != nil {
+			if n == 0 {
+				return nil, "" // closed without a word; copy sees the EOF
+			}
+			return nil, "the client stopped in the middle of its TLS hello or HTTP header"
+		}
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx).Error()
+		}
+	}
 }
 
 // resolve finds where req may go: the resolved addresses of req.Name (or req.Addr for an
@@ -403,10 +496,16 @@ func (p *Proxy) resolve(ctx context.Context, req policy.Request) (targets []neti
 	}
 	_, pol := p.cfg.Policy()
 	var refused []string
+	hint := ""
 	for _, a := range addrs {
+		if d := pol.Decide(policy.Request{Name: req.Name, Addr: a.Addr, Port: req.Port, Claimed: req.Claimed}); !d.Allow {
+			refused = append(refused, a.Addr.String()+", which "+d.Reason)
+			continue
+		}
 		if !a.Pinned && !pol.NamesAddr(a.Addr, req.Port) {
 			if why := CheckAddr(a.Addr, p.cfg.HostAddrs()); why != "" {
 				refused = append(refused, a.Addr.String()+", "+why)
+				hint = " (add a CIDR rule or pin it with --egress-hosts to allow)"
 				continue
 			}
 		}
@@ -416,7 +515,7 @@ func (p *Proxy) resolve(ctx context.Context, req policy.Request) (targets []neti
 	case len(targets) > 0:
 		return targets, ""
 	case len(refused) > 0:
-		return nil, fmt.Sprintf("%s resolves to %s (add a CIDR rule or pin it with --egress-hosts to allow)", hostOf(req), refused[0])
+		return nil, fmt.Sprintf("%s resolves to %s%s", hostOf(req), refused[0], hint)
 	default:
 		return nil, hostOf(req) + " has no address"
 	}

@@ -513,3 +513,60 @@ func BenchmarkNewConnection(b *testing.B) {
 		c.Close()
 	}
 }
+
+// TestEvasions: ways to name one host and reach another, each refused before a byte
+// reaches the upstream.
+func TestEvasions(t *testing.T) {
+	var got sync.Mutex
+	received := 0
+	up := newUpstream(t, func(c net.Conn) {
+		defer c.Close()
+		buf := make([]byte, 100)
+		if n, _ := c.Read(buf); n > 0 {
+			got.Lock()
+			received += n
+			got.Unlock()
+		}
+	})
+	tlsHello := func(c net.Conn, sni string) {
+		go tls.Client(c, &tls.Config{ServerName: sni, InsecureSkipVerify: true}).Handshake()
+	}
+	for _, tc := range []struct {
+		name   string
+		rules  policy.Rules
+		dst    string
+		addrs  []Resolved
+		client func(c net.Conn)
+		reason string
+	}{
+		{"TLS hello after the peek window", policy.Rules{Allow: []string{"allowed.test"}}, synthetic, []Resolved{loopback()},
+			func(c net.Conn) { time.Sleep(300 * time.Millisecond); tlsHello(c, "denied.test") }, ""},
+		{"HTTP behind empty lines", policy.Rules{Allow: []string{"allowed.test"}}, synthetic, []Resolved{loopback()},
+			func(c net.Conn) { io.WriteString(c, "\r\n\r\nGET / HTTP/1.1\r\nHost: denied.test\r\n\r\n") }, "denied.test"},
+		{"direct IP naming a denied host under allow-all", policy.Rules{Net: "allow-all", Deny: []string{"denied.test"}}, "127.0.0.1", nil,
+			func(c net.Conn) { tlsHello(c, "denied.test") }, "denied.test"},
+		{"allowed name resolving into a denied range", policy.Rules{Net: "allow-all", Deny: []string{"127.0.0.0/8"}}, synthetic,
+			[]Resolved{loopback()}, func(c net.Conn) { io.WriteString(c, "hi\n") }, "127.0.0.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.rules, Config{PeekTimeout: 100 * time.Millisecond})
+			h.to(tc.dst, up.port(), tc.addrs...)
+			c := h.dial()
+			tc.client(c)
+			if !closed(c) {
+				t.Errorf("connection was not closed")
+			}
+			time.Sleep(50 * time.Millisecond)
+			got.Lock()
+			n := received
+			got.Unlock()
+			if n != 0 {
+				t.Errorf("the upstream received %d bytes", n)
+			}
+			ev := h.lastEvent()
+			if tc.reason != "" && (ev.Allowed || !strings.Contains(ev.Reason, tc.reason)) {
+				t.Errorf("event = %+v, want denied naming %q", ev, tc.reason)
+			}
+		})
+	}
+}

@@ -78,6 +78,11 @@ const maxMethod = 24
 // from.
 func Sniff(b []byte) (Result, error) {
 	b, _ = peek(b)
+	// Servers ignore empty lines before a request line (RFC 9112 §2.2), so a request
+	// behind them is still a request: skip them too.
+	for len(b) > 0 && (b[0] == '\r' || b[0] == '\n') {
+		b = b[1:]
+	}
 	if len(b) == 0 {
 		return Result{}, ErrNeedMore
 	}
