@@ -281,7 +281,9 @@ func e2bPolicy(internet *bool, n *e2bNetwork) (*policy.Spec, error) {
 		return fmt.Errorf("network.%s: %s: %w", field, why, errdefs.ErrInvalidArgument)
 	}
 	var rules policy.Rules
-	open := internet != nil && *internet
+	// E2B's internet access is on unless turned off; moat's default (no option at all) is
+	// off, handled above. A network block with only denyOut means "internet minus these".
+	open := internet == nil || *internet
 	if n != nil {
 		switch {
 		case len(n.EgressProxy) > 0 && string(n.EgressProxy) != "null":
@@ -401,6 +403,8 @@ func e2bState(s sandbox.State) string {
 	}
 	return ""
 }
+
+func e2bStateOrMoat(st sandbox.State) string { return cmp.Or(e2bState(st), string(st)) }
 
 func toE2BListed(sb *sandbox.Sandbox) e2bListed {
 	end := sb.CreatedAt.Add(sb.Timeout)
@@ -533,7 +537,7 @@ func (s *Server) e2bPause(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sb.State != sandbox.StateRunning {
-		writeE2BError(w, fmt.Errorf("sandbox %s is already paused: %w", id, errdefs.ErrConflict))
+		writeE2BError(w, fmt.Errorf("sandbox %s is %s, not running: %w", id, e2bStateOrMoat(sb.State), errdefs.ErrConflict))
 		return
 	}
 	if req.Memory == nil || *req.Memory {
@@ -593,8 +597,12 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
 	if req.Timeout != nil && *req.Timeout > 0 {
 		d = time.Duration(*req.Timeout) * time.Second
 	}
-	// A running sandbox's deadline only ever moves later here.
-	if status == http.StatusCreated || sb.ExpiresAt == nil || time.Now().Add(d).After(*sb.ExpiresAt) {
+	// A resumed sandbox gets a deadline; a running one's only ever moves later, and one
+	// without a deadline (a native sandbox) gets one only when the request names it.
+	extend := status == http.StatusCreated ||
+		sb.ExpiresAt != nil && time.Now().Add(d).After(*sb.ExpiresAt) ||
+		sb.ExpiresAt == nil && req.Timeout != nil
+	if extend {
 		if sb, err = s.sandboxes.SetTimeout(r.Context(), id, d); err != nil {
 			writeE2BError(w, err)
 			return
@@ -728,20 +736,45 @@ func (s *Server) e2bList(v2 bool) http.HandlerFunc {
 			return
 		}
 		if tok := q.Get("nextToken"); tok != "" {
-			after, err := base64.RawURLEncoding.DecodeString(tok)
-			i := slices.IndexFunc(out, func(x e2bListed) bool { return x.SandboxID == string(after) })
-			if err != nil || i < 0 {
-				writeE2BError(w, fmt.Errorf("nextToken %q is not one this server gave (or its sandbox is gone): %w", tok, errdefs.ErrInvalidArgument))
+			// The token is the position (start time, ID) of the last sandbox of the page
+			// before, so that page survives its sandboxes being killed meanwhile.
+			at, id, err := parseListToken(tok)
+			if err != nil {
+				writeE2BError(w, err)
 				return
 			}
-			out = out[i+1:]
+			desc := q.Get("order") == "desc"
+			i := slices.IndexFunc(out, func(x e2bListed) bool {
+				c := cmp.Or(x.StartedAt.Compare(at), strings.Compare(x.SandboxID, id))
+				return c > 0 && !desc || c < 0 && desc
+			})
+			if i < 0 {
+				i = len(out)
+			}
+			out = out[i:]
 		}
 		if len(out) > limit {
 			out = out[:limit]
-			w.Header().Set("X-Next-Token", base64.RawURLEncoding.EncodeToString([]byte(out[limit-1].SandboxID)))
+			last := out[limit-1]
+			w.Header().Set("X-Next-Token", listToken(last.StartedAt, last.SandboxID))
 		}
 		writeJSON(w, http.StatusOK, out)
 	}
+}
+
+func listToken(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + " " + id))
+}
+
+func parseListToken(tok string) (time.Time, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err == nil {
+		ts, id, ok := strings.Cut(string(b), " ")
+		if at, perr := time.Parse(time.RFC3339Nano, ts); ok && perr == nil && id != "" {
+			return at, id, nil
+		}
+	}
+	return time.Time{}, "", fmt.Errorf("nextToken %q is not one this server gave: %w", tok, errdefs.ErrInvalidArgument)
 }
 
 // parseE2BMetadata reads the metadata filter: a query string ("k=v&k2=v2", each part

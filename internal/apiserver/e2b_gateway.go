@@ -27,6 +27,12 @@ func (s *Server) e2bGateway(w http.ResponseWriter, r *http.Request) {
 		writeGone(w, id, "it is "+string(sb.State))
 		return
 	}
+	// moat-init checks the token too; checking it here first keeps requests without it
+	// from costing the daemon anything (an RPC body is read whole before forwarding).
+	if r.URL.Path != "/health" && !envdauth.NewToken(sb.AccessToken).Equal(r.Header.Get("X-Access-Token")) {
+		writeJSON(w, http.StatusUnauthorized, e2bError{Code: http.StatusUnauthorized, Message: "invalid or missing access token (X-Access-Token)"})
+		return
+	}
 	s.forward(w, r, envdDest{id: sb.ID, rest: r.URL.Path, e2b: true})
 }
 
@@ -39,6 +45,7 @@ func (s *Server) e2bSignedFiles(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost {
 		op = "write"
 	}
+	// As moat-init: the named user, or without one the unnamed and the default user.
 	users := []string{q.Get("username")}
 	list, err := s.sandboxes.List(r.Context())
 	if err != nil {
@@ -51,7 +58,11 @@ func (s *Server) e2bSignedFiles(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		tok := envdauth.NewToken(sb.AccessToken)
-		if tok.VerifySignature(q.Get("signature"), q.Get("path"), op, users, q.Get("signature_expiration"), now) == nil {
+		cand := users
+		if users[0] == "" {
+			cand = []string{"", sb.User}
+		}
+		if tok.VerifySignature(q.Get("signature"), q.Get("path"), op, cand, q.Get("signature_expiration"), now) == nil {
 			s.forward(w, r, envdDest{id: sb.ID, rest: "/files", e2b: true})
 			return
 		}

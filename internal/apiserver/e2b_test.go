@@ -29,6 +29,7 @@ func TestE2BPolicy(t *testing.T) {
 		{"internet off", ptr(false), nil, "deny-all"},
 		{"internet on", ptr(true), nil, "allow-all"},
 		{"internet on, some denied", ptr(true), &e2bNetwork{DenyOut: []string{"evil.test", "10.0.0.0/8"}}, "allow-all; deny evil.test, 10.0.0.0/8"},
+		{"denyOut alone: internet minus these, as on E2B", nil, &e2bNetwork{DenyOut: []string{"evil.test"}}, "allow-all; deny evil.test"},
 		{"only some allowed", nil, &e2bNetwork{AllowOut: []string{"api.test"}, DenyOut: []string{"0.0.0.0/0"}}, "allow api.test"},
 		{"denyOut everything beats internet on", ptr(true), &e2bNetwork{DenyOut: []string{"0.0.0.0/0"}}, "deny-all"},
 		{"bad rule", nil, &e2bNetwork{AllowOut: []string{"https://x.test/"}}, "error:network"},

@@ -338,11 +338,17 @@ func (s *Server) rewriteEnvd(pr *httputil.ProxyRequest) {
 	dest := pr.In.Context().Value(envdTarget{}).(envdDest)
 	pr.Out.URL = &url.URL{Scheme: "http", Host: dest.id, Path: dest.rest, RawQuery: pr.In.URL.RawQuery}
 	pr.Out.Host = dest.id
+	// API keys never reach a sandbox.
+	pr.Out.Header.Del("X-Api-Key")
 	if dest.e2b {
 		// The E2B client authenticates to moat-init itself (X-Access-Token, or a signed
-		// URL) and names its envd user (Authorization: Basic).
-		for _, h := range []string{"X-Api-Key", e2bSandboxHeader, e2bPortHeader, UserHeader} {
+		// URL) and names its envd user (Authorization: Basic); any other Authorization
+		// (a Bearer API key) stays here.
+		for _, h := range []string{e2bSandboxHeader, e2bPortHeader, UserHeader} {
 			pr.Out.Header.Del(h)
+		}
+		if a := pr.Out.Header.Get("Authorization"); a != "" && !strings.HasPrefix(a, "Basic ") {
+			pr.Out.Header.Del("Authorization")
 		}
 		return
 	}

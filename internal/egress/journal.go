@@ -17,9 +17,11 @@ type journal struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
 	ops      []op
-	pending  int // ops taken but not yet written
+	pushed   uint64 // ops accepted so far
+	written  uint64 // ops written (or failed) so far
 	closed   bool
 	flushing bool // a flush waits: write without gathering
+	perSB    map[string]int // entries added per sandbox in this run
 	done     chan struct{}
 }
 
@@ -36,12 +38,18 @@ const (
 	maxBatch   = 256
 )
 
+// maxPerSandbox bounds the entries one sandbox adds in one daemon run: a sandbox looping
+// over refused connections must not fill the host's disk. Past it, new entries of that
+// sandbox are dropped (finishes of entries already added still land), once noted in the
+// daemon log.
+const maxPerSandbox = 100_000
+
 // maxQueue bounds the entries waiting to be written; past it new ones are dropped (and
 // counted in the daemon log) rather than growing memory without limit.
 const maxQueue = 100_000
 
 func newJournal(store Journal, log *slog.Logger) *journal {
-	j := &journal{store: store, log: log, done: make(chan struct{})}
+	j := &journal{store: store, log: log, done: make(chan struct{}), perSB: map[string]int{}}
 	j.cond = sync.NewCond(&j.mu)
 	go j.run()
 	return j
@@ -61,7 +69,18 @@ func (j *journal) push(o op) {
 		j.log.Warn("egress log queue full: entry dropped", "sandbox", entryOf(o).Sandbox)
 		return
 	}
+	if o.add != nil {
+		n := j.perSB[o.add.Sandbox] + 1
+		j.perSB[o.add.Sandbox] = n
+		if n > maxPerSandbox {
+			if n == maxPerSandbox+1 {
+				j.log.Warn("egress log: sandbox reached its entry limit for this run; further entries are dropped", "sandbox", o.add.Sandbox, "limit", maxPerSandbox)
+			}
+			return
+		}
+	}
 	j.ops = append(j.ops, o)
+	j.pushed++
 	j.cond.Broadcast()
 }
 
@@ -91,11 +110,10 @@ func (j *journal) run() {
 		}
 		batch := j.ops
 		j.ops = nil
-		j.pending = len(batch)
 		j.mu.Unlock()
 		j.write(batch)
 		j.mu.Lock()
-		j.pending = 0
+		j.written += uint64(len(batch))
 		j.cond.Broadcast()
 		j.mu.Unlock()
 	}
@@ -132,12 +150,15 @@ func (j *journal) write(batch []op) {
 	}
 }
 
-// flush waits until everything pushed before the call is written.
+// flush waits until everything pushed before the call is written (not what others push
+// meanwhile: a busy sandbox cannot keep a flush waiting).
 func (j *journal) flush() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	target := j.pushed
 	j.flushing = true
-	for len(j.ops) > 0 || j.pending > 0 {
+	j.cond.Broadcast()
+	for j.written < target && !j.closed {
 		j.cond.Wait()
 	}
 	j.flushing = false

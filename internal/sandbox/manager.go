@@ -838,36 +838,52 @@ func (m *Manager) Expire(ctx context.Context, now time.Time) {
 		if sb.Warm || sb.ExpiresAt == nil || now.Before(*sb.ExpiresAt) || (sb.State != StateRunning && sb.State != StatePaused) {
 			continue
 		}
-		m.log.Info("sandbox timeout reached", "sandbox", sb.ID, "on_timeout", sb.OnTimeout)
-		if sb.OnTimeout == OnTimeoutDelete {
-			if err := m.Delete(ctx, sb.ID); err != nil {
-				m.log.Error("deleting sandbox at its timeout", "sandbox", sb.ID, "err", err)
-			}
-			continue
-		}
-		unlock := m.lock(sb.ID)
-		cur, err := m.store.Get(ctx, sb.ID)
-		switch {
-		case err != nil:
-		case cur.OnTimeout == OnTimeoutPause:
-			// Frozen, with no deadline until someone resumes it.
-			if cur.State == StateRunning {
-				if err := m.runtimes[cur.Runtime].Pause(ctx, cur.ID); err != nil {
-					m.log.Error("pausing sandbox at its timeout", "sandbox", cur.ID, "err", err)
-					_, _ = m.stopLocked(ctx, cur, "timeout reached; pausing failed: "+err.Error())
-					break
-				}
-			}
-			_, _ = m.store.Update(ctx, cur.ID, func(s *Sandbox) error { s.State, s.ExpiresAt = StatePaused, nil; return nil })
-		case cur.State == StateRunning || cur.State == StatePaused:
-			_, _ = m.stopLocked(ctx, cur, "timeout reached")
-		}
-		unlock()
+		m.expire(ctx, sb.ID, now)
 	}
 }
 
-// SetTimeout makes sandbox id's timeout end d from now (d ≤ 0: no deadline); later starts
-// and resumes count d again.
+// expire acts on one sandbox's timeout under its lock, after checking again that the
+// deadline has passed (a concurrent SetTimeout may have moved it) and that the sandbox is
+// running or paused.
+func (m *Manager) expire(ctx context.Context, id string, now time.Time) {
+	unlock := m.lock(id)
+	cur, err := m.store.Get(ctx, id)
+	if err != nil || cur.ExpiresAt == nil || now.Before(*cur.ExpiresAt) || (cur.State != StateRunning && cur.State != StatePaused) {
+		unlock()
+		return
+	}
+	m.log.Info("sandbox timeout reached", "sandbox", id, "on_timeout", cur.OnTimeout)
+	switch cur.OnTimeout {
+	case OnTimeoutDelete:
+		unlock() // Delete takes the lock itself
+		if err := m.Delete(ctx, id); err != nil {
+			m.log.Error("deleting sandbox at its timeout", "sandbox", id, "err", err)
+		}
+		return
+	case OnTimeoutPause:
+		// Frozen, with no deadline until someone resumes it.
+		if cur.State == StateRunning {
+			if err := m.runtimes[cur.Runtime].Pause(ctx, id); err != nil {
+				m.log.Error("pausing sandbox at its timeout", "sandbox", id, "err", err)
+				_, _ = m.stopLocked(ctx, cur, "timeout reached; pausing failed: "+err.Error())
+				break
+			}
+		}
+		_, _ = m.store.Update(ctx, id, func(s *Sandbox) error {
+			if s.State != StateRunning && s.State != StatePaused {
+				return fmt.Errorf("sandbox %s became %s: %w", id, s.State, errdefs.ErrConflict)
+			}
+			s.State, s.ExpiresAt = StatePaused, nil
+			return nil
+		})
+	default:
+		_, _ = m.stopLocked(ctx, cur, "timeout reached")
+	}
+	unlock()
+}
+
+// SetTimeout makes sandbox id's timeout end d from now (d ≤ 0: no deadline); a later
+// start counts d again.
 func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) (*Sandbox, error) {
 	unlock := m.lock(id)
 	defer unlock()
