@@ -20,7 +20,7 @@ type journal struct {
 	pushed   uint64 // ops accepted so far
 	written  uint64 // ops written (or failed) so far
 	closed   bool
-	flushing bool // a flush waits: write without gathering
+	flushing bool           // a flush waits: write without gathering
 	perSB    map[string]int // entries added per sandbox in this run
 	done     chan struct{}
 }
