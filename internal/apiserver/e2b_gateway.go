@@ -30,7 +30,13 @@ func (s *Server) e2bGateway(w http.ResponseWriter, r *http.Request) {
 	// moat-init checks the token too; checking it here first keeps requests without it
 	// from costing the daemon anything (an RPC body is read whole before forwarding).
 	if r.URL.Path != "/health" && !envdauth.NewToken(sb.AccessToken).Equal(r.Header.Get("X-Access-Token")) {
-		writeJSON(w, http.StatusUnauthorized, e2bError{Code: http.StatusUnauthorized, Message: "invalid or missing access token (X-Access-Token)"})
+		const msg = "invalid or missing access token (X-Access-Token)"
+		if r.URL.Path == "/files" {
+			writeJSON(w, http.StatusUnauthorized, e2bError{Code: http.StatusUnauthorized, Message: msg})
+		} else {
+			// An RPC: a Connect error, as moat-init itself would answer.
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"code": "unauthenticated", "message": msg})
+		}
 		return
 	}
 	s.forward(w, r, envdDest{id: sb.ID, rest: r.URL.Path, e2b: true})
