@@ -435,10 +435,26 @@ func (s *Server) e2bLookup(ctx context.Context, id string) (*sandbox.Sandbox, er
 	return sb, nil
 }
 
-func (s *Server) e2bGet(w http.ResponseWriter, r *http.Request) {
+// e2bBegin decodes a per-sandbox request's body into body (nil: none) and looks its
+// sandbox up; on failure it has answered and returns false.
+func (s *Server) e2bBegin(w http.ResponseWriter, r *http.Request, body any) (*sandbox.Sandbox, bool) {
+	if body != nil {
+		if err := decodeE2B(r, body); err != nil {
+			writeE2BError(w, err)
+			return nil, false
+		}
+	}
 	sb, err := s.e2bLookup(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeE2BError(w, err)
+		return nil, false
+	}
+	return sb, true
+}
+
+func (s *Server) e2bGet(w http.ResponseWriter, r *http.Request) {
+	sb, ok := s.e2bBegin(w, r, nil)
+	if !ok {
 		return
 	}
 	d := e2bDetail{e2bListed: toE2BListed(sb), EnvdAccessToken: sb.AccessToken}
@@ -457,12 +473,11 @@ func (s *Server) e2bGet(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) e2bKill(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if _, err := s.e2bLookup(r.Context(), id); err != nil {
-		writeE2BError(w, err)
+	sb, ok := s.e2bBegin(w, r, nil)
+	if !ok {
 		return
 	}
-	if err := s.sandboxes.Delete(r.Context(), id); err != nil {
+	if err := s.sandboxes.Delete(r.Context(), sb.ID); err != nil {
 		writeE2BError(w, err)
 		return
 	}
@@ -473,19 +488,15 @@ func (s *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Timeout int64 `json:"timeout"`
 	}
-	if err := decodeE2B(r, &req); err != nil {
-		writeE2BError(w, err)
+	sb, ok := s.e2bBegin(w, r, &req)
+	if !ok {
 		return
 	}
 	if req.Timeout <= 0 {
 		writeE2BError(w, fmt.Errorf("timeout: must be a positive number of seconds: %w", errdefs.ErrInvalidArgument))
 		return
 	}
-	id := r.PathValue("id")
-	if _, err := s.e2bLookup(r.Context(), id); err != nil {
-		writeE2BError(w, err)
-		return
-	}
+	id := sb.ID
 	if _, err := s.sandboxes.SetTimeout(r.Context(), id, time.Duration(req.Timeout)*time.Second); err != nil {
 		writeE2BError(w, err)
 		return
@@ -498,16 +509,11 @@ func (s *Server) e2bRefresh(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Duration int64 `json:"duration"`
 	}
-	if err := decodeE2B(r, &req); err != nil {
-		writeE2BError(w, err)
+	sb, ok := s.e2bBegin(w, r, &req)
+	if !ok {
 		return
 	}
-	id := r.PathValue("id")
-	sb, err := s.e2bLookup(r.Context(), id)
-	if err != nil {
-		writeE2BError(w, err)
-		return
-	}
+	id := sb.ID
 	d := time.Duration(req.Duration) * time.Second
 	if d <= 0 {
 		d = cmp.Or(sb.Timeout, s.e2b.DefaultTimeout)
@@ -526,20 +532,16 @@ func (s *Server) e2bPause(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Memory *bool `json:"memory"`
 	}
-	if err := decodeE2B(r, &req); err != nil {
-		writeE2BError(w, err)
+	sb, ok := s.e2bBegin(w, r, &req)
+	if !ok {
 		return
 	}
-	id := r.PathValue("id")
-	sb, err := s.e2bLookup(r.Context(), id)
-	if err != nil {
-		writeE2BError(w, err)
-		return
-	}
+	id := sb.ID
 	if sb.State != sandbox.StateRunning {
 		writeE2BError(w, fmt.Errorf("sandbox %s is %s, not running: %w", id, e2bStateOrMoat(sb.State), errdefs.ErrConflict))
 		return
 	}
+	var err error
 	if req.Memory == nil || *req.Memory {
 		_, err = s.sandboxes.Pause(r.Context(), id)
 	} else {
@@ -563,17 +565,13 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
 		Timeout *int64 `json:"timeout"`
 		Memory  *bool  `json:"memory"`
 	}
-	if err := decodeE2B(r, &req); err != nil {
-		writeE2BError(w, err)
+	sb, ok := s.e2bBegin(w, r, &req)
+	if !ok {
 		return
 	}
-	id := r.PathValue("id")
-	sb, err := s.e2bLookup(r.Context(), id)
-	if err != nil {
-		writeE2BError(w, err)
-		return
-	}
+	id := sb.ID
 	status := http.StatusOK
+	var err error
 	switch sb.State {
 	case sandbox.StatePaused:
 		if req.Memory != nil && !*req.Memory {
@@ -616,12 +614,11 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) e2bMetrics(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	sb, err := s.e2bLookup(r.Context(), id)
-	if err != nil {
-		writeE2BError(w, err)
+	sb, ok := s.e2bBegin(w, r, nil)
+	if !ok {
 		return
 	}
+	id := sb.ID
 	type metric struct {
 		Timestamp     time.Time `json:"timestamp"`
 		TimestampUnix int64     `json:"timestampUnix"`
@@ -655,15 +652,11 @@ func (s *Server) e2bNetwork(w http.ResponseWriter, r *http.Request) {
 		e2bNetwork
 		AllowInternetAccess *bool `json:"allow_internet_access"`
 	}
-	if err := decodeE2B(r, &req); err != nil {
-		writeE2BError(w, err)
+	sb, ok := s.e2bBegin(w, r, &req)
+	if !ok {
 		return
 	}
-	id := r.PathValue("id")
-	if _, err := s.e2bLookup(r.Context(), id); err != nil {
-		writeE2BError(w, err)
-		return
-	}
+	id := sb.ID
 	pol, err := e2bPolicy(req.AllowInternetAccess, &req.e2bNetwork)
 	if err != nil {
 		writeE2BError(w, err)
