@@ -16,6 +16,9 @@ const (
 	envDefaults    = "MOAT_ENV"
 	envDefaultUser = "MOAT_DEFAULT_USER"
 	envRuntime     = "MOAT_RUNTIME"
+	// envCA is the PEM certificate of the sandbox's interception CA (credential
+	// brokering), to add to the trust store. Its key never enters the sandbox.
+	envCA = "MOAT_CA_PEM"
 )
 
 // config is moat-init's configuration from the environment.
@@ -23,6 +26,7 @@ type config struct {
 	token       envd.Token
 	env         map[string]string
 	defaultUser string
+	caPEM       string
 	// noTrim turns off the idle memory trim: gVisor (MOAT_RUNTIME=runsc) zero-fills
 	// file-backed private pages dropped with MADV_DONTNEED instead of re-reading them,
 	// which would wipe moat-init's own code.
@@ -36,9 +40,10 @@ func configFromEnv() (config, error) {
 		token:       envd.NewToken(os.Getenv(envToken)),
 		defaultUser: os.Getenv(envDefaultUser),
 		noTrim:      os.Getenv(envRuntime) == "runsc",
+		caPEM:       os.Getenv(envCA),
 	}
 	raw := os.Getenv(envDefaults)
-	for _, k := range []string{envToken, envDefaults, envDefaultUser, envRuntime} {
+	for _, k := range []string{envToken, envDefaults, envDefaultUser, envRuntime, envCA} {
 		os.Unsetenv(k)
 	}
 	if c.token.Empty() {

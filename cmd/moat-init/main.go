@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -65,6 +66,11 @@ func run(addr string, idleTick time.Duration, log *slog.Logger) error {
 
 	if err := writeResolvConf("/etc/resolv.conf"); err != nil {
 		log.Warn("writing /etc/resolv.conf", "err", err)
+	}
+	if cfg.caPEM != "" {
+		if err := installCA("/", cfg.caPEM); err != nil {
+			log.Warn("installing the interception CA", "err", err)
+		}
 	}
 
 	reaper := linux.NewReaper(log)
@@ -194,4 +200,32 @@ func writeResolvConf(path string) error {
 		return err
 	}
 	return nil
+}
+
+// Where installCA puts the sandbox's trust files; the daemon points SSL_CERT_FILE,
+// REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE and GIT_SSL_CAINFO at the bundle and
+// NODE_EXTRA_CA_CERTS at the CA alone.
+const (
+	caFile     = "etc/moat/ca.pem"
+	caBundle   = "etc/moat/ca-bundle.pem"
+	systemPEMs = "etc/ssl/certs/ca-certificates.crt"
+)
+
+// installCA writes the interception CA certificate and a bundle of the system's roots
+// plus it under root (the sandbox's /).
+func installCA(root, pem string) error {
+	if err := os.MkdirAll(filepath.Join(root, "etc/moat"), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(root, caFile), []byte(pem), 0o644); err != nil {
+		return err
+	}
+	system, err := os.ReadFile(filepath.Join(root, systemPEMs))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if len(system) > 0 && system[len(system)-1] != '\n' {
+		system = append(system, '\n')
+	}
+	return os.WriteFile(filepath.Join(root, caBundle), append(system, pem...), 0o644)
 }

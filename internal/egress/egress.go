@@ -21,6 +21,7 @@ import (
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/linux"
 	"github.com/moatdev/moat/internal/netns"
+	"github.com/moatdev/moat/internal/sandbox"
 )
 
 // SyntheticPrefix is where moat's DNS takes the addresses it hands out for allowed names.
@@ -122,28 +123,33 @@ func (b *boundary) current() (string, *policy.Policy) {
 	return b.phase, b.pol
 }
 
-// Attach starts serving sandbox id's boundary with spec. Attaching a sandbox that is
-// attached replaces its policy (as SetPolicy).
-func (m *Manager) Attach(id string, spec policy.Spec) error {
+// Attach starts serving sandbox id's boundary with spec and the credential bindings
+// creds; with bindings it returns the PEM certificate of the sandbox's interception CA.
+// Attaching a sandbox that is attached replaces its policy (as SetPolicy).
+func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential) (string, error) {
 	comp, pol, err := compile(spec)
 	if err != nil {
-		return err
+		return "", err
+	}
+	caPEM, err := m.credentials(id, creds)
+	if err != nil {
+		return "", err
 	}
 	m.mu.Lock()
 	if _, ok := m.bs[id]; ok {
 		m.mu.Unlock()
 		_, err := m.SetPolicy(id, spec)
-		return err
+		return caPEM, err
 	}
 	m.mu.Unlock()
 	ls, err := m.cfg.Listener.Listen(id)
 	if err != nil {
-		return err
+		return "", err
 	}
 	table, err := dns.NewTable(SyntheticPrefix)
 	if err != nil {
 		ls.Close()
-		return err
+		return "", err
 	}
 	b := &boundary{id: id, table: table, ls: ls, spec: spec, comp: comp, phase: spec.Phase, pol: pol, dnsLog: map[string]bool{}}
 	b.proxy = proxy.New(proxy.Config{
@@ -183,7 +189,7 @@ func (m *Manager) Attach(id string, spec policy.Spec) error {
 	if _, ok := m.bs[id]; ok {
 		m.mu.Unlock()
 		ls.Close()
-		return fmt.Errorf("egress of sandbox %s attached twice at once: %w", id, errdefs.ErrConflict)
+		return "", fmt.Errorf("egress of sandbox %s attached twice at once: %w", id, errdefs.ErrConflict)
 	}
 	m.bs[id] = b
 	m.mu.Unlock()
@@ -200,8 +206,19 @@ func (m *Manager) Attach(id string, spec policy.Spec) error {
 	serve("dns/udp", func() error { return b.dns.ServePacket(ls.DNSUDP) })
 	serve("dns/tcp", func() error { return b.dns.ServeListener(ls.DNSTCP) })
 	m.log.Debug("egress attached", "sandbox", id, "phase", spec.Phase, "policy", pol.String())
-	return nil
+	return caPEM, nil
 }
+
+// credentials prepares sandbox id's credential brokering: nothing without bindings.
+func (m *Manager) credentials(id string, creds []sandbox.Credential) (string, error) {
+	if len(creds) == 0 {
+		return "", nil
+	}
+	return "", fmt.Errorf("credential bindings are not available yet: %w", errdefs.ErrNotImplemented)
+}
+
+// Forget drops what the boundary keeps of deleted sandbox id. Idempotent.
+func (m *Manager) Forget(id string) {}
 
 // SetPolicy replaces sandbox id's policy (and phase) at once and cuts the open connections
 // it no longer allows; it returns how many. A sandbox that is not attached (not running)

@@ -56,7 +56,7 @@ func newRig(tb testing.TB, hosts egress.Hosts, spec policy.Spec) *rig {
 		tb.Fatal(err)
 	}
 	r.m = egress.New(egress.Config{Listener: r.net, Journal: st, Resolver: egress.NewResolver(hosts, "")})
-	if err := r.m.Attach(r.id, spec); err != nil {
+	if _, err := r.m.Attach(r.id, spec, nil); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {

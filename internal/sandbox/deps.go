@@ -124,11 +124,15 @@ type Network interface {
 // Egress serves the network boundary (DNS and proxy) of running sandboxes. Implemented by
 // *egress.Manager.
 type Egress interface {
-	// Attach starts serving sandbox id's boundary, in its gateway namespace, with spec.
-	Attach(id string, spec policy.Spec) error
+	// Attach starts serving sandbox id's boundary, in its gateway namespace, with spec and
+	// the credential bindings creds. With bindings it returns the PEM certificate of the
+	// sandbox's interception CA (the same across daemon restarts) for its trust store.
+	Attach(id string, spec policy.Spec, creds []Credential) (caPEM string, err error)
 	// SetPolicy replaces the policy of an attached sandbox at once and cuts the open
 	// connections it no longer allows, returning how many; a detached sandbox is no error.
 	SetPolicy(id string, spec policy.Spec) (int, error)
 	// Detach stops serving sandbox id and cuts its connections. Idempotent.
 	Detach(id string)
+	// Forget drops what the boundary keeps of a deleted sandbox (its CA). Idempotent.
+	Forget(id string)
 }

@@ -131,6 +131,8 @@ type CreateOptions struct {
 	// TemplateAlias is the name the client asked for when it differs from Template (an
 	// E2B template name such as "base").
 	TemplateAlias string `json:"template_alias,omitempty"`
+	// Credentials bind stored secrets to hosts (credentials.go).
+	Credentials []Credential `json:"credentials,omitempty"`
 }
 
 var (
@@ -182,6 +184,14 @@ func (m *Manager) validate(opts *CreateOptions) error {
 	case "", OnTimeoutStop, OnTimeoutDelete, OnTimeoutPause:
 	default:
 		return fmt.Errorf("on-timeout %q: want stop, delete or pause: %w", opts.OnTimeout, errdefs.ErrInvalidArgument)
+	}
+	if err := validateCredentials(opts.Credentials); err != nil {
+		return err
+	}
+	for _, c := range opts.Credentials {
+		if _, clash := opts.Env[c.Secret]; clash && c.Header == "" {
+			return fmt.Errorf("credential %s: the environment already sets %s: %w", c.Secret, c.Secret, errdefs.ErrInvalidArgument)
+		}
 	}
 	if opts.Policy != nil {
 		spec, err := opts.Policy.WithDefaultPhase()
@@ -256,7 +266,8 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 	sb := &Sandbox{
 		ID: newID(), State: StateCreating, Runtime: opts.Runtime, Template: opts.Template,
 		Repo: opts.Repo, User: opts.User, Env: opts.Env, Limits: opts.Limits, Metadata: opts.Metadata,
-		Policy: opts.Policy, OnTimeout: opts.OnTimeout, TemplateAlias: opts.TemplateAlias, CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
+		Policy: opts.Policy, OnTimeout: opts.OnTimeout, TemplateAlias: opts.TemplateAlias,
+		Credentials: opts.Credentials, CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
 	}
 	if opts.Timeout > 0 {
 		exp := now.Add(opts.Timeout)
@@ -338,7 +349,8 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 	if err := m.network.Setup(ctx, sb.ID, p.netns); err != nil {
 		return fmt.Errorf("setting up network: %w", err)
 	}
-	if err := m.egress.Attach(sb.ID, sb.EgressPolicy()); err != nil {
+	caPEM, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials)
+	if err != nil {
 		return fmt.Errorf("starting egress: %w", err)
 	}
 	step("network")
@@ -357,7 +369,7 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 		return err
 	}
 	sb.User = user
-	env, _ := json.Marshal(mergeEnv(tmpl.Env, sb.Env))
+	env, _ := json.Marshal(credentialEnv(mergeEnv(tmpl.Env, sb.Env), sb.Credentials, caPEM != ""))
 	spec := ContainerSpec{
 		ID: sb.ID, BundleDir: p.bundle, Rootfs: p.rootfs, InitPath: m.cfg.InitPath,
 		InitEnv: []string{
@@ -365,6 +377,7 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 			"MOAT_ENV=" + string(env),
 			"MOAT_DEFAULT_USER=" + sb.User,
 			"MOAT_RUNTIME=" + sb.Runtime,
+			"MOAT_CA_PEM=" + caPEM,
 		},
 		Hostname: "sandbox", UserNS: p.userns, IDs: ids, NetNS: p.netns,
 		Limits: sb.Limits, LogPath: m.LogPath(sb.ID),
@@ -539,6 +552,7 @@ func (m *Manager) destroy(id string) {
 	if err := m.storage.DeleteDrive(ctx, id); err != nil {
 		m.log.Error("deleting drive of failed sandbox", "sandbox", id, "err", err)
 	}
+	m.egress.Forget(id)
 	os.Remove(m.LogPath(id))
 	if err := m.store.Delete(ctx, id); err != nil {
 		m.log.Error("deleting record of failed sandbox", "sandbox", id, "err", err)
@@ -715,6 +729,7 @@ func (m *Manager) finishDelete(sb *Sandbox) {
 		m.log.Error("deleting sandbox: drive", "sandbox", sb.ID, "err", err)
 		return
 	}
+	m.egress.Forget(sb.ID)
 	os.Remove(m.LogPath(sb.ID))
 	if err := m.store.Delete(ctx, sb.ID); err != nil {
 		m.log.Error("deleting sandbox: record", "sandbox", sb.ID, "err", err)
@@ -749,7 +764,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			unlock()
 		case StateRunning, StatePaused:
 			if m.alive(ctx, sb) {
-				if err := m.egress.Attach(sb.ID, sb.EgressPolicy()); err == nil {
+				if _, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials); err == nil {
 					m.log.Info("adopted running sandbox", "sandbox", sb.ID, "state", sb.State)
 					continue
 				} else {

@@ -59,7 +59,7 @@ func (p *pool) refill() {
 
 // fitsPool reports whether validated opts can be served by a warm sandbox.
 func (m *Manager) fitsPool(opts CreateOptions) bool {
-	if m.pools[opts.Runtime] == nil || opts.Template != "host" || opts.Repo != "" ||
+	if m.pools[opts.Runtime] == nil || opts.Template != "host" || opts.Repo != "" || len(opts.Credentials) > 0 ||
 		opts.Limits.DiskBytes != m.cfg.DefaultLimits.DiskBytes {
 		return false
 	}

@@ -84,6 +84,8 @@ type Sandbox struct {
 
 	// Policy is the sandbox's egress policy with its current phase (nil: deny-all).
 	Policy *policy.Spec `json:"policy,omitempty"`
+	// Credentials are the secrets bound to hosts (credentials.go).
+	Credentials []Credential `json:"credentials,omitempty"`
 
 	// AccessToken authenticates the daemon to the sandbox's moat-init. It is never
 	// sent to API clients of the native API.

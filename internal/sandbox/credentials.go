@@ -1,0 +1,111 @@
+package sandbox
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/moatdev/moat/internal/egress/policy"
+	"github.com/moatdev/moat/internal/errdefs"
+)
+
+// Credential binds a stored secret to the hosts it may be sent to. The sandbox never holds
+// the secret: with a placeholder binding its environment variable Secret holds Placeholder,
+// which the egress proxy replaces with the real value in requests to the bound hosts only;
+// with a header binding the proxy sets Header (Template with "{{value}}" filled in) on
+// requests to them. Either way the proxy terminates TLS to those hosts with the sandbox's
+// own CA.
+type Credential struct {
+	Secret     string   `json:"secret"`
+	Hosts      []string `json:"hosts"`
+	Header     string   `json:"header,omitempty"`
+	Template   string   `json:"template,omitempty"`
+	PathPrefix string   `json:"path_prefix,omitempty"`
+	Methods    []string `json:"methods,omitempty"`
+	// Placeholder is generated at create for placeholder bindings; it is worthless
+	// anywhere but at the bound hosts.
+	Placeholder string `json:"placeholder,omitempty"`
+}
+
+var (
+	secretNameRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,63}$`)
+	headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+)
+
+// validateCredentials checks bindings and gives placeholder bindings their placeholder.
+func validateCredentials(creds []Credential) error {
+	seen := map[string]bool{}
+	for i := range creds {
+		c := &creds[i]
+		where := fmt.Sprintf("credential %q", c.Secret)
+		if !secretNameRE.MatchString(c.Secret) {
+			return fmt.Errorf("%s: a secret name is A-Z, 0-9 and _, starting with a letter or _: %w", where, errdefs.ErrInvalidArgument)
+		}
+		if len(c.Hosts) == 0 {
+			return fmt.Errorf("%s: bind it to at least one host: %w", where, errdefs.ErrInvalidArgument)
+		}
+		for j, h := range c.Hosts {
+			name := strings.TrimPrefix(h, "*.")
+			n, err := policy.NormalizeName(name)
+			if err != nil {
+				return fmt.Errorf("%s: host %q: %v: %w", where, h, err, errdefs.ErrInvalidArgument)
+			}
+			if strings.HasPrefix(h, "*.") {
+				n = "*." + n
+			}
+			c.Hosts[j] = n
+		}
+		switch {
+		case c.Header == "" && c.Template != "":
+			return fmt.Errorf("%s: a template needs a header: %w", where, errdefs.ErrInvalidArgument)
+		case c.Header != "" && !headerNameRE.MatchString(c.Header):
+			return fmt.Errorf("%s: header name %q is invalid: %w", where, c.Header, errdefs.ErrInvalidArgument)
+		case c.Header != "" && !strings.Contains(c.Template, "{{value}}"):
+			return fmt.Errorf("%s: the header template must contain {{value}}: %w", where, errdefs.ErrInvalidArgument)
+		case c.Header != "" && strings.ContainsAny(c.Template, "\r\n"):
+			return fmt.Errorf("%s: the header template must be one line: %w", where, errdefs.ErrInvalidArgument)
+		}
+		if c.Header == "" {
+			if seen[c.Secret] {
+				return fmt.Errorf("%s is bound twice as an environment variable: %w", where, errdefs.ErrInvalidArgument)
+			}
+			seen[c.Secret] = true
+			if c.Placeholder == "" {
+				var b [24]byte
+				_, _ = rand.Read(b[:])
+				c.Placeholder = "moat-placeholder-" + hex.EncodeToString(b[:])
+			}
+		}
+	}
+	return nil
+}
+
+// MatchesHost reports whether the credential is bound to host (a normalized name).
+func (c Credential) MatchesHost(host string) bool {
+	for _, h := range c.Hosts {
+		if h == host || strings.HasPrefix(h, "*.") && strings.HasSuffix(host, h[1:]) {
+			return true
+		}
+	}
+	return false
+}
+
+// credentialEnv adds the placeholders of env-var bindings to env and, when the sandbox has
+// an interception CA, points the usual trust variables at the files moat-init writes
+// (/etc/moat/ca-bundle.pem: the system roots and the CA; /etc/moat/ca.pem: the CA).
+func credentialEnv(env map[string]string, creds []Credential, ca bool) map[string]string {
+	for _, c := range creds {
+		if c.Header == "" {
+			env[c.Secret] = c.Placeholder
+		}
+	}
+	if ca {
+		for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"} {
+			env[k] = "/etc/moat/ca-bundle.pem"
+		}
+		env["NODE_EXTRA_CA_CERTS"] = "/etc/moat/ca.pem"
+	}
+	return env
+}

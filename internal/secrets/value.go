@@ -1,0 +1,79 @@
+// Package secrets is moat's secret store: named values kept encrypted at rest in the
+// daemon's data directory, and Value, the type that carries a secret through the daemon
+// without ever printing it.
+package secrets
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+)
+
+// redacted is what a Value shows in every printed, logged or marshalled form.
+const redacted = "[redacted]"
+
+// Value is a secret. It cannot print itself: fmt (every verb), encoding/json,
+// encoding.TextMarshaler and log/slog all render it as "[redacted]". Reveal is the only way
+// to read it. The zero Value is empty.
+//
+// The bytes sit behind a pointer, so a Value in an unexported field of some other struct,
+// which fmt prints by reflection without calling its methods, shows as an address, not as
+// the bytes.
+type Value struct {
+	p *box
+}
+
+type box struct{ b []byte }
+
+// NewValue returns a Value holding a copy of s.
+func NewValue(s string) Value {
+	return Value{p: &box{b: []byte(s)}}
+}
+
+func (v Value) bytes() []byte {
+	if v.p == nil {
+		return nil
+	}
+	return v.p.b
+}
+
+// Reveal returns the secret itself. Call it only where the secret leaves the daemon for
+// its destination (an outbound request, a sandbox's environment), never to log or answer
+// a client.
+func (v Value) Reveal() string { return string(v.bytes()) }
+
+// Equal reports whether the secret is s, in time independent of the contents and the
+// lengths of both.
+func (v Value) Equal(s string) bool {
+	a, b := sha256.Sum256(v.bytes()), sha256.Sum256([]byte(s))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// Empty reports whether the secret has no bytes.
+func (v Value) Empty() bool { return len(v.bytes()) == 0 }
+
+// String returns "[redacted]".
+func (Value) String() string { return redacted }
+
+// GoString returns "[redacted]" (%#v).
+func (Value) GoString() string { return redacted }
+
+// Format writes "[redacted]" for every verb and flag.
+func (Value) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(redacted)) }
+
+// MarshalJSON returns the JSON string "[redacted]".
+func (Value) MarshalJSON() ([]byte, error) { return []byte(`"` + redacted + `"`), nil }
+
+// MarshalText returns "[redacted]".
+func (Value) MarshalText() ([]byte, error) { return []byte(redacted), nil }
+
+// LogValue makes slog record "[redacted]".
+func (Value) LogValue() slog.Value { return slog.StringValue(redacted) }
+
+var (
+	_ fmt.Stringer   = Value{}
+	_ fmt.GoStringer = Value{}
+	_ fmt.Formatter  = Value{}
+	_ slog.LogValuer = Value{}
+)
