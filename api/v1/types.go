@@ -19,6 +19,20 @@ type CreateSandboxRequest struct {
 	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
 	Policy         *Policy           `json:"policy,omitempty"` // egress; nil: deny-all
+	Credentials    []Credential      `json:"credentials,omitempty"`
+}
+
+// Credential binds a stored secret (moat secret set) to hosts. Without Header the sandbox
+// gets an environment variable named Secret holding a placeholder, which the egress proxy
+// swaps for the real value in requests to the hosts; with Header the proxy sets that
+// header (Template with {{value}}) on requests to them.
+type Credential struct {
+	Secret     string   `json:"secret"`
+	Hosts      []string `json:"hosts"`
+	Header     string   `json:"header,omitempty"`
+	Template   string   `json:"template,omitempty"`
+	PathPrefix string   `json:"path_prefix,omitempty"`
+	Methods    []string `json:"methods,omitempty"`
 }
 
 // Sandbox is a sandbox as the API reports it.
@@ -40,6 +54,8 @@ type Sandbox struct {
 	HostUID uint32 `json:"host_uid"`
 	// Policy is the egress policy with its current phase.
 	Policy Policy `json:"policy"`
+	// Credentials are the secret bindings (never the values).
+	Credentials []Credential `json:"credentials,omitempty"`
 }
 
 // Limits are a sandbox's resource limits.

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	v1 "github.com/moatdev/moat/api/v1"
 )
 
 // parseSize reads a size such as 512M, 2G, 1.5GiB, 100MB or 1048576 (bytes). Units are
@@ -107,4 +109,40 @@ func splitRemote(arg string) (id, path string, ok bool) {
 		return "", arg, false
 	}
 	return id, path, true
+}
+
+// parseCredentials reads --credential NAME@HOST[,HOST...] and
+// --credential-header NAME@HOST[,HOST...]='Header: template'.
+func parseCredentials(plain, headers []string) ([]v1.Credential, error) {
+	var out []v1.Credential
+	split := func(flag, s string) (string, []string, error) {
+		name, hosts, ok := strings.Cut(s, "@")
+		if !ok || name == "" || hosts == "" {
+			return "", nil, fmt.Errorf("%s %q: want NAME@HOST[,HOST...]", flag, s)
+		}
+		return name, strings.Split(hosts, ","), nil
+	}
+	for _, s := range plain {
+		name, hosts, err := split("--credential", s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v1.Credential{Secret: name, Hosts: hosts})
+	}
+	for _, s := range headers {
+		binding, header, ok := strings.Cut(s, "=")
+		if !ok {
+			return nil, fmt.Errorf("--credential-header %q: want NAME@HOST='Header: template'", s)
+		}
+		name, hosts, err := split("--credential-header", binding)
+		if err != nil {
+			return nil, err
+		}
+		h, tmpl, ok := strings.Cut(header, ":")
+		if !ok || strings.TrimSpace(h) == "" || !strings.Contains(tmpl, "{{value}}") {
+			return nil, fmt.Errorf("--credential-header %q: the header must look like 'Authorization: Bearer {{value}}'", s)
+		}
+		out = append(out, v1.Credential{Secret: name, Hosts: hosts, Header: strings.TrimSpace(h), Template: strings.TrimSpace(tmpl)})
+	}
+	return out, nil
 }

@@ -115,3 +115,24 @@ func TestDefaultTemplateName(t *testing.T) {
 		}
 	}
 }
+
+func TestParseCredentials(t *testing.T) {
+	got, err := parseCredentials([]string{"GH_TOKEN@api.github.com,uploads.github.com"}, []string{"OPENAI@api.openai.com=Authorization: Bearer {{value}}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Secret != "GH_TOKEN" || len(got[0].Hosts) != 2 || got[1].Header != "Authorization" || got[1].Template != "Bearer {{value}}" {
+		t.Errorf("got %+v", got)
+	}
+	for _, bad := range [][2][]string{
+		{{"GH_TOKEN"}, nil},
+		{{"@host"}, nil},
+		{nil, {"X@h.test"}},
+		{nil, {"X@h.test=Authorization Bearer {{value}}"}},
+		{nil, {"X@h.test=Authorization: Bearer"}},
+	} {
+		if _, err := parseCredentials(bad[0], bad[1]); err == nil {
+			t.Errorf("parseCredentials(%q, %q) accepted", bad[0], bad[1])
+		}
+	}
+}

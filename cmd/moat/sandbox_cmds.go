@@ -29,6 +29,7 @@ type sandboxFlags struct {
 	pids                          int64
 	timeout                       string
 	policy                        policyFlags
+	credentials, credHeaders      []string
 }
 
 func (f *sandboxFlags) register(cmd *cobra.Command) {
@@ -44,6 +45,8 @@ func (f *sandboxFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.disk, "disk", "", "drive size, e.g. 1G (default 10G)")
 	fl.StringVar(&f.timeout, "timeout", "", "stop the sandbox after this long, e.g. 10m (default: never; `run`: the command is killed and moat exits 124)")
 	f.policy.register(cmd)
+	fl.StringArrayVar(&f.credentials, "credential", nil, "NAME@HOST[,HOST...]: the sandbox gets $NAME holding a placeholder that the proxy swaps for the stored secret NAME in requests to HOST (repeatable)")
+	fl.StringArrayVar(&f.credHeaders, "credential-header", nil, "NAME@HOST[,HOST...]='Header: template with {{value}}': the proxy sets that header on requests to HOST (repeatable)")
 }
 
 // request validates the flags before anything is created.
@@ -87,6 +90,9 @@ func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Durati
 		req.Repo = abs
 	}
 	if req.Policy, err = f.policy.spec(setup); err != nil {
+		return req, 0, err
+	}
+	if req.Credentials, err = parseCredentials(f.credentials, f.credHeaders); err != nil {
 		return req, 0, err
 	}
 	return req, timeout, nil

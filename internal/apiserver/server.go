@@ -223,7 +223,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		},
 		Timeout:  time.Duration(req.TimeoutSeconds) * time.Second,
 		Metadata: req.Metadata,
-		Policy:   FromAPIPolicy(req.Policy),
+		Policy:      FromAPIPolicy(req.Policy),
+		Credentials: fromAPICredentials(req.Credentials),
 	})
 	if err != nil {
 		writeError(w, err)
@@ -446,6 +447,9 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 		out.HostUID = sb.HostIDs().Host
 	}
 	out.Policy = toAPIPolicy(sb.EgressPolicy())
+	for _, c := range sb.Credentials {
+		out.Credentials = append(out.Credentials, v1.Credential{Secret: c.Secret, Hosts: c.Hosts, Header: c.Header, Template: c.Template, PathPrefix: c.PathPrefix, Methods: c.Methods})
+	}
 	return out
 }
 
@@ -504,4 +508,12 @@ func clientMessage(err error) string {
 func writeError(w http.ResponseWriter, err error) {
 	status, code := StatusOf(err)
 	writeJSON(w, status, v1.Error{Code: code, Message: clientMessage(err)})
+}
+
+func fromAPICredentials(in []v1.Credential) []sandbox.Credential {
+	var out []sandbox.Credential
+	for _, c := range in {
+		out = append(out, sandbox.Credential{Secret: c.Secret, Hosts: c.Hosts, Header: c.Header, Template: c.Template, PathPrefix: c.PathPrefix, Methods: c.Methods})
+	}
+	return out
 }
