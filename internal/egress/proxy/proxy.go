@@ -78,6 +78,9 @@ type Config struct {
 	Dial func(ctx context.Context, addr netip.AddrPort) (net.Conn, error)
 	// HostAddrs lists the host's own addresses (refused as destinations). Optional.
 	HostAddrs func() []netip.Addr
+	// Intercept returns the interceptor for a host with a credential binding, or nil.
+	// Optional.
+	Intercept func(host string) Interceptor
 	// Record stores a decision; for allowed connections the returned func is called once
 	// with the outcome. Optional.
 	Record func(Event) func(Outcome)
@@ -238,9 +241,17 @@ func (p *Proxy) handle(client net.Conn) {
 	ctx, cancelTotal := context.WithTimeoutCause(ctx, p.cfg.MaxDuration, fmt.Errorf("connection open longer than %s", p.cfg.MaxDuration))
 	defer cancelTotal()
 
-	head, sniffed, ev, req := p.decide(client, dst)
+	head, proto, ev, req := p.decide(client, dst)
 	ev.Time = start
 	var targets []netip.AddrPort
+	var ic Interceptor
+	if ev.Allowed && req.Name != "" && p.cfg.Intercept != nil {
+		// A host with a credential binding is only ever reached through TLS that moat
+		// terminates: the secret is never put on a plain connection.
+		if ic = p.cfg.Intercept(req.Name); ic != nil && proto != sniff.TLS {
+			ev.Allowed, ev.Reason = false, req.Name+" has a credential binding: only TLS connections to it are allowed"
+		}
+	}
 	if ev.Allowed {
 		// An allowed name whose addresses are all refused is a blocked attempt, logged as one.
 		var why string
@@ -264,15 +275,52 @@ func (p *Proxy) handle(client net.Conn) {
 		finish(Outcome{Duration: time.Since(start), Err: errPolicyChanged.Error()})
 		return
 	}
-	out := p.relay(ctx, c, head, sniffed, targets)
+	var out Outcome
+	if ic != nil {
+		out = p.intercept(ctx, c, ic, head, req, targets)
+	} else {
+		out = p.relay(ctx, c, head, len(head) > 0, targets)
+	}
 	out.Duration = time.Since(start)
 	finish(out)
+}
+
+// Interceptor terminates TLS for a host with a credential binding, injects the credential
+// into requests and scrubs it from responses (internal/egress/intercept). dial connects
+// to the upstream address the proxy already checked.
+type Interceptor interface {
+	Serve(ctx context.Context, client net.Conn, head []byte, host string, port int, dial func(context.Context) (net.Conn, error)) (up, down int64, err error)
+}
+
+// intercept serves a connection to a bound host through ic.
+func (p *Proxy) intercept(ctx context.Context, c *conn, ic Interceptor, head []byte, req policy.Request, targets []netip.AddrPort) Outcome {
+	var out Outcome
+	dial := func(ctx context.Context) (net.Conn, error) {
+		up, addr, err := p.dial(ctx, targets)
+		if err == nil {
+			out.Upstream = addr
+			p.mu.Lock()
+			c.target.Addr = addr.Addr()
+			p.mu.Unlock()
+		}
+		return up, err
+	}
+	stop := context.AfterFunc(ctx, func() { c.client.Close() })
+	defer stop()
+	var err error
+	out.Up, out.Down, err = ic.Serve(ctx, c.client, head, req.Name, int(req.Port), dial)
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		out.Err = cause.Error()
+	} else if err != nil {
+		out.Err = err.Error()
+	}
+	return out
 }
 
 // decide reads the client's first bytes and decides. head holds the bytes read; sniffed
 // says whether they were classified (false for a client that had sent nothing yet: relay
 // checks its first bytes when they come).
-func (p *Proxy) decide(client net.Conn, dst netip.AddrPort) (head []byte, sniffed bool, ev Event, req policy.Request) {
+func (p *Proxy) decide(client net.Conn, dst netip.AddrPort) (head []byte, proto sniff.Proto, ev Event, req policy.Request) {
 	phase, pol := p.cfg.Policy()
 	ev = Event{Phase: phase, Addr: dst.Addr(), Port: dst.Port()}
 	req = policy.Request{Addr: dst.Addr(), Port: dst.Port()}
@@ -283,7 +331,7 @@ func (p *Proxy) decide(client net.Conn, dst netip.AddrPort) (head []byte, sniffe
 	head, r, err := p.peek(client)
 	if err != nil {
 		ev.Reason = err.Error()
-		return head, true, ev, req
+		return head, r.Proto, ev, req
 	}
 	if len(head) > 0 {
 		if why := checkClaim(&req, r); why != "" {
@@ -291,7 +339,7 @@ func (p *Proxy) decide(client net.Conn, dst netip.AddrPort) (head []byte, sniffe
 			if !synthetic {
 				ev.Name = r.Name
 			}
-			return head, true, ev, req
+			return head, r.Proto, ev, req
 		}
 		if !synthetic && r.Name != "" {
 			ev.Name = r.Name // for the log: a direct connection that named a host
@@ -299,7 +347,7 @@ func (p *Proxy) decide(client net.Conn, dst netip.AddrPort) (head []byte, sniffe
 	}
 	d := pol.Decide(req)
 	ev.Allowed, ev.Rule, ev.Reason = d.Allow, d.Rule, d.Reason
-	return head, len(head) > 0, ev, req
+	return head, r.Proto, ev, req
 }
 
 // checkClaim holds what the client's first bytes claim (TLS SNI, HTTP Host) against the

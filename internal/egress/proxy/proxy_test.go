@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -568,5 +569,57 @@ func TestEvasions(t *testing.T) {
 				t.Errorf("event = %+v, want denied naming %q", ev, tc.reason)
 			}
 		})
+	}
+}
+
+// fakeInterceptor records what the proxy hands it and answers with one line.
+type fakeInterceptor struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (f *fakeInterceptor) Serve(ctx context.Context, client net.Conn, head []byte, host string, port int, dial func(context.Context) (net.Conn, error)) (int64, int64, error) {
+	up, err := dial(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	up.Close()
+	f.mu.Lock()
+	f.calls = append(f.calls, fmt.Sprintf("%s:%d tls=%t", host, port, len(head) > 0 && head[0] == 0x16))
+	f.mu.Unlock()
+	n, _ := io.WriteString(client, "intercepted\n")
+	return int64(len(head)), int64(n), nil
+}
+
+// TestInterceptHook: connections to a host with a credential binding go to the
+// interceptor when they are TLS, and are refused when they are not.
+func TestInterceptHook(t *testing.T) {
+	up := newUpstream(t, echo)
+	ic := &fakeInterceptor{}
+	h := newHarness(t, policy.Rules{Allow: []string{"allowed.test"}}, Config{
+		Intercept: func(host string) Interceptor {
+			if host == "allowed.test" {
+				return ic
+			}
+			return nil
+		},
+	})
+	h.to(synthetic, up.port(), loopback())
+	c := h.dial()
+	go tls.Client(c, &tls.Config{ServerName: "allowed.test", InsecureSkipVerify: true}).Handshake()
+	time.Sleep(200 * time.Millisecond)
+	ic.mu.Lock()
+	calls := strings.Join(ic.calls, ",")
+	ic.mu.Unlock()
+	if calls != fmt.Sprintf("allowed.test:%d tls=true", up.port()) {
+		t.Errorf("interceptor calls: %q", calls)
+	}
+	plain := h.dial()
+	io.WriteString(plain, "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+	if !closed(plain) {
+		t.Error("plain HTTP to a bound host was not closed")
+	}
+	if ev := h.lastEvent(); ev.Allowed || !strings.Contains(ev.Reason, "credential binding") {
+		t.Errorf("event = %+v", ev)
 	}
 }
