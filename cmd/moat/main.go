@@ -38,6 +38,7 @@ type app struct {
 	// in-process daemon.
 	egressHosts string
 	egressDNS   string
+	egressCA    string
 
 	client  *sdk.Client
 	cleanup func()
@@ -84,6 +85,7 @@ limits, an overlay root with no host mounts, and no network path out.`,
 	_ = root.PersistentFlags().MarkHidden("id-base")
 	root.PersistentFlags().StringVar(&a.egressHosts, "egress-hosts", "", "hosts file (ADDRESS NAME...) the egress proxy uses before DNS; pinned addresses may be private or loopback (serve and the in-process daemon)")
 	root.PersistentFlags().StringVar(&a.egressDNS, "egress-dns", "", "upstream DNS server IP:PORT the egress proxy resolves names with (default: the host's resolver)")
+	root.PersistentFlags().StringVar(&a.egressCA, "egress-ca", "", "PEM file of extra CA certificates the egress proxy trusts upstream when it injects credentials")
 	root.AddCommand(
 		a.serveCmd(), a.runCmd(), a.createCmd(), a.execCmd(), a.lsCmd(), a.inspectCmd(),
 		a.lifecycleCmd("stop", "Stop a sandbox's processes; its drive is kept"),
@@ -91,7 +93,7 @@ limits, an overlay root with no host mounts, and no network path out.`,
 		a.lifecycleCmd("pause", "Freeze a sandbox's processes in memory"),
 		a.lifecycleCmd("resume", "Thaw a paused sandbox"),
 		a.rmCmd(), a.shellCmd(), a.cpCmd(), a.templateCmd(), a.doctorCmd(), a.benchCmd(),
-		a.apikeyCmd(), a.eventsCmd(), a.egressCmd(), a.policyCmd(),
+		a.apikeyCmd(), a.secretCmd(), a.eventsCmd(), a.egressCmd(), a.policyCmd(),
 	)
 	return root
 }
@@ -118,8 +120,8 @@ func (a *app) connect(ctx context.Context) (*sdk.Client, error) {
 	c := sdk.NewUnix(a.socket)
 	err := c.Ping(ctx)
 	if err == nil {
-		if a.egressHosts != "" || a.egressDNS != "" {
-			return nil, fmt.Errorf("--egress-hosts and --egress-dns configure a daemon: a daemon already runs at %s, give them to its `moat serve`", a.socket)
+		if a.egressHosts != "" || a.egressDNS != "" || a.egressCA != "" {
+			return nil, fmt.Errorf("--egress-hosts, --egress-dns and --egress-ca configure a daemon: a daemon already runs at %s, give them to its `moat serve`", a.socket)
 		}
 		a.client = c
 		return c, nil
@@ -147,7 +149,7 @@ func (a *app) connect(ctx context.Context) (*sdk.Client, error) {
 
 // daemonConfig is the configuration global flags give a daemon (serve or in-process).
 func (a *app) daemonConfig() (daemon.Config, error) {
-	cfg := daemon.Config{DataDir: a.dataDir, RunDir: a.runDir, Socket: a.socket, IDBase: a.idBase, Log: a.logger(os.Stderr), EgressDNS: a.egressDNS}
+	cfg := daemon.Config{DataDir: a.dataDir, RunDir: a.runDir, Socket: a.socket, IDBase: a.idBase, Log: a.logger(os.Stderr), EgressDNS: a.egressDNS, EgressCA: a.egressCA}
 	if a.egressDNS != "" {
 		if _, err := netip.ParseAddrPort(a.egressDNS); err != nil {
 			return cfg, fmt.Errorf("--egress-dns %q: want IP:PORT", a.egressDNS)

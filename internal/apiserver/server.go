@@ -78,6 +78,7 @@ type Server struct {
 	templates Templates
 	events    Events
 	keys      APIKeys
+	secrets   Secrets
 	doctor    func(ctx context.Context) any
 	e2b       E2BConfig
 	builds    builds
@@ -94,14 +95,14 @@ type route struct {
 
 // New builds the route table: moat's native API under /v1/, the E2B-compatible control
 // plane beside it (e2b.go).
-func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, doctor func(context.Context) any, e2b E2BConfig, log *slog.Logger) *Server {
+func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doctor func(context.Context) any, e2b E2BConfig, log *slog.Logger) *Server {
 	if e2b.Templates == nil {
 		e2b.Templates = DefaultE2BTemplates
 	}
 	if e2b.DefaultTimeout == 0 {
 		e2b.DefaultTimeout = 300 * time.Second
 	}
-	s := &Server{sandboxes: sb, templates: tpl, events: ev, keys: keys, doctor: doctor, e2b: e2b, log: log, mux: http.NewServeMux()}
+	s := &Server{sandboxes: sb, templates: tpl, events: ev, keys: keys, secrets: sec, doctor: doctor, e2b: e2b, log: log, mux: http.NewServeMux()}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:       s.rewriteEnvd,
 		Transport:     sb.EnvdTransport(),
@@ -148,6 +149,9 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, doctor func(conte
 		{"POST /v1/apikeys", s.createKey},
 		{"GET /v1/apikeys", s.listKeys},
 		{"DELETE /v1/apikeys/{id}", s.deleteKey},
+		{"GET /v1/secrets", s.listSecrets},
+		{"PUT /v1/secrets/{name}", s.setSecret},
+		{"DELETE /v1/secrets/{name}", s.deleteSecret},
 	}
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, route{"GET /health", s.health})
@@ -200,6 +204,10 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 		}
 		if strings.HasPrefix(r.URL.Path, "/v1/apikeys") {
 			writeError(w, fmt.Errorf("API keys are managed on the daemon's unix socket only: %w", errdefs.ErrUnauthenticated))
+			return
+		}
+		if strings.HasPrefix(r.URL.Path, "/v1/secrets") {
+			writeError(w, fmt.Errorf("secrets are managed on the daemon's unix socket only: %w", errdefs.ErrUnauthenticated))
 			return
 		}
 		s.mux.ServeHTTP(w, r)

@@ -6,6 +6,7 @@ import (
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/egress"
+	"github.com/moatdev/moat/internal/secrets"
 	"github.com/moatdev/moat/internal/storage"
 	"github.com/moatdev/moat/internal/store"
 )
@@ -107,4 +108,27 @@ func (t templates) Import(ctx context.Context, req v1.TemplateRequest, progress 
 func (t templates) Pull(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error) {
 	ti, err := t.s.Pull(ctx, req.Name, req.Ref, progress, storage.PullOptions{Insecure: req.Insecure})
 	return toAPITemplate(ti), err
+}
+
+// secretStore adapts the secret store to the API.
+type secretStore struct{ s *secrets.Store }
+
+func (a secretStore) SetSecret(_ context.Context, name string, v secrets.Value) error {
+	return a.s.Set(name, v)
+}
+
+func (a secretStore) ListSecrets(context.Context) ([]v1.SecretInfo, error) {
+	list, err := a.s.List()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]v1.SecretInfo, 0, len(list))
+	for _, in := range list {
+		out = append(out, v1.SecretInfo{Name: in.Name, Created: in.Created, Updated: in.Updated})
+	}
+	return out, nil
+}
+
+func (a secretStore) DeleteSecret(_ context.Context, name string) error {
+	return a.s.Delete(name)
 }

@@ -6,6 +6,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,7 @@ import (
 	"github.com/moatdev/moat/internal/netns"
 	moatruntime "github.com/moatdev/moat/internal/runtime"
 	"github.com/moatdev/moat/internal/sandbox"
+	"github.com/moatdev/moat/internal/secrets"
 	"github.com/moatdev/moat/internal/storage"
 	"github.com/moatdev/moat/internal/store"
 )
@@ -50,6 +52,9 @@ type Config struct {
 	// EgressDNS is the upstream DNS server ("ip:port") the proxy resolves names with;
 	// empty: the host's resolver.
 	EgressDNS string
+	// EgressCA is a PEM file of extra roots the proxy trusts for upstream TLS when it
+	// intercepts (credential brokering), besides the system's (--egress-ca).
+	EgressCA string
 	// Egress connection limits (zero: defaults of internal/egress/proxy).
 	EgressIdleTimeout time.Duration
 	EgressMaxDuration time.Duration
@@ -154,6 +159,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.Store = st
 	d.addCloser("store", st.Close)
 
+	sec, err := secrets.Open(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+
 	stor, err := storage.New(cfg.DataDir, cfg.RunDir, d.log.With("component", "storage"))
 	if err != nil {
 		return nil, fmt.Errorf("opening storage: %w", err)
@@ -168,10 +178,22 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			d.log.Warn("closing egress log entries of the previous run", "err", err)
 		}
 	}
+	roots, err := upstreamRoots(cfg.EgressCA)
+	if err != nil {
+		return nil, err
+	}
 	d.Egress = egress.New(egress.Config{
-		Listener:    net,
-		Journal:     st,
-		Resolver:    egress.NewResolver(cfg.EgressHosts, cfg.EgressDNS),
+		Listener: net,
+		Journal:  st,
+		Resolver: egress.NewResolver(cfg.EgressHosts, cfg.EgressDNS),
+		Secrets:  sec,
+		CADir:    filepath.Join(cfg.DataDir, "ca"),
+		RootCAs:  roots,
+		Audit: func(id, detail string) {
+			if err := st.AddEvent(context.Background(), id, "credential", detail); err != nil {
+				d.log.Error("recording a credential use", "sandbox", id, "err", err)
+			}
+		},
 		Log:         d.log.With("component", "egress"),
 		MaxConns:    cfg.EgressMaxConns,
 		IdleTimeout: cfg.EgressIdleTimeout,
@@ -220,7 +242,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 
-	d.api = apiserver.New(d.Manager, templates{stor}, events{st, d.Egress}, apiKeys{st}, func(ctx context.Context) any {
+	d.api = apiserver.New(d.Manager, templates{stor}, events{st, d.Egress}, apiKeys{st}, secretStore{sec}, func(ctx context.Context) any {
 		return doctor.Run(ctx, ProbeRuntime)
 	}, apiserver.E2BConfig{Templates: cfg.E2BTemplates}, d.log.With("component", "api"))
 	return d, nil
@@ -459,4 +481,24 @@ func stageInit(src, runDir string) (string, error) {
 		return "", err
 	}
 	return dst, nil
+}
+
+// upstreamRoots is the pool the egress proxy verifies upstream TLS against when it
+// intercepts: the system's roots plus those in the PEM file extra (--egress-ca).
+func upstreamRoots(extra string) (*x509.CertPool, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if extra == "" {
+		return pool, nil
+	}
+	data, err := os.ReadFile(extra)
+	if err != nil {
+		return nil, fmt.Errorf("--egress-ca: %w", err)
+	}
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("--egress-ca %s: no PEM certificate in it", extra)
+	}
+	return pool, nil
 }

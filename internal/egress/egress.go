@@ -7,6 +7,7 @@ package egress
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
@@ -68,6 +69,13 @@ type Config struct {
 	Journal  Journal
 	Resolver *Resolver
 	Log      *slog.Logger
+	// Credential brokering: the secret store, where sandboxes' interception CAs are kept
+	// (root-only), the roots upstream TLS is verified against (nil: the system's), and
+	// where each credential use is recorded (never the value).
+	Secrets SecretSource
+	CADir   string
+	RootCAs *x509.CertPool
+	Audit   func(sandbox, detail string)
 	// Proxy limits (zero: the proxy's defaults).
 	MaxConns    int
 	IdleTimeout time.Duration
@@ -80,8 +88,9 @@ type Manager struct {
 	log     *slog.Logger
 	journal *journal
 
-	mu sync.Mutex
-	bs map[string]*boundary
+	mu  sync.Mutex
+	bs  map[string]*boundary
+	cas cas
 
 	hostMu    sync.Mutex
 	hostAddrs []netip.Addr
@@ -171,6 +180,7 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 		Dial:        dial,
 		HostAddrs:   m.hostAddresses,
 		Record:      func(ev proxy.Event) func(proxy.Outcome) { return m.recordConn(id, ev) },
+		Intercept:   func(host string) proxy.Interceptor { return m.interceptorFor(id, creds, host) },
 		Log:         m.log.With("sandbox", id),
 		MaxConns:    m.cfg.MaxConns,
 		IdleTimeout: m.cfg.IdleTimeout,
@@ -208,17 +218,6 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 	m.log.Debug("egress attached", "sandbox", id, "phase", spec.Phase, "policy", pol.String())
 	return caPEM, nil
 }
-
-// credentials prepares sandbox id's credential brokering: nothing without bindings.
-func (m *Manager) credentials(id string, creds []sandbox.Credential) (string, error) {
-	if len(creds) == 0 {
-		return "", nil
-	}
-	return "", fmt.Errorf("credential bindings are not available yet: %w", errdefs.ErrNotImplemented)
-}
-
-// Forget drops what the boundary keeps of deleted sandbox id. Idempotent.
-func (m *Manager) Forget(id string) {}
 
 // SetPolicy replaces sandbox id's policy (and phase) at once and cuts the open connections
 // it no longer allows; it returns how many. A sandbox that is not attached (not running)

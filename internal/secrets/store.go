@@ -227,7 +227,7 @@ func (s *Store) Set(name string, v Value) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}
-	plain := v.bytes()
+	plain := []byte(v.str())
 	if len(plain) == 0 {
 		return fmt.Errorf("secret %s: the value is empty: %w", name, errdefs.ErrInvalidArgument)
 	}
@@ -279,7 +279,7 @@ func (s *Store) Get(name string) (Value, error) {
 		return Value{}, fmt.Errorf("secret %s: the stored value does not decrypt: %s was altered, or the value was written with another key than %s",
 			name, s.path(), filepath.Join(s.dir, KeyFile))
 	}
-	return Value{p: &box{b: plain}}, nil
+	return NewValue(string(plain)), nil
 }
 
 // List returns every secret's name and dates, sorted by name.

@@ -17,41 +17,40 @@ const redacted = "[redacted]"
 // encoding.TextMarshaler and log/slog all render it as "[redacted]". Reveal is the only way
 // to read it. The zero Value is empty.
 //
-// The bytes sit behind a pointer, so a Value in an unexported field of some other struct,
-// which fmt prints by reflection without calling its methods, shows as an address, not as
-// the bytes.
+// The secret sits behind a pointer to a string: fmt prints a Value in an unexported field
+// of another struct by reflection, without calling its methods, and shows such a pointer
+// as an address under every verb (it follows pointers to structs, slices, arrays and maps
+// only).
 type Value struct {
-	p *box
+	p *string
 }
 
-type box struct{ b []byte }
-
-// NewValue returns a Value holding a copy of s.
+// NewValue returns a Value holding s.
 func NewValue(s string) Value {
-	return Value{p: &box{b: []byte(s)}}
+	return Value{p: &s}
 }
 
-func (v Value) bytes() []byte {
+func (v Value) str() string {
 	if v.p == nil {
-		return nil
+		return ""
 	}
-	return v.p.b
+	return *v.p
 }
 
 // Reveal returns the secret itself. Call it only where the secret leaves the daemon for
 // its destination (an outbound request, a sandbox's environment), never to log or answer
 // a client.
-func (v Value) Reveal() string { return string(v.bytes()) }
+func (v Value) Reveal() string { return v.str() }
 
 // Equal reports whether the secret is s, in time independent of the contents and the
 // lengths of both.
 func (v Value) Equal(s string) bool {
-	a, b := sha256.Sum256(v.bytes()), sha256.Sum256([]byte(s))
+	a, b := sha256.Sum256([]byte(v.str())), sha256.Sum256([]byte(s))
 	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
 }
 
 // Empty reports whether the secret has no bytes.
-func (v Value) Empty() bool { return len(v.bytes()) == 0 }
+func (v Value) Empty() bool { return v.str() == "" }
 
 // String returns "[redacted]".
 func (Value) String() string { return redacted }

@@ -368,3 +368,17 @@ func hashKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:])
 }
+
+// AddEvent records an event of sandbox id (e.g. a credential use) outside any lifecycle
+// change.
+func (s *Store) AddEvent(ctx context.Context, id, kind, detail string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := addEvent(ctx, tx, id, kind, detail); err != nil {
+		return err
+	}
+	return tx.Commit()
+}

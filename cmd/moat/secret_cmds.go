@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/secrets"
+)
+
+func (a *app) secretCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "secret", Short: "Manage secrets (kept encrypted by the daemon; values are never shown again)"}
+	set := &cobra.Command{
+		Use:   "set NAME",
+		Short: "Store a secret, reading its value from stdin",
+		Long: `set stores a secret under NAME (upper-case letters, digits and underscores), replacing
+any value it had. The value is read from stdin, never from the command line: typed at a
+hidden prompt when stdin is a terminal, else piped, e.g.
+
+  printf %s "$GITHUB_TOKEN" | moat secret set GITHUB_TOKEN
+
+One trailing newline is dropped. Values are 1 byte to 64 KiB.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if err := secrets.CheckName(name); err != nil {
+				return err
+			}
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			value, err := readSecret(cmd.Context(), name, os.Stdin, os.Stderr)
+			if err != nil {
+				return err
+			}
+			return c.SetSecret(cmd.Context(), name, value)
+		},
+	}
+	var asJSON bool
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List secrets (names and dates only)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			list, err := c.Secrets(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if list == nil {
+					list = []v1.SecretInfo{}
+				}
+				return printJSON(list)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tCREATED\tUPDATED")
+			for _, s := range list {
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, s.Created.Local().Format("2006-01-02 15:04:05"), s.Updated.Local().Format("2006-01-02 15:04:05"))
+			}
+			return tw.Flush()
+		},
+	}
+	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	rm := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Delete a secret",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return c.DeleteSecret(cmd.Context(), args[0])
+		},
+	}
+	cmd.AddCommand(set, ls, rm)
+	return cmd
+}
+
+// readSecret reads the value of secret name from in: at a prompt on prompt, without echo,
+// when in is a terminal; else all of in, through readSecretValue.
+func readSecret(ctx context.Context, name string, in *os.File, prompt io.Writer) (string, error) {
+	fd := int(in.Fd())
+	if !term.IsTerminal(fd) {
+		return readSecretValue(in)
+	}
+	fmt.Fprintf(prompt, "Value for %s (input hidden): ", name)
+	b, err := readHidden(ctx, fd)
+	fmt.Fprintln(prompt)
+	if err != nil {
+		return "", fmt.Errorf("reading the value: %w", err)
+	}
+	return checkSecretValue(b)
+}
+
+// readHidden reads a line from the terminal fd without echo. An interrupt (ctx ends)
+// restores the terminal and returns at once.
+func readHidden(ctx context.Context, fd int) ([]byte, error) {
+	old, err := term.GetState(fd)
+	if err != nil {
+		return nil, err
+	}
+	type result struct {
+		b   []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		b, err := term.ReadPassword(fd)
+		done <- result{b, err}
+	}()
+	select {
+	case r := <-done:
+		return r.b, r.err
+	case <-ctx.Done():
+		_ = term.Restore(fd, old)
+		return nil, ctx.Err()
+	}
+}
+
+// readSecretValue reads a secret's value from r, to its end, and drops one trailing
+// newline ("\n" or "\r\n"). An empty value, or one over secrets.MaxValueBytes, is an
+// error; no error repeats the value.
+func readSecretValue(r io.Reader) (string, error) {
+	b, err := io.ReadAll(io.LimitReader(r, secrets.MaxValueBytes+3)) // + "\r\n" + 1 too many
+	if err != nil {
+		return "", fmt.Errorf("reading the value from stdin: %w", err)
+	}
+	if bytes.HasSuffix(b, []byte("\r\n")) {
+		b = b[:len(b)-2]
+	} else if bytes.HasSuffix(b, []byte("\n")) {
+		b = b[:len(b)-1]
+	}
+	return checkSecretValue(b)
+}
+
+func checkSecretValue(b []byte) (string, error) {
+	switch {
+	case len(b) == 0:
+		return "", errors.New(`the value is empty: give it on stdin, e.g. printf %s "$TOKEN" | moat secret set NAME`)
+	case len(b) > secrets.MaxValueBytes:
+		return "", fmt.Errorf("the value is larger than %d bytes", secrets.MaxValueBytes)
+	}
+	return string(b), nil
+}

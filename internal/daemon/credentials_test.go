@@ -1,0 +1,224 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/daemon"
+	"github.com/moatdev/moat/internal/egress"
+)
+
+// testCA makes a CA for the loopback "internet" and a server certificate it signed for
+// names; it returns the CA's PEM and the server certificate.
+func testCA(t *testing.T, names ...string) ([]byte, tls.Certificate) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test upstream CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// TestCredentialBrokering: the sandbox holds a placeholder; the bound host receives the
+// real value and nobody else does; responses carrying the value reach the sandbox with the
+// placeholder; plain HTTP to the bound host is refused; the value is found nowhere on the
+// sandbox's side, in the daemon's files or its API answers.
+func TestCredentialBrokering(t *testing.T) {
+	const secret = "real-secret-0f3c9a7e5b1d"
+	in := newInternet(t)
+	caPEM, cert := testCA(t, "api.test", "other.test")
+	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
+	os.WriteFile(caFile, caPEM, 0o644)
+	ln, err := net.Listen("tcp4", "127.0.0.4:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			in.log.add("cred host=%s path=%s auth=%s", r.Host, r.URL.Path, r.Header.Get("Authorization"))
+			// An upstream that echoes what it got: the sandbox must not see the value back.
+			fmt.Fprintf(w, "you sent %s\n", r.Header.Get("Authorization"))
+		}),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
+	}
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+	hosts := filepath.Join(t.TempDir(), "hosts")
+	os.WriteFile(hosts, []byte("127.0.0.4 api.test other.test\n"), 0o644)
+
+	var daemonLog syncBuffer
+	e := newEnvWith(t, func(c *daemon.Config) {
+		in.configure(c)
+		data, _ := os.ReadFile(hosts)
+		extra, _ := egress.ParseHosts(data)
+		for k, v := range extra {
+			c.EgressHosts[k] = v
+		}
+		c.EgressCA = caFile
+		// Everything the daemon logs, at debug level, is searched for the value.
+		c.Log = slog.New(slog.NewTextHandler(&daemonLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	ctx := context.Background()
+	if err := e.c.SetSecret(ctx, "API_TOKEN", secret); err != nil {
+		t.Fatal(err)
+	}
+	sb := e.create(v1.CreateSandboxRequest{
+		Policy:      &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"api.test", "other.test"}}}},
+		Credentials: []v1.Credential{{Secret: "API_TOKEN", Hosts: []string{"api.test"}}},
+	})
+	ph := strings.TrimSpace(e.mustSh(sb.ID, `echo "$API_TOKEN"`))
+	if !strings.HasPrefix(ph, "moat-placeholder-") {
+		t.Fatalf("API_TOKEN inside = %q, want a placeholder", ph)
+	}
+
+	// Each client reads its own CA variable.
+	clients := map[string]string{
+		"curl":   fmt.Sprintf(`curl -sS --max-time 10 -H "Authorization: Bearer $API_TOKEN" https://api.test:%d/curl`, port),
+		"python": fmt.Sprintf(`python3 -c 'import os, urllib.request; r = urllib.request.Request("https://api.test:%d/python", headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]}); print(urllib.request.urlopen(r, timeout=10).read().decode())'`, port),
+		"node":   fmt.Sprintf(`node -e 'fetch("https://api.test:%d/node", {headers: {Authorization: "Bearer " + process.env.API_TOKEN}}).then(r => r.text()).then(t => console.log(t)).catch(e => { console.error(e); process.exit(1) })'`, port),
+	}
+	for name, line := range clients {
+		e.run(name, func(t *testing.T, e *env) {
+			out := e.mustSh(sb.ID, line)
+			if !strings.Contains(out, "you sent Bearer "+ph) || strings.Contains(out, secret) {
+				t.Errorf("%s got %q: want the echo to carry the placeholder, never the value", name, out)
+			}
+			if !in.log.contains(fmt.Sprintf("path=/%s auth=Bearer %s", name, secret)) {
+				t.Errorf("the bound host did not receive the real value: %v", in.log.all())
+			}
+		})
+	}
+
+	e.run("unbound host gets the placeholder", func(t *testing.T, e *env) {
+		e.mustSh(sb.ID, fmt.Sprintf(`curl -sSk --max-time 10 -H "Authorization: Bearer $API_TOKEN" https://other.test:%d/other`, port))
+		if !in.log.contains("path=/other auth=Bearer " + ph) {
+			t.Errorf("other.test did not get the placeholder: %v", in.log.all())
+		}
+	})
+
+	e.run("plain HTTP to the bound host is refused", func(t *testing.T, e *env) {
+		if r := e.sh(sb.ID, "", fmt.Sprintf(`curl -sS --max-time 5 -H "Authorization: Bearer $API_TOKEN" http://api.test:%d/plain`, port)); r.code == 0 {
+			t.Errorf("plain HTTP went through: %+v", r)
+		}
+		if in.log.contains("path=/plain") {
+			t.Error("the bound host saw a plain request")
+		}
+	})
+
+	e.run("the value is nowhere on the sandbox's side", func(t *testing.T, e *env) {
+		// Inside, as root: every process's environment, the trust store, every writable
+		// place (/usr is the host's, read-only).
+		r := e.sh(sb.ID, "root", `cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c `+secret+`; grep -rl -e `+secret+` /etc /home /root /tmp /var /run /opt /srv /workspace 2>/dev/null | head; grep -l "PRIVATE KEY" /etc/moat/* || true`)
+		if strings.TrimSpace(r.stdout) != "0" {
+			t.Errorf("found inside: %q", r.stdout)
+		}
+		// Outside: the sandbox's drive and run directory, the daemon's data files (the
+		// secret store keeps it encrypted), the API's answer.
+		for _, dir := range []string{filepath.Join(e.runDir, "sandboxes", sb.ID), e.dataDir} {
+			filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+				if d != nil && d.IsDir() && (d.Name() == "rootfs" || d.Name() == "lower") {
+					return filepath.SkipDir // mounted views of the template; writes are in drive/
+				}
+				if err != nil || !d.Type().IsRegular() {
+					return nil
+				}
+				if data, err := os.ReadFile(path); err == nil && bytes.Contains(data, []byte(secret)) {
+					t.Errorf("the value is in %s", path)
+				}
+				return nil
+			})
+		}
+		got, _ := e.c.Get(ctx, sb.ID)
+		js, _ := json.Marshal(got)
+		if bytes.Contains(js, []byte(secret)) {
+			t.Error("the API answer holds the value")
+		}
+		list, _ := e.c.Secrets(ctx)
+		js, _ = json.Marshal(list)
+		if bytes.Contains(js, []byte(secret)) || !bytes.Contains(js, []byte("API_TOKEN")) {
+			t.Errorf("secret ls: %s", js)
+		}
+	})
+
+	e.run("each use is audited, without the value", func(t *testing.T, e *env) {
+		evs, err := e.c.Events(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var uses []string
+		for _, ev := range evs {
+			if ev.Kind == "credential" {
+				uses = append(uses, ev.Detail)
+			}
+		}
+		joined := strings.Join(uses, "\n")
+		if !strings.Contains(joined, "API_TOKEN GET https://api.test/curl") || strings.Contains(joined, secret) {
+			t.Errorf("credential events: %q", joined)
+		}
+	})
+
+	// A binding to a secret that does not exist is refused at create.
+	if _, err := e.c.Create(ctx, v1.CreateSandboxRequest{Credentials: []v1.Credential{{Secret: "NOPE", Hosts: []string{"api.test"}}}}); err == nil || !strings.Contains(err.Error(), "NOPE") {
+		t.Errorf("unknown secret: %v", err)
+	}
+	for _, s := range in.log.all() {
+		if strings.Contains(s, "REACHED") {
+			t.Errorf("upstream log: %s", s)
+		}
+	}
+	if log := daemonLog.String(); strings.Contains(log, secret) || !strings.Contains(log, "egress") {
+		t.Errorf("the daemon log holds the value (or logged nothing: %d bytes)", len(log))
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

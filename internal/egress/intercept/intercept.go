@@ -1,0 +1,717 @@
+// Package intercept brokers credentials on a sandbox's TLS connections to a bound host.
+//
+// Real secrets never enter a sandbox: it holds a random placeholder. When the egress proxy
+// sees a TLS connection to a host a secret is bound to, it hands the connection to Serve,
+// which
+//
+//  1. terminates the sandbox's TLS with a leaf certificate for the host, minted by the
+//     sandbox's own CA (whose certificate, never its key, is in the sandbox's trust store);
+//  2. reads HTTP/1.1 requests (ALPN offers http/1.1 only), refuses those that name another
+//     host (421), and writes the real value into the outbound request: in place of the
+//     placeholder in header values (Basic credentials are decoded and re-encoded), or as
+//     a header set from a template;
+//  3. sends the request over a new TLS connection to the real upstream, verified against
+//     the system roots or the operator's CAs;
+//  4. streams the response back with every occurrence of a real value, in headers,
+//     trailers and body, replaced by its placeholder (or "[redacted]").
+//
+// What the proxy decides, not this package: plain HTTP to a bound host never reaches
+// Serve, so it never gets a credential (the value would cross the network in clear, and
+// the sandbox could not tell a real upstream from a spoofed one); TLS to hosts without a
+// binding passes through untouched.
+//
+// Limits, by design:
+//   - Only request header values carry a placeholder in; one in the URL or the body goes
+//     upstream unchanged (as the harmless placeholder).
+//   - Scrubbing finds the literal value, and the base64 form of any Basic credentials
+//     this package wrote. An upstream that echoes the value transformed (hashed,
+//     percent-encoded beyond the usual token alphabet, encrypted) can return it to the
+//     sandbox: bind secrets only to hosts trusted with them.
+//   - Responses are asked for uncompressed (Accept-Encoding: identity); gzip and deflate
+//     bodies sent anyway are decoded before scrubbing; any other encoding is refused (502).
+//   - Protocol upgrades (WebSocket, h2c) and CONNECT are refused (501): the bytes after an
+//     upgrade are framed, and scrubbing them in place would corrupt the frames.
+package intercept
+
+import (
+	"compress/gzip"
+	"compress/zlib"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/http/httputil"
+	"net/url"
+	"path"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Secret is a credential's value. Reveal is called once per request; values that rotate
+// (short-lived tokens) are picked up on the next request.
+type Secret interface{ Reveal() string }
+
+// Injection is what to do with requests to one bound host.
+type Injection struct {
+	Secret string // the secret's name, for the audit log
+	Value  Secret
+	// Placeholder, if not empty, is replaced by the value in every request header value,
+	// including inside Basic credentials ("Basic base64(user:placeholder)"). At least 8
+	// bytes: a short one would match by chance.
+	Placeholder string
+	// Header, if not empty, is set on every request to Template with "{{value}}" replaced
+	// by the value. An empty Template means the bare value. Hop-by-hop and framing headers
+	// (Host, Content-Length, Transfer-Encoding, Connection, …) cannot be set.
+	Header   string
+	Template string
+	// PathPrefix, if not empty, limits the injection to requests whose path starts with
+	// it (a string prefix: use "/v1/" rather than "/v1"). Paths with dot segments, empty
+	// segments or backslashes never match: the upstream might resolve them elsewhere.
+	PathPrefix string
+	// Methods, if not empty, limits the injection to these methods (case-sensitive, as
+	// methods are).
+	Methods []string
+}
+
+// Use is one intercepted request, for the audit log. It never carries a value.
+type Use struct {
+	Host, Method, Path string // Path without the query
+	// Secret names the injections written into the request (comma-separated), or, when
+	// none was, those whose path and method limits matched.
+	Secret string
+	// Injected says a real value was written to the upstream connection.
+	Injected bool
+	// Status is the status sent to the sandbox (0 if none was).
+	Status int
+}
+
+// Config is what Serve needs for one bound host.
+type Config struct {
+	CA *CA // the sandbox's CA; required
+	// RootCAs verifies the upstream: the system roots plus the operator's extra CAs
+	// (--egress-ca). nil means the system roots.
+	RootCAs    *x509.CertPool
+	Injections []Injection // for this host
+	Audit      func(Use)   // called once per request, after the response; optional
+	Log        *slog.Logger
+
+	// IdleTimeout ends a client connection that sends no request for this long
+	// (default 15 min, the proxy's idle timeout).
+	IdleTimeout time.Duration
+	// HandshakeTimeout bounds each TLS handshake, with the sandbox and with the upstream
+	// (default 10 s).
+	HandshakeTimeout time.Duration
+	// UpstreamSessions, if set, lets upstream TLS sessions be resumed across client
+	// connections. Share one per sandbox, never between sandboxes; make a new one when
+	// RootCAs changes (a resumed session is not verified again).
+	UpstreamSessions tls.ClientSessionCache
+}
+
+const (
+	minPlaceholder   = 8
+	redacted         = "[redacted]"
+	valueToken       = "{{value}}"
+	upstreamIdleTime = 90 * time.Second
+)
+
+// Validate reports whether inj can be used.
+func (inj *Injection) Validate() error {
+	switch {
+	case inj.Value == nil:
+		return fmt.Errorf("injection of %q: no value", inj.Secret)
+	case inj.Placeholder == "" && inj.Header == "":
+		return fmt.Errorf("injection of %q: neither a placeholder nor a header", inj.Secret)
+	case inj.Placeholder != "" && len(inj.Placeholder) < minPlaceholder:
+		return fmt.Errorf("injection of %q: the placeholder is shorter than %d bytes", inj.Secret, minPlaceholder)
+	case inj.PathPrefix != "" && !strings.HasPrefix(inj.PathPrefix, "/"):
+		return fmt.Errorf("injection of %q: the path prefix %q does not start with /", inj.Secret, inj.PathPrefix)
+	}
+	if inj.Header != "" {
+		if !isToken(inj.Header) {
+			return fmt.Errorf("injection of %q: %q is not a header name", inj.Secret, inj.Header)
+		}
+		if forbiddenHeader(inj.Header) {
+			return fmt.Errorf("injection of %q: the header %s cannot be set", inj.Secret, http.CanonicalHeaderKey(inj.Header))
+		}
+		if inj.Template != "" && !strings.Contains(inj.Template, valueToken) {
+			return fmt.Errorf("injection of %q: the template has no %s", inj.Secret, valueToken)
+		}
+	}
+	return nil
+}
+
+// Serve terminates TLS on client, the sandbox's connection to host:port, whose first
+// bytes head (the TLS ClientHello) the proxy has already read; it presents the CA's leaf
+// for host. It then serves HTTP/1.1 requests on it, keeping the connection alive, and sends
+// each (with cfg's injections applied) over TLS to the upstream: dial connects to the
+// policy-checked upstream address, and Serve verifies the upstream's certificate for host
+// against cfg.RootCAs. Responses come back streamed, with real values scrubbed.
+//
+// The proxy calls Serve only for a TLS connection it has allowed, whose SNI named host,
+// and only for hosts with a binding; plain HTTP never comes here (see the package doc).
+// Bad cfg or host is an error before anything is read.
+//
+// Serve returns when the client goes away (nil), or when ctx ends (its cause): the proxy's
+// policy change, total timeout or Close. It closes client. up and down count the bytes
+// read from (head included) and written to client, TLS included.
+func Serve(ctx context.Context, client net.Conn, head []byte, host string, port int, dial func(ctx context.Context) (net.Conn, error), cfg Config) (up, down int64, err error) {
+	cc := &countConn{Conn: client, head: head}
+	defer func() {
+		client.Close()
+		up, down = cc.up.Load(), cc.down.Load()
+	}()
+	s, err := newSession(host, port, dial, cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	tlsConf, err := cfg.CA.serverConfig(s.host)
+	if err != nil {
+		return 0, 0, err
+	}
+	tc := tls.Server(cc, tlsConf)
+	hctx, cancel := context.WithTimeout(ctx, s.handshakeTimeout)
+	err = tc.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
+		return 0, 0, fmt.Errorf("TLS with the sandbox for %s: %w", s.host, err)
+	}
+	defer s.transport.CloseIdleConnections()
+
+	l := newOneConnListener(tc)
+	var closed sync.Once
+	done := make(chan struct{})
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: s.idleTimeout,
+		IdleTimeout:       s.idleTimeout,
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateClosed || st == http.StateHijacked {
+				closed.Do(func() { close(done); l.Close() })
+			}
+		},
+	}
+	stop := context.AfterFunc(ctx, func() {
+		client.Close() // first: a close_notify to a gone client would wait
+		srv.Close()
+	})
+	defer stop()
+	srv.Serve(l) // returns once l is closed
+	if l.handedOut() {
+		<-done // the request in flight, if any, has been answered or abandoned
+	}
+	srv.Close()
+	if ctx.Err() != nil {
+		return 0, 0, context.Cause(ctx)
+	}
+	return 0, 0, nil
+}
+
+// session serves one client connection.
+type session struct {
+	host             string // normalized
+	port             int
+	authority        string // host:port, for the upstream URL
+	inj              []Injection
+	audit            func(Use)
+	log              *slog.Logger
+	idleTimeout      time.Duration
+	handshakeTimeout time.Duration
+	transport        *http.Transport
+	proxy            *httputil.ReverseProxy
+}
+
+func newSession(host string, port int, dial func(context.Context) (net.Conn, error), cfg Config) (*session, error) {
+	if cfg.CA == nil {
+		return nil, errors.New("intercept: no CA")
+	}
+	if port <= 0 || port > 65535 {
+		return nil, fmt.Errorf("intercept: bad port %d", port)
+	}
+	if dial == nil {
+		return nil, errors.New("intercept: no dial")
+	}
+	for i := range cfg.Injections {
+		if err := cfg.Injections[i].Validate(); err != nil {
+			return nil, err
+		}
+	}
+	s := &session{
+		host:             normalizeHost(host),
+		port:             port,
+		inj:              slices.Clone(cfg.Injections),
+		audit:            cfg.Audit,
+		log:              cfg.Log,
+		idleTimeout:      cfg.IdleTimeout,
+		handshakeTimeout: cfg.HandshakeTimeout,
+	}
+	s.authority = net.JoinHostPort(s.host, strconv.Itoa(port))
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.idleTimeout <= 0 {
+		s.idleTimeout = 15 * time.Minute
+	}
+	if s.handshakeTimeout <= 0 {
+		s.handshakeTimeout = 10 * time.Second
+	}
+	upstreamTLS := &tls.Config{
+		ServerName:         s.host,
+		RootCAs:            cfg.RootCAs,
+		NextProtos:         []string{"http/1.1"},
+		MinVersion:         tls.VersionTLS12,
+		ClientSessionCache: cfg.UpstreamSessions,
+	}
+	s.transport = &http.Transport{
+		Proxy: nil, // never the environment's proxy
+		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			raw, err := dial(ctx)
+			if err != nil {
+				return nil, err
+			}
+			tc := tls.Client(raw, upstreamTLS)
+			hctx, cancel := context.WithTimeout(ctx, s.handshakeTimeout)
+			defer cancel()
+			if err := tc.HandshakeContext(hctx); err != nil {
+				raw.Close()
+				return nil, err
+			}
+			return tc, nil
+		},
+		TLSNextProto:       map[string]func(string, *tls.Conn) http.RoundTripper{}, // no h2
+		DisableCompression: true,                                                   // bodies must be readable to be scrubbed
+		// One client connection sends one request at a time: one upstream connection,
+		// waited for rather than raced by a new dial while the last response finishes.
+		MaxConnsPerHost:        1,
+		MaxIdleConns:           1,
+		MaxIdleConnsPerHost:    1,
+		IdleConnTimeout:        upstreamIdleTime,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: 1 << 20,
+	}
+	s.proxy = &httputil.ReverseProxy{
+		Rewrite:        s.rewrite,
+		Transport:      s.transport,
+		ModifyResponse: s.modifyResponse,
+		ErrorHandler:   s.upstreamError,
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	return s, nil
+}
+
+// exchange is the state of one request, shared by the handler, Rewrite and ModifyResponse
+// through the request's context.
+type exchange struct {
+	values    []string // each injection's value, revealed once for this request
+	matched   []string // names of injections whose limits matched
+	injected  []string // names of injections written into the request
+	scrub     *replacer
+	basicForm []string // old, new pairs: Basic credentials written → as the client sent them
+	sent      atomic.Bool
+}
+
+type exchangeKey struct{}
+
+func (s *session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ex := &exchange{values: make([]string, len(s.inj))}
+	for i := range s.inj {
+		ex.values[i] = s.inj[i].Value.Reveal()
+	}
+	ex.scrub = s.scrubber(ex)
+	rw := &responseWriter{ResponseWriter: w, ex: ex}
+	defer func() {
+		u := Use{Host: s.host, Method: r.Method, Path: r.URL.Path, Status: rw.status}
+		if len(ex.injected) > 0 && ex.sent.Load() {
+			u.Secret, u.Injected = strings.Join(ex.injected, ","), true
+		} else if len(ex.injected) > 0 {
+			u.Secret = strings.Join(ex.injected, ",")
+		} else {
+			u.Secret = strings.Join(ex.matched, ",")
+		}
+		s.log.Debug("intercept: request", "host", u.Host, "method", u.Method, "path", u.Path,
+			"secret", u.Secret, "injected", u.Injected, "status", u.Status)
+		if s.audit != nil {
+			s.audit(u)
+		}
+	}()
+	if why := s.misdirected(r); why != "" {
+		s.log.Info("intercept: misdirected request", "host", s.host, "why", why)
+		http.Error(rw, "moat: this connection is for "+s.host+"; "+why, http.StatusMisdirectedRequest)
+		return
+	}
+	if r.Method == http.MethodConnect || r.Header.Get("Upgrade") != "" {
+		http.Error(rw, "moat: protocol upgrades and CONNECT are not supported to a host with a credential binding", http.StatusNotImplemented)
+		return
+	}
+	ctx := context.WithValue(r.Context(), exchangeKey{}, ex)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteHeaders: func() { ex.sent.Store(true) },
+	})
+	s.proxy.ServeHTTP(rw, r.WithContext(ctx))
+}
+
+// misdirected says why r must not be sent to s.host, or "".
+func (s *session) misdirected(r *http.Request) string {
+	if r.TLS != nil && r.TLS.ServerName != "" && normalizeHost(r.TLS.ServerName) != s.host {
+		return "the TLS server name is " + r.TLS.ServerName
+	}
+	// r.Host is the absolute URL's host if there is one, else the Host header.
+	name, port := r.Host, ""
+	if h, p, err := net.SplitHostPort(r.Host); err == nil {
+		name, port = h, p
+	} else {
+		name = strings.TrimSuffix(strings.TrimPrefix(name, "["), "]")
+	}
+	if name == "" {
+		return "the request names no host"
+	}
+	if normalizeHost(name) != s.host || port != "" && port != strconv.Itoa(s.port) {
+		return "the request is for " + r.Host
+	}
+	return ""
+}
+
+// scrubber replaces, in responses, each value by its placeholder (or "[redacted]") and
+// each Basic credential written by the one the client sent. Longer strings go first, so a
+// value containing another is replaced whole.
+func (s *session) scrubber(ex *exchange) *replacer {
+	var pairs [][2]string
+	for i := range s.inj {
+		to := s.inj[i].Placeholder
+		if to == "" {
+			to = redacted
+		}
+		pairs = append(pairs, [2]string{ex.values[i], to})
+	}
+	for i := 0; i < len(ex.basicForm); i += 2 {
+		pairs = append(pairs, [2]string{ex.basicForm[i], ex.basicForm[i+1]})
+	}
+	sort.SliceStable(pairs, func(i, j int) bool { return len(pairs[i][0]) > len(pairs[j][0]) })
+	flat := make([]string, 0, 2*len(pairs))
+	for _, p := range pairs {
+		flat = append(flat, p[0], p[1])
+	}
+	return newReplacer(flat...)
+}
+
+// rewrite makes the outbound request: to the bound host only, with the injections.
+// ReverseProxy has already removed hop-by-hop and X-Forwarded headers.
+func (s *session) rewrite(pr *httputil.ProxyRequest) {
+	ex := pr.In.Context().Value(exchangeKey{}).(*exchange)
+	out := pr.Out
+	out.URL.Scheme = "https"
+	out.URL.Host = s.authority
+	out.URL.User = nil
+	out.URL.RawQuery = pr.In.URL.RawQuery // as the client sent it, unparsed
+	out.Host = pr.In.Host                 // checked by misdirected; as the client signed it
+	out.Header.Set("Accept-Encoding", "identity")
+	if out.Body != nil && out.ContentLength > 0 {
+		out.Body = &sizedBody{ReadCloser: out.Body, n: out.ContentLength}
+	}
+	for i := range s.inj {
+		inj := &s.inj[i]
+		if !inj.applies(pr.In.Method, pr.In.URL) {
+			continue
+		}
+		ex.matched = append(ex.matched, inj.Secret)
+		v, wrote := ex.values[i], false
+		if inj.Placeholder != "" {
+			wrote = replaceInHeader(out.Header, inj.Placeholder, v, &ex.basicForm)
+		}
+		if inj.Header != "" {
+			t := inj.Template
+			if t == "" {
+				t = valueToken
+			}
+			out.Header.Set(inj.Header, strings.ReplaceAll(t, valueToken, v))
+			wrote = true
+		}
+		if wrote {
+			ex.injected = append(ex.injected, inj.Secret)
+		}
+	}
+	if len(ex.basicForm) > 0 {
+		ex.scrub = s.scrubber(ex)
+	}
+}
+
+// applies says whether inj's limits let it into a request.
+func (inj *Injection) applies(method string, u *url.URL) bool {
+	if len(inj.Methods) > 0 && !slices.Contains(inj.Methods, method) {
+		return false
+	}
+	return inj.PathPrefix == "" || cleanPath(u.Path) && strings.HasPrefix(u.Path, inj.PathPrefix)
+}
+
+// cleanPath says whether p (decoded) has no dot or empty segments and no backslash.
+func cleanPath(p string) bool {
+	if !strings.HasPrefix(p, "/") || strings.Contains(p, `\`) {
+		return false
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
+}
+
+// replaceInHeader replaces ph by v in every value of h, decoding Basic credentials to do
+// so; for each of those it appends to basic the credentials written and those replaced.
+// It says whether it replaced anything.
+func replaceInHeader(h http.Header, ph, v string, basic *[]string) bool {
+	wrote := false
+	for _, vs := range h {
+		for i, hv := range vs {
+			if scheme, cred, ok := strings.Cut(hv, " "); ok && strings.EqualFold(scheme, "Basic") {
+				cred = strings.TrimSpace(cred)
+				if dec, err := base64.StdEncoding.DecodeString(cred); err == nil && strings.Contains(string(dec), ph) {
+					enc := base64.StdEncoding.EncodeToString([]byte(strings.ReplaceAll(string(dec), ph, v)))
+					vs[i] = scheme + " " + enc
+					*basic = append(*basic, enc, cred)
+					wrote = true
+					continue
+				}
+			}
+			if strings.Contains(hv, ph) {
+				vs[i] = strings.ReplaceAll(hv, ph, v)
+				wrote = true
+			}
+		}
+	}
+	return wrote
+}
+
+var errEncoding = errors.New("a response body in an encoding that cannot be scrubbed")
+
+// modifyResponse wraps the body in the scrubber. Header values are scrubbed as they are
+// written (responseWriter), trailers when the body ends.
+func (s *session) modifyResponse(res *http.Response) error {
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		return errors.New("the upstream switched protocols unasked")
+	}
+	ex := res.Request.Context().Value(exchangeKey{}).(*exchange)
+	if res.Body == nil || res.Body == http.NoBody {
+		return nil
+	}
+	body, decoded := io.Reader(res.Body), false
+	ce := strings.ToLower(strings.TrimSpace(strings.Join(res.Header.Values("Content-Encoding"), ",")))
+	switch ce {
+	case "", "identity":
+	case "gzip", "x-gzip":
+		body, decoded = &lazyDecoder{src: res.Body, open: func(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) }}, true
+	case "deflate":
+		body, decoded = &lazyDecoder{src: res.Body, open: func(r io.Reader) (io.Reader, error) { return zlib.NewReader(r) }}, true
+	default:
+		return fmt.Errorf("%w: %q", errEncoding, ce)
+	}
+	if ex.scrub.empty() && !decoded {
+		return nil
+	}
+	sr := newScrubReader(body, ex.scrub)
+	sr.atEOF = func() { ex.scrub.Header(res.Trailer) }
+	res.Body = readCloser{sr, res.Body}
+	if decoded {
+		res.Header.Del("Content-Encoding")
+	}
+	if decoded || !ex.scrub.sameLen {
+		res.Header.Del("Content-Length")
+		res.ContentLength = -1
+	}
+	return nil
+}
+
+// upstreamError answers a request the upstream did not: unreachable, untrusted, broken.
+// The detail goes to the daemon log; the sandbox learns which host failed.
+func (s *session) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		s.log.Debug("intercept: client went away", "host", s.host, "err", err)
+	} else {
+		s.log.Warn("intercept: upstream request failed", "host", s.host, "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	msg := "moat: could not get a response from " + s.host + " over verified TLS"
+	if errors.Is(err, errEncoding) {
+		msg = "moat: " + s.host + " answered in a content encoding moat cannot scrub"
+	}
+	http.Error(w, msg, http.StatusBadGateway)
+}
+
+// responseWriter scrubs header values as they are sent (1xx included) and remembers the
+// final status.
+type responseWriter struct {
+	http.ResponseWriter
+	ex     *exchange
+	status int
+}
+
+func (w *responseWriter) WriteHeader(code int) {
+	w.ex.scrub.Header(w.ResponseWriter.Header())
+	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// sizedBody ends a request body of known length by itself. The Transport reads once more
+// after the last byte to see the end; when the upstream answers before that read, the
+// handler may have returned and closed the inbound body, the read fails, and the upstream
+// connection is not reused.
+type sizedBody struct {
+	io.ReadCloser
+	n int64
+}
+
+func (b *sizedBody) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.n -= int64(n)
+	if b.n <= 0 && err == nil {
+		err = io.EOF
+	}
+	return n, err
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// lazyDecoder opens a decompressor on the first Read, not in ModifyResponse: a gzip
+// reader reads its header at once, and that would wait for the upstream's first bytes.
+type lazyDecoder struct {
+	src  io.Reader
+	open func(io.Reader) (io.Reader, error)
+	r    io.Reader
+}
+
+func (d *lazyDecoder) Read(p []byte) (int, error) {
+	if d.r == nil {
+		r, err := d.open(d.src)
+		if err != nil {
+			return 0, fmt.Errorf("decoding the response body: %w", err)
+		}
+		d.r = r
+	}
+	return d.r.Read(p)
+}
+
+// countConn counts the bytes read from and written to a connection, replaying head first.
+type countConn struct {
+	net.Conn
+	head     []byte
+	up, down atomic.Int64
+}
+
+func (c *countConn) Read(p []byte) (int, error) {
+	var n int
+	var err error
+	if len(c.head) > 0 {
+		n = copy(p, c.head)
+		c.head = c.head[n:]
+	} else {
+		n, err = c.Conn.Read(p)
+	}
+	c.up.Add(int64(n))
+	return n, err
+}
+
+func (c *countConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.down.Add(int64(n))
+	return n, err
+}
+
+// oneConnListener hands out one connection, then blocks until closed.
+type oneConnListener struct {
+	mu     sync.Mutex
+	c      net.Conn
+	handed bool
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newOneConnListener(c net.Conn) *oneConnListener {
+	return &oneConnListener{c: c, closed: make(chan struct{})}
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	if !l.handed {
+		select {
+		case <-l.closed:
+		default:
+			l.handed = true
+			l.mu.Unlock()
+			return l.c, nil
+		}
+	}
+	l.mu.Unlock()
+	<-l.closed
+	return nil, net.ErrClosed
+}
+
+func (l *oneConnListener) handedOut() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.handed
+}
+
+func (l *oneConnListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
+
+// isToken says whether s is an RFC 9110 token (a valid header name).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// forbiddenHeader names headers an injection must not set: they frame the message, route
+// it, or are hop-by-hop.
+func forbiddenHeader(name string) bool {
+	switch http.CanonicalHeaderKey(name) {
+	case "Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive",
+		"Proxy-Connection", "Te", "Trailer", "Upgrade", "Expect", "Accept-Encoding":
+		return true
+	}
+	return strings.HasPrefix(http.CanonicalHeaderKey(name), "Proxy-")
+}
