@@ -229,8 +229,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		Limits: sandbox.Limits{
 			MemoryBytes: req.MemoryBytes, CPUs: req.CPUs, Pids: req.Pids, DiskBytes: req.DiskBytes,
 		},
-		Timeout:  time.Duration(req.TimeoutSeconds) * time.Second,
-		Metadata: req.Metadata,
+		Timeout:     time.Duration(req.TimeoutSeconds) * time.Second,
+		Metadata:    req.Metadata,
 		Policy:      FromAPIPolicy(req.Policy),
 		Credentials: fromAPICredentials(req.Credentials),
 	})
