@@ -17,7 +17,9 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/cgi"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -67,8 +69,13 @@ func TestCredentialBrokering(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
+	git := gitServer(t, "Bearer "+secret, in.log)
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasPrefix(r.URL.Path, "/git/") {
+				git.ServeHTTP(w, r)
+				return
+			}
 			in.log.add("cred host=%s path=%s auth=%s", r.Host, r.URL.Path, r.Header.Get("Authorization"))
 			// An upstream that echoes what it got: the sandbox must not see the value back.
 			fmt.Fprintf(w, "you sent %s\n", r.Header.Get("Authorization"))
@@ -122,6 +129,25 @@ func TestCredentialBrokering(t *testing.T) {
 			}
 		})
 	}
+
+	e.run("git clone and push over HTTPS", func(t *testing.T, e *env) {
+		out := e.mustSh(sb.ID, fmt.Sprintf(`set -e
+git config --global user.email agent@example.test; git config --global user.name agent
+auth="http.extraHeader=Authorization: Bearer $API_TOKEN"
+git -c "$auth" clone -q https://api.test:%d/git/repo.git /tmp/repo
+cd /tmp/repo; echo change >> README; git commit -qam "agent change"
+git -c "$auth" push -q origin HEAD:main 2>&1; git log --oneline | head -1`, port))
+		if !strings.Contains(out, "agent change") {
+			t.Errorf("clone/push: %q", out)
+		}
+		if !in.log.contains("git push received") {
+			t.Errorf("the git server saw no push: %v", in.log.all())
+		}
+		// Without the placeholder the server refuses: the token really is required.
+		if r := e.sh(sb.ID, "", fmt.Sprintf(`git clone -q https://api.test:%d/git/repo.git /tmp/anon`, port)); r.code == 0 {
+			t.Error("clone without the token succeeded")
+		}
+	})
 
 	e.run("unbound host gets the placeholder", func(t *testing.T, e *env) {
 		e.mustSh(sb.ID, fmt.Sprintf(`curl -sSk --max-time 10 -H "Authorization: Bearer $API_TOKEN" https://other.test:%d/other`, port))
@@ -221,4 +247,53 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// gitServer serves a bare repository over git's smart HTTP protocol (git http-backend via
+// CGI), only to requests whose Authorization header is want.
+func gitServer(t *testing.T, want string, log *netLog) http.Handler {
+	t.Helper()
+	root := t.TempDir()
+	bare := filepath.Join(root, "repo.git")
+	work := filepath.Join(root, "work")
+	for _, args := range [][]string{
+		{"init", "-q", "--bare", "-b", "main", bare},
+		{"-C", bare, "config", "http.receivepack", "true"},
+		{"init", "-q", "-b", "main", work},
+		{"-C", work, "-c", "user.email=t@example.test", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "initial"},
+		{"-C", work, "remote", "add", "origin", bare},
+		{"-C", work, "push", "-q", "origin", "main"},
+	} {
+		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(work, "README"), []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"-C", work, "add", "README"},
+		{"-C", work, "-c", "user.email=t@example.test", "-c", "user.name=t", "commit", "-q", "-m", "readme"},
+		{"-C", work, "push", "-q", "origin", "main"},
+	} {
+		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	gitPath, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := &cgi.Handler{Path: gitPath, Args: []string{"http-backend"}, Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}}
+	return http.StripPrefix("/git", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != want {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "token required", http.StatusUnauthorized)
+			return
+		}
+		if strings.HasSuffix(r.URL.Path, "/git-receive-pack") {
+			log.add("git push received")
+		}
+		backend.ServeHTTP(w, r)
+	}))
 }
