@@ -21,20 +21,28 @@ import (
 	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/linux"
 	"github.com/moatdev/moat/internal/netns"
+	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/store"
 )
 
 // rig is one sandbox network (S, G and the firewall, as the daemon makes them) served by
 // an egress.Manager journaling into a real store. Upstreams are on 127.0.0.1.
 type rig struct {
-	id  string
-	s   *os.File // the sandbox's network namespace
-	m   *egress.Manager
-	st  *store.Store
-	net *netns.Manager
+	caPEM string // the interception CA, with credential bindings
+	id    string
+	s     *os.File // the sandbox's network namespace
+	m     *egress.Manager
+	st    *store.Store
+	net   *netns.Manager
 }
 
 func newRig(tb testing.TB, hosts egress.Hosts, spec policy.Spec) *rig {
+	return newRigWith(tb, hosts, spec, nil, nil)
+}
+
+// newRigWith is newRig with credential bindings: configure adjusts the Manager's config
+// (secrets, CA directory, upstream roots) before the sandbox is attached with creds.
+func newRigWith(tb testing.TB, hosts egress.Hosts, spec policy.Spec, creds []sandbox.Credential, configure func(*egress.Config)) *rig {
 	tb.Helper()
 	if os.Geteuid() != 0 {
 		tb.Skip("needs root (network namespaces, nftables)")
@@ -55,8 +63,12 @@ func newRig(tb testing.TB, hosts egress.Hosts, spec policy.Spec) *rig {
 	if r.s, err = linux.OpenNetNS(sPath); err != nil {
 		tb.Fatal(err)
 	}
-	r.m = egress.New(egress.Config{Listener: r.net, Journal: st, Resolver: egress.NewResolver(hosts, "")})
-	if _, err := r.m.Attach(r.id, spec, nil); err != nil {
+	cfg := egress.Config{Listener: r.net, Journal: st, Resolver: egress.NewResolver(hosts, "")}
+	if configure != nil {
+		configure(&cfg)
+	}
+	r.m = egress.New(cfg)
+	if r.caPEM, err = r.m.Attach(r.id, spec, creds); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {

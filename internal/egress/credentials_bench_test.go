@@ -1,0 +1,188 @@
+package egress_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moatdev/moat/internal/egress"
+	"github.com/moatdev/moat/internal/egress/policy"
+	"github.com/moatdev/moat/internal/linux"
+	"github.com/moatdev/moat/internal/sandbox"
+	"github.com/moatdev/moat/internal/secrets"
+)
+
+// BenchmarkCredentials compares, in one run, HTTPS requests from a sandbox namespace to a
+// host with a credential binding (TLS terminated, the placeholder swapped), to a host
+// without one (TLS passed through), and from the host directly to the same loopback
+// server. Every client socket is made in its client's namespace.
+func BenchmarkCredentials(b *testing.B) {
+	const secret = "bench-secret-value-42"
+	ph := "moat-placeholder-" + strings.Repeat("ab", 24)
+	roots, cert := benchCA(b, "bound.test", "pass.test")
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := strings.Repeat("x", 1<<20)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			io.WriteString(w, payload)
+			return
+		}
+		if a := r.Header.Get("Authorization"); a != "Bearer "+ph && a != "Bearer "+secret {
+			http.Error(w, "no token", http.StatusUnauthorized)
+			return
+		}
+		io.WriteString(w, "ok")
+	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
+	go srv.ServeTLS(ln, "", "")
+	b.Cleanup(func() { srv.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	dir := b.TempDir()
+	store, err := secrets.Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := store.Set("TOK", secrets.NewValue(secret)); err != nil {
+		b.Fatal(err)
+	}
+	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	r := newRigWith(b, egress.Hosts{"bound.test": lo, "pass.test": lo},
+		policy.Single(policy.Rules{Allow: []string{"bound.test", "pass.test"}}),
+		[]sandbox.Credential{{Secret: "TOK", Hosts: []string{"bound.test"}, Placeholder: ph}},
+		func(c *egress.Config) { c.Secrets, c.CADir, c.RootCAs = store, dir+"/ca", roots })
+	clientRoots := roots.Clone()
+	clientRoots.AppendCertsFromPEM([]byte(r.caPEM))
+
+	host, err := os.Open("/proc/self/ns/net")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer host.Close()
+	paths := []struct {
+		name, host string
+		addr       netip.Addr
+		ns         *os.File
+	}{
+		{"direct", "bound.test", lo[0], host},
+		{"passthrough", "pass.test", mustLookup(b, r, "pass.test"), r.s},
+		{"intercepted", "bound.test", mustLookup(b, r, "bound.test"), r.s},
+	}
+	for _, p := range paths {
+		client := func(keepAlive bool) *http.Client {
+			return &http.Client{Transport: &http.Transport{
+				// The transport dials on goroutines of its own: make each socket in the
+				// client's namespace (the direct client pays the same namespace switch).
+				DialContext: func(ctx context.Context, _, _ string) (c net.Conn, err error) {
+					err = linux.RunInNetNS(p.ns, func() (err error) {
+						var d net.Dialer
+						c, err = d.DialContext(ctx, "tcp4", netip.AddrPortFrom(p.addr, uint16(port)).String())
+						return err
+					})
+					return c, err
+				},
+				TLSClientConfig:   &tls.Config{RootCAs: clientRoots},
+				DisableKeepAlives: !keepAlive,
+				ForceAttemptHTTP2: false,
+			}}
+		}
+		get := func(b *testing.B, c *http.Client, path string) int64 {
+			req, _ := http.NewRequest("GET", fmt.Sprintf("https://%s:%d%s", p.host, port, path), nil)
+			req.Header.Set("Authorization", "Bearer "+ph)
+			resp, err := c.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, _ := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b.Fatalf("%s: status %d", p.name, resp.StatusCode)
+			}
+			return n
+		}
+		in := func(b *testing.B, fn func()) { fn() }
+		b.Run("new-connection/"+p.name, func(b *testing.B) {
+			var lat []time.Duration
+			in(b, func() {
+				for b.Loop() {
+					c := client(false)
+					t0 := time.Now()
+					get(b, c, "/small")
+					lat = append(lat, time.Since(t0))
+				}
+			})
+			reportLatency(b, lat)
+		})
+		b.Run("reused-connection/"+p.name, func(b *testing.B) {
+			c := client(true)
+			var lat []time.Duration
+			in(b, func() {
+				get(b, c, "/small")
+				for b.Loop() {
+					t0 := time.Now()
+					get(b, c, "/small")
+					lat = append(lat, time.Since(t0))
+				}
+			})
+			reportLatency(b, lat)
+		})
+		b.Run("download-1MiB/"+p.name, func(b *testing.B) {
+			c := client(true)
+			b.SetBytes(int64(len(payload)))
+			in(b, func() {
+				get(b, c, "/big")
+				b.ResetTimer()
+				for range b.N {
+					get(b, c, "/big")
+				}
+			})
+		})
+	}
+}
+
+func mustLookup(b *testing.B, r *rig, name string) netip.Addr {
+	ip, _ := r.lookup(b, name)
+	if !ip.IsValid() {
+		b.Fatalf("%s did not resolve", name)
+	}
+	return ip
+}
+
+// benchCA makes a CA and a server certificate it signed for names.
+func benchCA(tb testing.TB, names ...string) (*x509.CertPool, tls.Certificate) {
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), DNSNames: names, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return pool, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
