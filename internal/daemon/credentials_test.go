@@ -3,18 +3,11 @@ package daemon_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -24,35 +17,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/egress"
+	"github.com/moatdev/moat/internal/testutil"
 )
-
-// testCA makes a CA for the loopback "internet" and a server certificate it signed for
-// names; it returns the CA's PEM and the server certificate.
-func testCA(t *testing.T, names ...string) ([]byte, tls.Certificate) {
-	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test upstream CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // TestCredentialBrokering: the sandbox holds a placeholder; the bound host receives the
 // real value and nobody else does; responses carrying the value reach the sandbox with the
@@ -61,7 +31,8 @@ func testCA(t *testing.T, names ...string) ([]byte, tls.Certificate) {
 func TestCredentialBrokering(t *testing.T) {
 	const secret = "real-secret-0f3c9a7e5b1d"
 	in := newInternet(t)
-	caPEM, cert := testCA(t, "api.test", "other.test")
+	up := testutil.NewUpstreamCA(t, "api.test", "other.test")
+	caPEM, cert := up.PEM, up.Cert
 	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
 	os.WriteFile(caFile, caPEM, 0o644)
 	ln, err := net.Listen("tcp4", "127.0.0.4:0")

@@ -2,15 +2,9 @@ package egress_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
@@ -24,6 +18,7 @@ import (
 	"github.com/moatdev/moat/internal/linux"
 	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/secrets"
+	"github.com/moatdev/moat/internal/testutil"
 )
 
 // BenchmarkCredentials compares, in one run, HTTPS requests from a sandbox namespace to a
@@ -33,7 +28,8 @@ import (
 func BenchmarkCredentials(b *testing.B) {
 	const secret = "bench-secret-value-42"
 	ph := "moat-placeholder-" + strings.Repeat("ab", 24)
-	roots, cert := benchCA(b, "bound.test", "pass.test")
+	up := testutil.NewUpstreamCA(b, "bound.test", "pass.test")
+	roots, cert := up.Pool, up.Cert
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -162,27 +158,4 @@ func mustLookup(b *testing.B, r *rig, name string) netip.Addr {
 		b.Fatalf("%s did not resolve", name)
 	}
 	return ip
-}
-
-// benchCA makes a CA and a server certificate it signed for names.
-func benchCA(tb testing.TB, names ...string) (*x509.CertPool, tls.Certificate) {
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), DNSNames: names, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return pool, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
