@@ -74,119 +74,133 @@ func TestCredentialBrokering(t *testing.T) {
 	if err := e.c.SetSecret(ctx, "API_TOKEN", secret); err != nil {
 		t.Fatal(err)
 	}
-	sb := e.create(v1.CreateSandboxRequest{
-		Policy:      &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"api.test", "other.test"}}}},
-		Credentials: []v1.Credential{{Secret: "API_TOKEN", Hosts: []string{"api.test"}}},
-	})
-	ph := strings.TrimSpace(e.mustSh(sb.ID, `echo "$API_TOKEN"`))
-	if !strings.HasPrefix(ph, "moat-placeholder-") {
-		t.Fatalf("API_TOKEN inside = %q, want a placeholder", ph)
-	}
+	for _, rt := range runtimesUnderTest(t) {
+		e.run(rt, func(t *testing.T, e *env) {
+			sb := e.create(v1.CreateSandboxRequest{
+				Runtime:     rt,
+				Policy:      &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"api.test", "other.test"}}}},
+				Credentials: []v1.Credential{{Secret: "API_TOKEN", Hosts: []string{"api.test"}}},
+			})
+			ph := strings.TrimSpace(e.mustSh(sb.ID, `echo "$API_TOKEN"`))
+			if !strings.HasPrefix(ph, "moat-placeholder-") {
+				t.Fatalf("API_TOKEN inside = %q, want a placeholder", ph)
+			}
 
-	// Each client reads its own CA variable.
-	clients := map[string]string{
-		"curl":   fmt.Sprintf(`curl -sS --max-time 10 -H "Authorization: Bearer $API_TOKEN" https://api.test:%d/curl`, port),
-		"python": fmt.Sprintf(`python3 -c 'import os, urllib.request; r = urllib.request.Request("https://api.test:%d/python", headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]}); print(urllib.request.urlopen(r, timeout=10).read().decode())'`, port),
-		"node":   fmt.Sprintf(`node -e 'fetch("https://api.test:%d/node", {headers: {Authorization: "Bearer " + process.env.API_TOKEN}}).then(r => r.text()).then(t => console.log(t)).catch(e => { console.error(e); process.exit(1) })'`, port),
-	}
-	for name, line := range clients {
-		e.run(name, func(t *testing.T, e *env) {
-			out := e.mustSh(sb.ID, line)
-			if !strings.Contains(out, "you sent Bearer "+ph) || strings.Contains(out, secret) {
-				t.Errorf("%s got %q: want the echo to carry the placeholder, never the value", name, out)
+			// Each client reads its own CA variable.
+			clients := map[string]string{
+				"curl":   fmt.Sprintf(`curl -sS --max-time 10 -H "Authorization: Bearer $API_TOKEN" https://api.test:%d/curl-%s`, port, rt),
+				"python": fmt.Sprintf(`python3 -c 'import os, urllib.request; r = urllib.request.Request("https://api.test:%d/python-%s", headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]}); print(urllib.request.urlopen(r, timeout=10).read().decode())'`, port, rt),
+				"node":   fmt.Sprintf(`node -e 'fetch("https://api.test:%d/node-%s", {headers: {Authorization: "Bearer " + process.env.API_TOKEN}}).then(r => r.text()).then(t => console.log(t)).catch(e => { console.error(e); process.exit(1) })'`, port, rt),
 			}
-			if !in.log.contains(fmt.Sprintf("path=/%s auth=Bearer %s", name, secret)) {
-				t.Errorf("the bound host did not receive the real value: %v", in.log.all())
+			for name, line := range clients {
+				e.run(name, func(t *testing.T, e *env) {
+					out := e.mustSh(sb.ID, line)
+					if !strings.Contains(out, "you sent Bearer "+ph) || strings.Contains(out, secret) {
+						t.Errorf("%s got %q: want the echo to carry the placeholder, never the value", name, out)
+					}
+					if !in.log.contains(fmt.Sprintf("path=/%s-%s auth=Bearer %s", name, rt, secret)) {
+						t.Errorf("the bound host did not receive the real value: %v", in.log.all())
+					}
+				})
 			}
+
+			e.run("git clone and push over HTTPS", func(t *testing.T, e *env) {
+				defer func() {
+					if t.Failed() {
+						e.d.Egress.Flush()
+						list, _ := e.c.Egress(ctx, sb.ID, 0)
+						for _, x := range list {
+							t.Logf("egress: %+v", x)
+						}
+					}
+				}()
+				out := e.mustSh(sb.ID, fmt.Sprintf(`set -e
+	git config --global user.email agent@example.test; git config --global user.name agent
+	auth="http.extraHeader=Authorization: Bearer $API_TOKEN"
+	git -c "$auth" clone -q https://api.test:%d/git/repo.git /tmp/repo
+	cd /tmp/repo; echo change >> README; git commit -qam "agent change %s"
+	git -c "$auth" push -q origin HEAD:main 2>&1; git log --oneline | head -1`, port, rt))
+				if t.Failed() || !strings.Contains(out, "agent change "+rt) {
+					t.Errorf("clone/push: %q", out)
+				}
+				if !in.log.contains("git push received") {
+					t.Errorf("the git server saw no push: %v", in.log.all())
+				}
+				// Without the placeholder the server refuses: the token really is required.
+				if r := e.sh(sb.ID, "", fmt.Sprintf(`git clone -q https://api.test:%d/git/repo.git /tmp/anon`, port)); r.code == 0 {
+					t.Error("clone without the token succeeded")
+				}
+			})
+
+			e.run("unbound host gets the placeholder", func(t *testing.T, e *env) {
+				e.mustSh(sb.ID, fmt.Sprintf(`curl -sSk --max-time 10 -H "Authorization: Bearer $API_TOKEN" https://other.test:%d/other-%s`, port, rt))
+				if !in.log.contains("path=/other-" + rt + " auth=Bearer " + ph) {
+					t.Errorf("other.test did not get the placeholder: %v", in.log.all())
+				}
+			})
+
+			e.run("plain HTTP to the bound host is refused", func(t *testing.T, e *env) {
+				if r := e.sh(sb.ID, "", fmt.Sprintf(`curl -sS --max-time 5 -H "Authorization: Bearer $API_TOKEN" http://api.test:%d/plain-%s`, port, rt)); r.code == 0 {
+					t.Errorf("plain HTTP went through: %+v", r)
+				}
+				if in.log.contains("path=/plain-" + rt) {
+					t.Error("the bound host saw a plain request")
+				}
+			})
+
+			e.run("the value is nowhere on the sandbox's side", func(t *testing.T, e *env) {
+				// Inside, as root: every process's environment, the trust store, every writable
+				// place (/usr is the host's, read-only).
+				r := e.sh(sb.ID, "root", `cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c `+secret+`; grep -rl -e `+secret+` /etc /home /root /tmp /var /run /opt /srv /workspace 2>/dev/null | head; grep -l "PRIVATE KEY" /etc/moat/* || true`)
+				if strings.TrimSpace(r.stdout) != "0" {
+					t.Errorf("found inside: %q", r.stdout)
+				}
+				// Outside: the sandbox's drive and run directory, the daemon's data files (the
+				// secret store keeps it encrypted), the API's answer.
+				for _, dir := range []string{filepath.Join(e.runDir, "sandboxes", sb.ID), e.dataDir} {
+					filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+						if d != nil && d.IsDir() && (d.Name() == "rootfs" || d.Name() == "lower") {
+							return filepath.SkipDir // mounted views of the template; writes are in drive/
+						}
+						if err != nil || !d.Type().IsRegular() {
+							return nil
+						}
+						if data, err := os.ReadFile(path); err == nil && bytes.Contains(data, []byte(secret)) {
+							t.Errorf("the value is in %s", path)
+						}
+						return nil
+					})
+				}
+				got, _ := e.c.Get(ctx, sb.ID)
+				js, _ := json.Marshal(got)
+				if bytes.Contains(js, []byte(secret)) {
+					t.Error("the API answer holds the value")
+				}
+				list, _ := e.c.Secrets(ctx)
+				js, _ = json.Marshal(list)
+				if bytes.Contains(js, []byte(secret)) || !bytes.Contains(js, []byte("API_TOKEN")) {
+					t.Errorf("secret ls: %s", js)
+				}
+			})
+
+			e.run("each use is audited, without the value", func(t *testing.T, e *env) {
+				evs, err := e.c.Events(ctx, sb.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var uses []string
+				for _, ev := range evs {
+					if ev.Kind == "credential" {
+						uses = append(uses, ev.Detail)
+					}
+				}
+				joined := strings.Join(uses, "\n")
+				if !strings.Contains(joined, "API_TOKEN GET https://api.test/curl-"+rt) || strings.Contains(joined, secret) {
+					t.Errorf("credential events: %q", joined)
+				}
+			})
 		})
 	}
-
-	e.run("git clone and push over HTTPS", func(t *testing.T, e *env) {
-		out := e.mustSh(sb.ID, fmt.Sprintf(`set -e
-git config --global user.email agent@example.test; git config --global user.name agent
-auth="http.extraHeader=Authorization: Bearer $API_TOKEN"
-git -c "$auth" clone -q https://api.test:%d/git/repo.git /tmp/repo
-cd /tmp/repo; echo change >> README; git commit -qam "agent change"
-git -c "$auth" push -q origin HEAD:main 2>&1; git log --oneline | head -1`, port))
-		if !strings.Contains(out, "agent change") {
-			t.Errorf("clone/push: %q", out)
-		}
-		if !in.log.contains("git push received") {
-			t.Errorf("the git server saw no push: %v", in.log.all())
-		}
-		// Without the placeholder the server refuses: the token really is required.
-		if r := e.sh(sb.ID, "", fmt.Sprintf(`git clone -q https://api.test:%d/git/repo.git /tmp/anon`, port)); r.code == 0 {
-			t.Error("clone without the token succeeded")
-		}
-	})
-
-	e.run("unbound host gets the placeholder", func(t *testing.T, e *env) {
-		e.mustSh(sb.ID, fmt.Sprintf(`curl -sSk --max-time 10 -H "Authorization: Bearer $API_TOKEN" https://other.test:%d/other`, port))
-		if !in.log.contains("path=/other auth=Bearer " + ph) {
-			t.Errorf("other.test did not get the placeholder: %v", in.log.all())
-		}
-	})
-
-	e.run("plain HTTP to the bound host is refused", func(t *testing.T, e *env) {
-		if r := e.sh(sb.ID, "", fmt.Sprintf(`curl -sS --max-time 5 -H "Authorization: Bearer $API_TOKEN" http://api.test:%d/plain`, port)); r.code == 0 {
-			t.Errorf("plain HTTP went through: %+v", r)
-		}
-		if in.log.contains("path=/plain") {
-			t.Error("the bound host saw a plain request")
-		}
-	})
-
-	e.run("the value is nowhere on the sandbox's side", func(t *testing.T, e *env) {
-		// Inside, as root: every process's environment, the trust store, every writable
-		// place (/usr is the host's, read-only).
-		r := e.sh(sb.ID, "root", `cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c `+secret+`; grep -rl -e `+secret+` /etc /home /root /tmp /var /run /opt /srv /workspace 2>/dev/null | head; grep -l "PRIVATE KEY" /etc/moat/* || true`)
-		if strings.TrimSpace(r.stdout) != "0" {
-			t.Errorf("found inside: %q", r.stdout)
-		}
-		// Outside: the sandbox's drive and run directory, the daemon's data files (the
-		// secret store keeps it encrypted), the API's answer.
-		for _, dir := range []string{filepath.Join(e.runDir, "sandboxes", sb.ID), e.dataDir} {
-			filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-				if d != nil && d.IsDir() && (d.Name() == "rootfs" || d.Name() == "lower") {
-					return filepath.SkipDir // mounted views of the template; writes are in drive/
-				}
-				if err != nil || !d.Type().IsRegular() {
-					return nil
-				}
-				if data, err := os.ReadFile(path); err == nil && bytes.Contains(data, []byte(secret)) {
-					t.Errorf("the value is in %s", path)
-				}
-				return nil
-			})
-		}
-		got, _ := e.c.Get(ctx, sb.ID)
-		js, _ := json.Marshal(got)
-		if bytes.Contains(js, []byte(secret)) {
-			t.Error("the API answer holds the value")
-		}
-		list, _ := e.c.Secrets(ctx)
-		js, _ = json.Marshal(list)
-		if bytes.Contains(js, []byte(secret)) || !bytes.Contains(js, []byte("API_TOKEN")) {
-			t.Errorf("secret ls: %s", js)
-		}
-	})
-
-	e.run("each use is audited, without the value", func(t *testing.T, e *env) {
-		evs, err := e.c.Events(ctx, sb.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var uses []string
-		for _, ev := range evs {
-			if ev.Kind == "credential" {
-				uses = append(uses, ev.Detail)
-			}
-		}
-		joined := strings.Join(uses, "\n")
-		if !strings.Contains(joined, "API_TOKEN GET https://api.test/curl") || strings.Contains(joined, secret) {
-			t.Errorf("credential events: %q", joined)
-		}
-	})
 
 	// A binding to a secret that does not exist is refused at create.
 	if _, err := e.c.Create(ctx, v1.CreateSandboxRequest{Credentials: []v1.Credential{{Secret: "NOPE", Hosts: []string{"api.test"}}}}); err == nil || !strings.Contains(err.Error(), "NOPE") {

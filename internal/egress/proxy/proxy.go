@@ -247,8 +247,19 @@ func (p *Proxy) handle(client net.Conn) {
 	var ic Interceptor
 	if ev.Allowed && req.Name != "" && p.cfg.Intercept != nil {
 		// A host with a credential binding is only ever reached through TLS that moat
-		// terminates: the secret is never put on a plain connection.
-		if ic = p.cfg.Intercept(req.Name); ic != nil && proto != sniff.TLS {
+		// terminates: the secret is never put on a plain connection. A client whose hello
+		// had not come within the peek window (seen under gVisor) gets a longer wait.
+		if ic = p.cfg.Intercept(req.Name); ic != nil && len(head) == 0 {
+			var r sniff.Result
+			var err error
+			if head, r, err = p.peekFor(client, p.cfg.DialTimeout); err == nil {
+				proto = r.Proto
+				if why := checkClaim(&req, r); why != "" {
+					ev.Allowed, ev.Reason = false, why
+				}
+			}
+		}
+		if ic != nil && ev.Allowed && proto != sniff.TLS {
 			ev.Allowed, ev.Reason = false, req.Name+" has a credential binding: only TLS connections to it are allowed"
 		}
 	}
@@ -370,9 +381,14 @@ func checkClaim(req *policy.Request, r sniff.Result) string {
 // PeekTimeout. A client that sends nothing (a server-speaks-first protocol) gets an empty
 // head; one that stops half-way through a TLS hello or HTTP header is refused.
 func (p *Proxy) peek(client net.Conn) ([]byte, sniff.Result, error) {
+	return p.peekFor(client, p.cfg.PeekTimeout)
+}
+
+// peekFor is peek with its own wait for the first bytes.
+func (p *Proxy) peekFor(client net.Conn, wait time.Duration) ([]byte, sniff.Result, error) {
 	buf := make([]byte, sniff.MaxPeek)
 	n := 0
-	client.SetReadDeadline(time.Now().Add(p.cfg.PeekTimeout))
+	client.SetReadDeadline(time.Now().Add(wait))
 	defer client.SetReadDeadline(time.Time{})
 	for {
 		m, err := client.Read(buf[n:])
