@@ -352,13 +352,8 @@ s = socket.create_connection(("allowed.test", %d), timeout=10); s.sendall(b"ping
 	e.run("host addresses", func(t *testing.T, e *env) {
 		// Every address of the host, on the port of a listener bound to all of them.
 		hostPort := in.hostListener.Addr().(*net.TCPAddr).Port
-		addrs, _ := net.InterfaceAddrs()
-		for _, a := range addrs {
-			p, err := netip.ParsePrefix(a.String())
-			if err != nil || !p.Addr().Is4() || p.Addr().IsLoopback() {
-				continue
-			}
-			e.sh(sb.ID, "", fmt.Sprintf("timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%d'", p.Addr(), hostPort))
+		for _, a := range hostIPv4s() {
+			e.sh(sb.ID, "", fmt.Sprintf("timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%d'", a, hostPort))
 		}
 	})
 
@@ -533,14 +528,9 @@ func TestEgressDefaultDenyAndAllowAll(t *testing.T) {
 		t.Errorf("allow-all sandbox could not reach allowed.test: %+v", r)
 	}
 	hostPort := in.hostListener.Addr().(*net.TCPAddr).Port
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		p, err := netip.ParsePrefix(a.String())
-		if err != nil || !p.Addr().Is4() || p.Addr().IsLoopback() {
-			continue
-		}
-		e.sh(open.ID, "", fmt.Sprintf("timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%d'", p.Addr(), hostPort))
-		e.expectBlocked(open.ID, "host address "+p.Addr().String(), func(x v1.EgressEntry) bool { return x.Addr == p.Addr().String() })
+	for _, a := range hostIPv4s() {
+		e.sh(open.ID, "", fmt.Sprintf("timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%d'", a, hostPort))
+		e.expectBlocked(open.ID, "host address "+a.String(), func(x v1.EgressEntry) bool { return x.Addr == a.String() })
 	}
 	if r := e.sh(open.ID, "", "curl -sS --max-time 5 http://private.test/"); r.code == 0 {
 		t.Errorf("allow-all reached private.test")
@@ -582,4 +572,16 @@ func TestEgressWarmPoolAndRestart(t *testing.T) {
 	if r := e.sh(sb.ID, "", fmt.Sprintf("curl -sS --max-time 5 http://denied.test:%d/", in.deniedPort)); r.code == 0 {
 		t.Errorf("after a restart a denied name is reachable")
 	}
+}
+
+// hostIPv4s lists the host's own IPv4 addresses but loopback.
+func hostIPv4s() []netip.Addr {
+	addrs, _ := net.InterfaceAddrs()
+	var out []netip.Addr
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() && !p.Addr().IsLoopback() {
+			out = append(out, p.Addr())
+		}
+	}
+	return out
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/moatdev/moat/internal/egress/intercept"
 	"github.com/moatdev/moat/internal/egress/proxy"
 	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/fsutil"
 	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/secrets"
 )
@@ -82,7 +83,7 @@ func (m *Manager) loadCA(id string) (*intercept.CA, error) {
 		if err := os.MkdirAll(m.cfg.CADir, 0o700); err != nil {
 			return nil, err
 		}
-		if err := writeFileAtomic(path, pem, 0o600); err != nil {
+		if err := fsutil.WriteFileAtomic(path, pem, 0o600); err != nil {
 			return nil, fmt.Errorf("saving the interception CA of sandbox %s: %w", id, err)
 		}
 	default:
@@ -153,29 +154,4 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 			}
 		},
 	})
-}
-
-// writeFileAtomic writes data to path through a temporary file and a rename.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/fsutil"
 )
 
 const (
@@ -387,25 +388,7 @@ func (s *Store) update(change func(*file) error) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(s.dir, ".secrets.json-*") // mode 0600
-	if err != nil {
-		return fmt.Errorf("secret store: %w", err)
-	}
-	_, err = tmp.Write(append(data, '\n'))
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), s.path())
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	} else {
-		err = syncDir(s.dir)
-	}
+	err = fsutil.WriteFileAtomic(s.path(), append(data, '\n'), 0o600)
 	if err != nil {
 		return fmt.Errorf("secret store: writing %s: %w", s.path(), err)
 	}
