@@ -68,6 +68,9 @@ func validateCredentials(creds []Credential) error {
 			return fmt.Errorf("%s: the header template must be one line: %w", where, errdefs.ErrInvalidArgument)
 		}
 		if c.Header == "" {
+			if reservedEnv(c.Secret) {
+				return fmt.Errorf("%s: %s is an environment variable the sandbox needs for itself; store the secret under another name: %w", where, c.Secret, errdefs.ErrInvalidArgument)
+			}
 			if seen[c.Secret] {
 				return fmt.Errorf("%s is bound twice as an environment variable: %w", where, errdefs.ErrInvalidArgument)
 			}
@@ -80,6 +83,18 @@ func validateCredentials(creds []Credential) error {
 		}
 	}
 	return nil
+}
+
+// reservedEnv reports whether name is an environment variable a placeholder must not
+// take over: the basics of a login, the dynamic loader's, the trust variables moat sets,
+// and moat's own.
+func reservedEnv(name string) bool {
+	switch name {
+	case "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "PWD", "TMPDIR",
+		"SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO":
+		return true
+	}
+	return strings.HasPrefix(name, "LD_") || strings.HasPrefix(name, "MOAT_") || strings.HasPrefix(name, "LC_")
 }
 
 // MatchesHost reports whether the credential is bound to host (a normalized name).
