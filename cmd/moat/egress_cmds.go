@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -71,7 +72,7 @@ func (p *policyFlags) spec(setup bool) (*v1.Policy, error) {
 	}
 	if setup {
 		if _, ok := s.Phases["run"]; !ok {
-			return nil, fmt.Errorf("--setup needs a policy with a \"run\" phase (the file names %s)", strings.Join(slices.Sorted(mapsKeys(s.Phases)), ", "))
+			return nil, fmt.Errorf("--setup needs a policy with a \"run\" phase (the file names %s)", strings.Join(slices.Sorted(maps.Keys(s.Phases)), ", "))
 		}
 		if _, ok := s.Phases["setup"]; !ok {
 			s.Phases["setup"] = policy.Rules{Allow: []string{"registries"}}
@@ -86,16 +87,6 @@ func (p *policyFlags) spec(setup bool) (*v1.Policy, error) {
 		out.Phases[name] = v1.PolicyRules{Net: r.Net, Allow: r.Allow, Deny: r.Deny}
 	}
 	return &out, nil
-}
-
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // lockfileScript prints the SHA-256 of every lockfile under the working directory.
@@ -272,11 +263,11 @@ func printEgressSummary(ctx context.Context, c *sdk.Client, id string) {
 	}
 	fmt.Fprintf(os.Stderr, "moat: egress: %d allowed, %d blocked\n", nAllowed, nBlocked)
 	tw := tabwriter.NewWriter(os.Stderr, 0, 0, 2, ' ', 0)
-	for _, k := range slices.Sorted(mapsKeys(allowed)) {
+	for _, k := range slices.Sorted(maps.Keys(allowed)) {
 		a := allowed[k]
 		fmt.Fprintf(tw, "  allowed\t%s\t×%d\t%s up, %s down\n", k, a.n, humanBytes(a.up), humanBytes(a.down))
 	}
-	for _, k := range slices.Sorted(mapsKeys(blocked)) {
+	for _, k := range slices.Sorted(maps.Keys(blocked)) {
 		a := blocked[k]
 		dest, _, _ := strings.Cut(k, "\x00")
 		fmt.Fprintf(tw, "  BLOCKED\t%s\t×%d\t%s\n", dest, a.n, a.why)
@@ -435,7 +426,7 @@ allow are cut. --phase switches phase within the current policy (or the new one)
 			if showJSON {
 				return printJSON(sb.Policy)
 			}
-			for _, name := range slices.Sorted(mapsKeys(sb.Policy.Phases)) {
+			for _, name := range slices.Sorted(maps.Keys(sb.Policy.Phases)) {
 				mark := " "
 				if name == sb.Policy.Phase {
 					mark = "*"

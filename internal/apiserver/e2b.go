@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -339,13 +340,7 @@ func (s *Server) e2bTemplate(ctx context.Context, name string) (string, error) {
 	if aliased && target == "debian" {
 		return "", s.builds.start(s, target)
 	}
-	known := slices.Sorted(func(yield func(string) bool) {
-		for k := range s.e2b.Templates {
-			if !yield(k) {
-				return
-			}
-		}
-	})
+	known := slices.Sorted(maps.Keys(s.e2b.Templates))
 	return "", fmt.Errorf("template %q not found (E2B names: %s; moat templates: `moat template ls`): %w", name, strings.Join(known, ", "), errdefs.ErrNotFound)
 }
 

@@ -188,7 +188,7 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 		}
 		fail := writeError
 		if !strings.HasPrefix(r.URL.Path, "/v1/") {
-			fail = func(w http.ResponseWriter, err error) { writeE2BError(w, err) }
+			fail = writeE2BError
 		}
 		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok {
@@ -320,7 +320,7 @@ func (s *Server) envd(w http.ResponseWriter, r *http.Request) {
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, dest envdDest) {
 	fail := writeError
 	if dest.e2b {
-		fail = func(w http.ResponseWriter, err error) { writeE2BError(w, err) }
+		fail = writeE2BError
 	}
 	if dest.rest != "/files" {
 		// An RPC request is one message: read it whole, so the upstream request has a

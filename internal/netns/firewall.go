@@ -65,11 +65,7 @@ func installFirewall(g *os.File) error {
 	})
 
 	rule := func(ch *nftables.Chain, exprs ...[]expr.Any) {
-		var all []expr.Any
-		for _, e := range exprs {
-			all = append(all, e...)
-		}
-		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: all})
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(exprs...)})
 	}
 	fromSandbox := concat(ifname(unix.NFT_META_IIFNAME, GatewayLink), ipv4())
 	rule(pre, fromSandbox, l4(unix.IPPROTO_UDP), dport(53), redirect(DNSPort))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/secrets"
 )
 
 // Credential binds a stored secret to the hosts it may be sent to. The sandbox never holds
@@ -29,10 +30,7 @@ type Credential struct {
 	Placeholder string `json:"placeholder,omitempty"`
 }
 
-var (
-	secretNameRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,63}$`)
-	headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-)
+var headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 // validateCredentials checks bindings and gives placeholder bindings their placeholder.
 func validateCredentials(creds []Credential) error {
@@ -40,8 +38,8 @@ func validateCredentials(creds []Credential) error {
 	for i := range creds {
 		c := &creds[i]
 		where := fmt.Sprintf("credential %q", c.Secret)
-		if !secretNameRE.MatchString(c.Secret) {
-			return fmt.Errorf("%s: a secret name is A-Z, 0-9 and _, starting with a letter or _: %w", where, errdefs.ErrInvalidArgument)
+		if err := secrets.CheckName(c.Secret); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
 		}
 		if len(c.Hosts) == 0 {
 			return fmt.Errorf("%s: bind it to at least one host: %w", where, errdefs.ErrInvalidArgument)

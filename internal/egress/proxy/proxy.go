@@ -466,7 +466,7 @@ func (p *Proxy) relay(ctx context.Context, c *conn, head []byte, sniffed bool, t
 		if !sniffed {
 			// The client spoke after the peek window (a slow client, or one that waits for
 			// a server banner): its first bytes get the same checks before any is sent.
-			first, why := p.lateClaim(ctx, c)
+			first, why := p.lateClaim(c)
 			if why != "" {
 				idleErr.CompareAndSwap(nil, why)
 				c.cancel(errors.New(why))
@@ -502,46 +502,25 @@ func (p *Proxy) relay(ctx context.Context, c *conn, head []byte, sniffed bool, t
 // lateClaim reads a connection's first client bytes when they come after the peek window,
 // and checks what they claim like decide does. It returns the bytes read, or why the
 // connection must end.
-func (p *Proxy) lateClaim(ctx context.Context, c *conn) ([]byte, string) {
-	buf := make([]byte, sniff.MaxPeek)
-	n := 0
-	c.client.SetReadDeadline(time.Now().Add(p.cfg.IdleTimeout))
-	defer c.client.SetReadDeadline(time.Time{})
-	for {
-		m, err := c.client.Read(buf[n:])
-		n += m
-		if m > 0 {
-			r, serr := sniff.Sniff(buf[:n])
-			if serr == nil {
-				p.mu.Lock()
-				req := c.target
-				why := checkClaim(&req, r)
-				c.target = req
-				p.mu.Unlock()
-				if why == "" && req.Claimed != "" {
-					if _, pol := p.cfg.Policy(); !pol.Decide(req).Allow {
-						why = "the connection names " + req.Claimed + ", which the policy denies"
-					}
-				}
-				return buf[:n], why
-			}
-			if !errors.Is(serr, sniff.ErrNeedMore) {
-				return nil, fmt.Sprintf("unreadable first bytes: %v", serr)
-			}
-			if n == len(buf) {
-				return nil, fmt.Sprintf("the first %d bytes are an unfinished TLS hello or HTTP header", n)
-			}
-		}
-		if err != nil {
-			if n == 0 {
-				return nil, "" // closed without a word; copy sees the EOF
-			}
-			return nil, "the client stopped in the middle of its TLS hello or HTTP header"
-		}
-		if ctx.Err() != nil {
-			return nil, context.Cause(ctx).Error()
+func (p *Proxy) lateClaim(c *conn) ([]byte, string) {
+	head, r, err := p.peekFor(c.client, p.cfg.IdleTimeout)
+	switch {
+	case len(head) == 0:
+		return nil, "" // closed or idle without a word: copy sees it
+	case err != nil:
+		return nil, err.Error()
+	}
+	p.mu.Lock()
+	req := c.target
+	why := checkClaim(&req, r)
+	c.target = req
+	p.mu.Unlock()
+	if why == "" && req.Claimed != "" {
+		if _, pol := p.cfg.Policy(); !pol.Decide(req).Allow {
+			why = "the connection names " + req.Claimed + ", which the policy denies"
 		}
 	}
+	return head, why
 }
 
 // resolve finds where req may go: the resolved addresses of req.Name (or req.Addr for an
