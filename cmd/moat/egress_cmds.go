@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/apiserver"
 	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/sdk"
 )
@@ -82,10 +83,7 @@ func (p *policyFlags) spec(setup bool) (*v1.Policy, error) {
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("egress policy: %w", err)
 	}
-	out := v1.Policy{Phase: s.Phase, Sets: s.Sets, Phases: map[string]v1.PolicyRules{}}
-	for name, r := range s.Phases {
-		out.Phases[name] = v1.PolicyRules{Net: r.Net, Allow: r.Allow, Deny: r.Deny}
-	}
+	out := apiserver.ToAPIPolicy(s)
 	return &out, nil
 }
 

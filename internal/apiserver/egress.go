@@ -27,7 +27,8 @@ func FromAPIPolicy(p *v1.Policy) *policy.Spec {
 	return &s
 }
 
-func toAPIPolicy(s policy.Spec) v1.Policy {
+// ToAPIPolicy converts a policy to its wire form.
+func ToAPIPolicy(s policy.Spec) v1.Policy {
 	p := v1.Policy{Phase: s.Phase, Sets: s.Sets, Phases: map[string]v1.PolicyRules{}}
 	for name, r := range s.Phases {
 		p.Phases[name] = v1.PolicyRules{Net: r.Net, Allow: r.Allow, Deny: r.Deny}

@@ -454,7 +454,7 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 	if sb.Runtime != "runsc" {
 		out.HostUID = sb.HostIDs().Host
 	}
-	out.Policy = toAPIPolicy(sb.EgressPolicy())
+	out.Policy = ToAPIPolicy(sb.EgressPolicy())
 	for _, c := range sb.Credentials {
 		out.Credentials = append(out.Credentials, v1.Credential{Secret: c.Secret, Hosts: c.Hosts, Header: c.Header, Template: c.Template, PathPrefix: c.PathPrefix, Methods: c.Methods})
 	}
