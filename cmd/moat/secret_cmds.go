@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
 	v1 "github.com/moatdev/moat/api/v1"
@@ -117,9 +118,17 @@ func readHidden(ctx context.Context, fd int) ([]byte, error) {
 		b   []byte
 		err error
 	}
+	// The reader gets a descriptor of its own: after an interrupt it may still be blocked
+	// in read, and its deferred terminal restore must not land on whatever file reuses fd's
+	// number once the caller closes it.
+	rfd, err := unix.Dup(fd)
+	if err != nil {
+		return nil, err
+	}
 	done := make(chan result, 1)
 	go func() {
-		b, err := term.ReadPassword(fd)
+		defer unix.Close(rfd)
+		b, err := term.ReadPassword(rfd)
 		done <- result{b, err}
 	}()
 	select {
