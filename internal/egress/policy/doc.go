@@ -25,6 +25,24 @@
 // it is a rule, so a misspelt set name is an ordinary host name that matches nothing
 // useful. Sets cannot contain sets, and a set reference takes no port.
 //
+// # HTTP rules
+//
+// A phase's http list holds HTTP rules, which reach inside TLS:
+//
+//	api.github.com                          every request (inspected, so credentials can be scrubbed)
+//	api.github.com GET,HEAD                 only these methods (upper case; * for any)
+//	api.github.com:443 GET /repos/acme/     only GETs whose path starts with /repos/acme/
+//	*.githubusercontent.com GET             wildcards as in allow rules
+//
+// An HTTP rule allows its host and ports as an allow rule would (deny rules still win,
+// and net deny-all takes none), and makes the proxy terminate TLS to that host with the
+// sandbox's CA ([Policy.Inspects]) and check every request ([Policy.DecideHTTP]): a
+// request passes when one of the rules covering its host lists its method and a prefix of
+// its path. The prefix is a string prefix of the escaped path: write "/repos/acme/", not
+// "/repos/acme", which also matches "/repos/acme-evil". Paths that a server might resolve
+// elsewhere (empty, "." or ".." segments, backslashes, encoded '/', '\' or '.') never
+// match. A host with HTTP rules is reached over TLS only: plain HTTP to it is refused.
+//
 // # Decisions
 //
 // [Policy.Decide] applies the first step that answers:

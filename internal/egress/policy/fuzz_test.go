@@ -114,3 +114,48 @@ func FuzzParseFile(f *testing.F) {
 		}
 	})
 }
+
+func FuzzHTTPRule(f *testing.F) {
+	f.Fuzz(func(t *testing.T, rule, method, path string) {
+		r, err := parseHTTPRule(rule)
+		if err != nil {
+			return
+		}
+		again, err := parseHTTPRule(r.text)
+		if err != nil || again.String() != r.text {
+			t.Fatalf("parseHTTPRule(%q) = %q does not round-trip: %v", rule, r.text, err)
+		}
+		p, err := Compile(Rules{HTTP: []string{r.text}}, nil)
+		if err != nil {
+			t.Fatalf("Compile(http %q): %v", r.text, err)
+		}
+		host := r.host.host
+		if r.host.kind == kindWildcard {
+			if len(host)+2 > maxNameLen {
+				return
+			}
+			host = "x." + host
+		}
+		port := r.host.ports.lo
+		if !p.Inspects(host, port) {
+			t.Fatalf("http %q does not inspect %s:%d", r.text, host, port)
+		}
+		// What the rule names is allowed.
+		m := "GET"
+		if len(r.methods) > 0 {
+			m = r.methods[0]
+		}
+		pre := r.prefix
+		if pre == "" {
+			pre = "/"
+		}
+		if d := p.DecideHTTP(host, port, m, pre); !d.Allow {
+			t.Fatalf("http %q: DecideHTTP(%s %s) = %+v", r.text, m, pre, d)
+		}
+		// Any request: an allowed one is clean, under the prefix, with a listed method.
+		d := p.DecideHTTP(host, port, method, path)
+		if d.Allow && (!CleanHTTPPath(path) || !strings.HasPrefix(path, r.prefix) || len(r.methods) > 0 && !containsString(r.methods, method)) {
+			t.Fatalf("http %q allowed %s %s", r.text, method, path)
+		}
+	})
+}

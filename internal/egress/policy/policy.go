@@ -13,6 +13,9 @@ type Rules struct {
 	// Allow and Deny are rule strings or set names; see the package documentation.
 	Allow []string `json:"allow,omitempty" yaml:"allow,omitempty"`
 	Deny  []string `json:"deny,omitempty" yaml:"deny,omitempty"`
+	// HTTP are HTTP rules: "HOST[:PORTS] [METHODS] [/PATH-PREFIX]". Each allows its host
+	// like an allow rule and limits the requests sent to it; see the package documentation.
+	HTTP []string `json:"http,omitempty" yaml:"http,omitempty"`
 }
 
 // The values of Rules.Net.
@@ -61,6 +64,7 @@ const (
 type Policy struct {
 	net         netMode
 	allow, deny table
+	http        httpTable
 	summary     string
 }
 
@@ -106,6 +110,9 @@ func compile(r Rules, sets map[string][]member) (*Policy, error) {
 		if len(r.Allow) > 0 {
 			return nil, invalidf("net deny-all takes no allow rules")
 		}
+		if len(r.HTTP) > 0 {
+			return nil, invalidf("net deny-all takes no http rules")
+		}
 	default:
 		return nil, invalidf("net %q: must be %s, %s or empty", r.Net, NetAllowAll, NetDenyAll)
 	}
@@ -117,15 +124,28 @@ func compile(r Rules, sets map[string][]member) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
+	var inspected []string
+	for _, entry := range r.HTTP {
+		hr, err := parseHTTPRule(entry)
+		if err != nil {
+			return nil, fmt.Errorf("http rule %q: %w", entry, err)
+		}
+		p.http.insert(hr)
+		p.allow.insert(hr.host, Decision{Allow: true, Rule: "http " + hr.text, Reason: "matches HTTP rule " + hr.text + " (each request is checked)"})
+		inspected = append(inspected, hr.text)
+	}
 	var parts []string
 	switch {
 	case p.net == netAllowAll:
 		parts = append(parts, NetAllowAll)
-	case p.net == netDenyAll || len(allowed) == 0:
+	case p.net == netDenyAll || len(allowed) == 0 && len(inspected) == 0:
 		parts = append(parts, NetDenyAll)
 	}
 	if len(allowed) > 0 {
 		parts = append(parts, "allow "+strings.Join(allowed, ", "))
+	}
+	if len(inspected) > 0 {
+		parts = append(parts, "http "+strings.Join(inspected, ", "))
 	}
 	if len(denied) > 0 {
 		parts = append(parts, "deny "+strings.Join(denied, ", "))

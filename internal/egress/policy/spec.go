@@ -98,6 +98,7 @@ type file struct {
 	Net    string               `yaml:"net"`
 	Allow  ruleList             `yaml:"allow"`
 	Deny   ruleList             `yaml:"deny"`
+	HTTP   ruleList             `yaml:"http"`
 	Phases map[string]filePhase `yaml:"phases"`
 	Phase  string               `yaml:"phase"`
 	Sets   map[string]ruleList  `yaml:"sets"`
@@ -108,6 +109,7 @@ type filePhase struct {
 	Net   string   `yaml:"net"`
 	Allow ruleList `yaml:"allow"`
 	Deny  ruleList `yaml:"deny"`
+	HTTP  ruleList `yaml:"http"`
 }
 
 // ruleList is a YAML sequence of rule strings. Unlike []string it rejects null and
@@ -135,6 +137,7 @@ func (l *ruleList) UnmarshalYAML(n *yaml.Node) error {
 //	net: deny-all   # optional
 //	allow: [registries, "api.github.com:443"]
 //	deny: [evil.example.com]
+//	http: ["api.github.com GET,POST /repos/acme/"]
 //	sets: {registries: [my-mirror.internal]}
 //
 //	# phases
@@ -175,15 +178,15 @@ func ParseFile(data []byte) (Spec, error) {
 		if f.Phase != "" && f.Phase != defaultPhase {
 			return Spec{}, invalidf("phase %q: a policy without phases has only phase %q", f.Phase, defaultPhase)
 		}
-		s.Phases = map[string]Rules{defaultPhase: {Net: f.Net, Allow: f.Allow, Deny: f.Deny}}
+		s.Phases = map[string]Rules{defaultPhase: {Net: f.Net, Allow: f.Allow, Deny: f.Deny, HTTP: f.HTTP}}
 		s.Phase = defaultPhase
 	} else {
-		if f.Net != "" || f.Allow != nil || f.Deny != nil {
-			return Spec{}, invalidf("top-level net, allow and deny cannot be combined with phases; move them into a phase")
+		if f.Net != "" || f.Allow != nil || f.Deny != nil || f.HTTP != nil {
+			return Spec{}, invalidf("top-level net, allow, deny and http cannot be combined with phases; move them into a phase")
 		}
 		s.Phases = make(map[string]Rules, len(f.Phases))
 		for name, r := range f.Phases {
-			s.Phases[name] = Rules{Net: r.Net, Allow: r.Allow, Deny: r.Deny}
+			s.Phases[name] = Rules{Net: r.Net, Allow: r.Allow, Deny: r.Deny, HTTP: r.HTTP}
 		}
 		if s.Phase == "" {
 			phase, err := initialPhase(s.Phases)
