@@ -119,6 +119,9 @@ type PolicyRules struct {
 	Net   string   `json:"net,omitempty"` // "allow-all", "deny-all" or "" (allow rules only)
 	Allow []string `json:"allow,omitempty"`
 	Deny  []string `json:"deny,omitempty"`
+	// HTTP rules, "HOST[:PORTS] [METHODS] [/PATH-PREFIX]": each allows its host and
+	// limits the requests sent to it (moat terminates TLS to check them).
+	HTTP []string `json:"http,omitempty"`
 }
 
 // Policy is a sandbox's egress policy: named phases and the current one.

@@ -28,6 +28,7 @@ import (
 type policyFlags struct {
 	net         string
 	allow, deny []string
+	http        []string
 	file        string
 }
 
@@ -36,11 +37,12 @@ func (p *policyFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&p.net, "net", "", "egress: allow-all or deny-all (default: deny-all, or only what --allow names)")
 	fl.StringArrayVar(&p.allow, "allow", nil, "allow HOST[:PORT], *.DOMAIN, CIDR or a set such as `registries` (repeatable)")
 	fl.StringArrayVar(&p.deny, "deny", nil, "deny HOST[:PORT], *.DOMAIN or CIDR; deny rules win (repeatable)")
+	fl.StringArrayVar(&p.http, "http", nil, "allow HOST[:PORTS] and only the requests named: 'HOST [METHOD[,METHOD]] [/PATH-PREFIX]'; moat terminates TLS to check each (repeatable)")
 	fl.StringVar(&p.file, "policy", "", "egress policy file (YAML; may name phases)")
 }
 
 func (p *policyFlags) set() bool {
-	return p.net != "" || len(p.allow) > 0 || len(p.deny) > 0 || p.file != ""
+	return p.net != "" || len(p.allow) > 0 || len(p.deny) > 0 || len(p.http) > 0 || p.file != ""
 }
 
 // spec builds the policy the flags describe; nil when none is given (the daemon's
@@ -55,8 +57,8 @@ func (p *policyFlags) spec(setup bool) (*v1.Policy, error) {
 	}
 	var s policy.Spec
 	if p.file != "" {
-		if p.net != "" || len(p.allow) > 0 || len(p.deny) > 0 {
-			return nil, errors.New("--policy cannot be combined with --net, --allow or --deny: put the rules in the file")
+		if p.net != "" || len(p.allow) > 0 || len(p.deny) > 0 || len(p.http) > 0 {
+			return nil, errors.New("--policy cannot be combined with --net, --allow, --deny or --http: put the rules in the file")
 		}
 		data, err := os.ReadFile(p.file)
 		if err != nil {
@@ -66,7 +68,7 @@ func (p *policyFlags) spec(setup bool) (*v1.Policy, error) {
 			return nil, fmt.Errorf("--policy %s: %w", p.file, err)
 		}
 	} else {
-		s = policy.Single(policy.Rules{Net: p.net, Allow: p.allow, Deny: p.deny})
+		s = policy.Single(policy.Rules{Net: p.net, Allow: p.allow, Deny: p.deny, HTTP: p.http})
 		if !p.set() {
 			s = policy.DenyAll()
 		}
@@ -200,6 +202,9 @@ func describeRules(r v1.PolicyRules) string {
 	if len(r.Allow) > 0 {
 		parts = append(parts, "allow "+strings.Join(r.Allow, ", "))
 	}
+	if len(r.HTTP) > 0 {
+		parts = append(parts, "http "+strings.Join(r.HTTP, ", "))
+	}
 	if len(r.Deny) > 0 {
 		parts = append(parts, "deny "+strings.Join(r.Deny, ", "))
 	}
@@ -215,8 +220,11 @@ func destination(e v1.EgressEntry) string {
 	if host == "" {
 		host = e.Addr
 	}
-	if e.Proto == "dns" {
+	switch e.Proto {
+	case "dns":
 		return host + " (dns)"
+	case "http":
+		return fmt.Sprintf("%s:%d (http)", host, e.Port)
 	}
 	return fmt.Sprintf("%s:%d", host, e.Port)
 }
@@ -235,8 +243,8 @@ func printEgressSummary(ctx context.Context, c *sdk.Client, id string) {
 	allowed, blocked := map[string]*agg{}, map[string]*agg{}
 	var nAllowed, nBlocked int
 	for _, e := range entries {
-		if e.Proto == "dns" && e.Allowed {
-			continue // the connection that follows is what counts
+		if (e.Proto == "dns" || e.Proto == "http") && e.Allowed {
+			continue // the connection is what counts
 		}
 		key := destination(e)
 		m, why := allowed, ""

@@ -22,7 +22,7 @@ func FromAPIPolicy(p *v1.Policy) *policy.Spec {
 	}
 	s := policy.Spec{Phase: p.Phase, Sets: p.Sets, Phases: map[string]policy.Rules{}}
 	for name, r := range p.Phases {
-		s.Phases[name] = policy.Rules{Net: r.Net, Allow: r.Allow, Deny: r.Deny}
+		s.Phases[name] = policy.Rules{Net: r.Net, Allow: r.Allow, Deny: r.Deny, HTTP: r.HTTP}
 	}
 	return &s
 }
@@ -31,7 +31,7 @@ func FromAPIPolicy(p *v1.Policy) *policy.Spec {
 func ToAPIPolicy(s policy.Spec) v1.Policy {
 	p := v1.Policy{Phase: s.Phase, Sets: s.Sets, Phases: map[string]v1.PolicyRules{}}
 	for name, r := range s.Phases {
-		p.Phases[name] = v1.PolicyRules{Net: r.Net, Allow: r.Allow, Deny: r.Deny}
+		p.Phases[name] = v1.PolicyRules{Net: r.Net, Allow: r.Allow, Deny: r.Deny, HTTP: r.HTTP}
 	}
 	return p
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/moatdev/moat/internal/egress/intercept"
+	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/egress/proxy"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/fsutil"
@@ -33,14 +34,22 @@ type cas struct {
 	m  map[string]*intercept.CA
 }
 
-// credentials prepares sandbox id's credential brokering: its CA (loaded from CADir, or
-// made and saved there) and a check that every bound secret exists. Without bindings
-// there is nothing to do.
-func (m *Manager) credentials(id string, creds []sandbox.Credential) (string, error) {
-	if len(creds) == 0 {
+// credentials prepares sandbox id's TLS interception: its CA (loaded from CADir, or made
+// and saved there), which every sandbox gets so that credential bindings and HTTP rules,
+// also those a later policy change brings, find it in the sandbox's trust store; and a
+// check that every bound secret exists. A Manager without CADir has no CA to give, and
+// refuses bindings and HTTP rules.
+func (m *Manager) credentials(id string, spec policy.Spec, creds []sandbox.Credential) (string, error) {
+	if m.cfg.CADir == "" {
+		switch {
+		case len(creds) > 0:
+			return "", fmt.Errorf("credential bindings need the daemon's secret store: %w", errdefs.ErrUnavailable)
+		case spec.HasHTTPRules():
+			return "", fmt.Errorf("HTTP rules need the daemon's interception CA directory: %w", errdefs.ErrUnavailable)
+		}
 		return "", nil
 	}
-	if m.cfg.Secrets == nil || m.cfg.CADir == "" {
+	if len(creds) > 0 && m.cfg.Secrets == nil {
 		return "", fmt.Errorf("credential bindings need the daemon's secret store: %w", errdefs.ErrUnavailable)
 	}
 	for _, c := range creds {
@@ -108,26 +117,52 @@ func (m *Manager) Forget(id string) {
 	}
 }
 
-// interceptorFor returns the interceptor of sandbox id for host, or nil when no binding
-// names host.
-func (m *Manager) interceptorFor(id string, creds []sandbox.Credential, host string) proxy.Interceptor {
+// interceptorFor returns the interceptor of sandbox b for host and port, or nil when
+// neither a binding names host nor an HTTP rule of the current phase covers it.
+func (m *Manager) interceptorFor(b *boundary, creds []sandbox.Credential, host string, port uint16) proxy.Interceptor {
 	var bound []sandbox.Credential
 	for _, c := range creds {
 		if c.MatchesHost(host) {
 			bound = append(bound, c)
 		}
 	}
-	if len(bound) == 0 {
+	if _, pol := b.current(); len(bound) == 0 && !pol.Inspects(host, port) {
 		return nil
 	}
-	return interceptor{m: m, id: id, creds: bound}
+	return interceptor{m: m, b: b, id: b.id, creds: bound}
 }
 
-// interceptor serves one sandbox's connections to one bound host.
+// interceptor serves one sandbox's connections to one host whose requests moat sees.
 type interceptor struct {
 	m     *Manager
+	b     *boundary
 	id    string
 	creds []sandbox.Credential
+}
+
+// check decides one request with the current phase's HTTP rules; requests to a host the
+// rules cover are logged in the egress log, allowed or not.
+func (ic interceptor) check(host string, port int) func(method, path string) (bool, string) {
+	return func(method, path string) (bool, string) {
+		phase, pol := ic.b.current()
+		req := policy.Request{Name: host, Port: uint16(port)}
+		if d := pol.Decide(req); !d.Allow {
+			return false, d.Reason
+		}
+		if !pol.Inspects(host, uint16(port)) {
+			return true, ""
+		}
+		d := pol.DecideHTTP(host, uint16(port), method, path)
+		e := &Entry{
+			Time: time.Now(), Sandbox: ic.id, Phase: phase, Proto: "http", Name: host, Port: port,
+			Allowed: d.Allow, Rule: d.Rule, Reason: method + " " + path + ": " + d.Reason,
+		}
+		if !d.Allow {
+			ic.m.log.Info("egress request denied", "sandbox", ic.id, "name", host, "method", method, "path", path, "reason", d.Reason)
+		}
+		ic.m.journal.add(e)
+		return d.Allow, d.Reason
+	}
 }
 
 func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, host string, port int, dial func(context.Context) (net.Conn, error)) (int64, int64, error) {
@@ -148,6 +183,7 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 	}
 	return intercept.Serve(ctx, client, head, host, port, dial, intercept.Config{
 		CA: ca, RootCAs: ic.m.cfg.RootCAs, Injections: inj, Log: ic.m.log.With("sandbox", ic.id),
+		Check: ic.check(host, port),
 		Audit: func(u intercept.Use) {
 			if ic.m.cfg.Audit != nil && u.Injected {
 				ic.m.cfg.Audit(ic.id, fmt.Sprintf("%s %s https://%s%s → %d", u.Secret, u.Method, u.Host, u.Path, u.Status))

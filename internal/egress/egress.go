@@ -48,7 +48,7 @@ type Entry struct {
 	Time     time.Time     `json:"time"`
 	Sandbox  string        `json:"sandbox"`
 	Phase    string        `json:"phase"`
-	Proto    string        `json:"proto"` // "tcp" or "dns"
+	Proto    string        `json:"proto"` // "tcp", "dns", or "http" (a request inspected by an HTTP rule)
 	Name     string        `json:"name,omitempty"`
 	Addr     string        `json:"addr,omitempty"` // the destination the sandbox used
 	Port     int           `json:"port,omitempty"`
@@ -140,7 +140,7 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 	if err != nil {
 		return "", err
 	}
-	caPEM, err := m.credentials(id, creds)
+	caPEM, err := m.credentials(id, spec, creds)
 	if err != nil {
 		return "", err
 	}
@@ -180,7 +180,7 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 		Dial:        dial,
 		HostAddrs:   m.hostAddresses,
 		Record:      func(ev proxy.Event) func(proxy.Outcome) { return m.recordConn(id, ev) },
-		Intercept:   func(host string) proxy.Interceptor { return m.interceptorFor(id, creds, host) },
+		Intercept:   func(host string, port uint16) proxy.Interceptor { return m.interceptorFor(b, creds, host, port) },
 		Log:         m.log.With("sandbox", id),
 		MaxConns:    m.cfg.MaxConns,
 		IdleTimeout: m.cfg.IdleTimeout,

@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/moatdev/moat/internal/testutil/fakegithub"
 )
 
-// FuzzJWTRoundTrip signs App JWTs with signAppJWT and reads them back with the test's
+// FuzzJWTRoundTrip signs App JWTs with signAppJWT and reads them back with the fake GitHub's
 // independent verifier: the claims survive, the window is GitHub's (iat 60 s back, at most
 // 10 min), and changing any byte of the token makes it fail verification.
 // Seeds: testdata/fuzz/FuzzJWTRoundTrip.
@@ -17,7 +19,7 @@ func FuzzJWTRoundTrip(f *testing.F) {
 	f.Add("Iv23liABCdef.123", int64(0), uint(17))
 	f.Add("", int64(-1), uint(1000))
 	f.Add("\"quoted\"\\", int64(253402300799), uint(3))
-	key := appKey()
+	key := fakegithub.AppKey()
 	f.Fuzz(func(t *testing.T, iss string, unix int64, at uint) {
 		if !utf8.ValidString(iss) || unix < -1<<40 || unix > 1<<40 {
 			return // JSON carries UTF-8 only; time.Unix range beyond any clock
@@ -27,7 +29,7 @@ func FuzzJWTRoundTrip(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := decodeJWT(tok, &key.PublicKey)
+		c, err := fakegithub.VerifyAppJWT(tok, &key.PublicKey)
 		if err != nil {
 			t.Fatalf("decoding a token just signed: %v", err)
 		}
@@ -45,7 +47,7 @@ func FuzzJWTRoundTrip(f *testing.F) {
 			}
 			m := append([]byte(nil), b...)
 			m[i] = r
-			if _, err := decodeJWT(string(m), &key.PublicKey); err == nil {
+			if _, err := fakegithub.VerifyAppJWT(string(m), &key.PublicKey); err == nil {
 				t.Fatalf("token with byte %d changed to %q still verifies", i, r)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/testutil/fakegithub"
 )
 
 // testProvider is the conformance suite every Provider passes: a non-empty token, stable
@@ -50,8 +52,8 @@ func TestProviderConformance(t *testing.T) {
 	t.Run("Static", func(t *testing.T) { testProvider(t, Static(NewSecret("s3cret"))) })
 	t.Run("GitHubApp", func(t *testing.T) {
 		f := newFakeGitHub(t, newClock())
-		testProvider(t, newApp(t, f.config()))
-		if mints, _, revoked := f.stats(); mints != 2 || len(revoked) != 2 {
+		testProvider(t, newApp(t, appConfig(f)))
+		if mints, revoked := f.MintRequests(), f.Revoked(); mints != 2 || len(revoked) != 2 {
 			t.Errorf("fake saw %d mints and %d revocations, want 2 and 2", mints, len(revoked))
 		}
 	})
@@ -72,27 +74,25 @@ func TestStatic(t *testing.T) {
 func TestGitHubAppMint(t *testing.T) {
 	c := newClock()
 	f := newFakeGitHub(t, c)
-	p := newApp(t, f.config())
+	p := newApp(t, appConfig(f))
 	tok, err := p.Token(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(tok.Value.Reveal(), "ghs_") || !f.valid(tok.Value.Reveal()) {
+	if _, ok := f.Lookup(tok.Value.Reveal()); !ok || !strings.HasPrefix(tok.Value.Reveal(), "ghs_") {
 		t.Errorf("token is not one the fake issued")
 	}
 	if want := c.Now().Add(time.Hour); !tok.ExpiresAt.Equal(want) {
 		t.Errorf("ExpiresAt %v, want %v", tok.ExpiresAt, want)
 	}
-	f.mu.Lock()
-	req := f.requests[0]
-	f.mu.Unlock()
+	req := f.Requests()[0]
 	if !slices.Equal(req.Repositories, []string{"a", "b"}) || len(req.Permissions) != 2 ||
 		req.Permissions["contents"] != "write" || req.Permissions["pull_requests"] != "write" {
 		t.Errorf("fake got request %+v", req)
 	}
 	// PKCS#8 keys work the same.
-	cfg := f.config()
-	cfg.PrivateKeyPEM = pkcs8PEM(t, appKey())
+	cfg := appConfig(f)
+	cfg.PrivateKeyPEM = pkcs8PEM(t, fakegithub.AppKey())
 	if _, err := newApp(t, cfg).Token(t.Context()); err != nil {
 		t.Errorf("PKCS#8 key: %v", err)
 	}
@@ -101,7 +101,7 @@ func TestGitHubAppMint(t *testing.T) {
 func TestGitHubAppCacheAndRefresh(t *testing.T) {
 	c := newClock()
 	f := newFakeGitHub(t, c)
-	p := newApp(t, f.config()) // default RefreshBefore: 5 min; fake tokens live 1 h
+	p := newApp(t, appConfig(f)) // default RefreshBefore: 5 min; fake tokens live 1 h
 	first, err := p.Token(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestGitHubAppCacheAndRefresh(t *testing.T) {
 	if err != nil || again.Value.Reveal() != first.Value.Reveal() {
 		t.Fatalf("Token 5m01s before expiry was not the cached one: %v", err)
 	}
-	if mints, _, _ := f.stats(); mints != 1 {
+	if mints := f.MintRequests(); mints != 1 {
 		t.Fatalf("fake saw %d mints, want 1", mints)
 	}
 	c.Advance(2 * time.Second) // now 4m59s before expiry
@@ -122,7 +122,7 @@ func TestGitHubAppCacheAndRefresh(t *testing.T) {
 	if fresh.Value.Reveal() == first.Value.Reveal() || !fresh.ExpiresAt.After(first.ExpiresAt) {
 		t.Errorf("Token within RefreshBefore of expiry did not refresh")
 	}
-	if mints, _, revoked := f.stats(); mints != 2 || len(revoked) != 0 {
+	if mints, revoked := f.MintRequests(), f.Revoked(); mints != 2 || len(revoked) != 0 {
 		t.Errorf("fake saw %d mints, %d revocations; want 2, 0 (the old token expires by itself)", mints, len(revoked))
 	}
 }
@@ -130,8 +130,8 @@ func TestGitHubAppCacheAndRefresh(t *testing.T) {
 func TestGitHubAppShortLivedToken(t *testing.T) {
 	c := newClock()
 	f := newFakeGitHub(t, c)
-	f.set(func(f *fakeGitHub) { f.ttl = 4 * time.Minute }) // shorter than RefreshBefore
-	p := newApp(t, f.config())
+	f.SetTokenTTL(4 * time.Minute) // shorter than RefreshBefore
+	p := newApp(t, appConfig(f))
 	first, err := p.Token(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -150,14 +150,14 @@ func TestGitHubAppRefreshFailure(t *testing.T) {
 	c := newClock()
 	f := newFakeGitHub(t, c)
 	var logs bytes.Buffer
-	cfg := f.config()
+	cfg := appConfig(f)
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	p := newApp(t, cfg)
 	first, err := p.Token(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.set(func(f *fakeGitHub) { f.fail = http.StatusServiceUnavailable })
+	f.FailMints(http.StatusServiceUnavailable)
 	c.Advance(58 * time.Minute)
 	tok, err := p.Token(t.Context())
 	if err != nil || tok.Value.Reveal() != first.Value.Reveal() {
@@ -166,20 +166,19 @@ func TestGitHubAppRefreshFailure(t *testing.T) {
 	if !strings.Contains(logs.String(), "503") {
 		t.Errorf("the failed refresh was not logged: %s", logs.String())
 	}
-	f.noSecrets(t, "log", logs.String())
+	noSecrets(t, f, "log", logs.String())
 	c.Advance(2 * time.Minute) // the token has expired
 	_, err = p.Token(t.Context())
 	if !errdefs.IsUnavailable(err) || !strings.Contains(errorString(err), "503") {
 		t.Errorf("Token after expiry with GitHub down: %v", err)
 	}
-	f.noSecrets(t, "error", errorString(err))
+	noSecrets(t, f, "error", errorString(err))
 }
 
 func TestGitHubAppConcurrentMintOnce(t *testing.T) {
 	f := newFakeGitHub(t, newClock())
-	hold := make(chan struct{})
-	f.set(func(f *fakeGitHub) { f.hold = hold })
-	p := newApp(t, f.config())
+	release := f.HoldMints()
+	p := newApp(t, appConfig(f))
 	const n = 64
 	var wg sync.WaitGroup
 	vals := make([]string, n)
@@ -190,38 +189,37 @@ func TestGitHubAppConcurrentMintOnce(t *testing.T) {
 			vals[i], errs[i] = tok.Value.Reveal(), err
 		})
 	}
-	<-f.started
+	<-f.MintStarted()
 	time.Sleep(50 * time.Millisecond) // let the other callers join the flight
-	close(hold)
+	release()
 	wg.Wait()
 	for i := range n {
 		if errs[i] != nil || vals[i] != vals[0] {
 			t.Fatalf("caller %d: %v (same token: %v)", i, errs[i], vals[i] == vals[0])
 		}
 	}
-	if mints, _, _ := f.stats(); mints != 1 {
+	if mints := f.MintRequests(); mints != 1 {
 		t.Errorf("fake saw %d mints, want 1", mints)
 	}
 }
 
 func TestGitHubAppTokenCancelled(t *testing.T) {
 	f := newFakeGitHub(t, newClock())
-	hold := make(chan struct{})
-	f.set(func(f *fakeGitHub) { f.hold = hold })
-	p := newApp(t, f.config())
+	release := f.HoldMints()
+	p := newApp(t, appConfig(f))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { _, err := p.Token(ctx); done <- err }()
-	<-f.started
+	<-f.MintStarted()
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Token with a cancelled context: %v", err)
 	}
-	close(hold) // the shared mint was not cancelled with its first caller
+	release() // the shared mint was not cancelled with its first caller
 	if _, err := p.Token(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if mints, _, _ := f.stats(); mints != 1 {
+	if mints := f.MintRequests(); mints != 1 {
 		t.Errorf("fake saw %d mints, want 1", mints)
 	}
 }
@@ -229,11 +227,11 @@ func TestGitHubAppTokenCancelled(t *testing.T) {
 func TestGitHubAppRevoke(t *testing.T) {
 	c := newClock()
 	f := newFakeGitHub(t, c)
-	p := newApp(t, f.config())
+	p := newApp(t, appConfig(f))
 	if err := p.Revoke(t.Context()); err != nil {
 		t.Fatalf("Revoke without a token: %v", err)
 	}
-	if _, deletes, _ := f.stats(); deletes != 0 {
+	if deletes := f.RevokeRequests(); deletes != 0 {
 		t.Fatalf("Revoke without a token sent %d DELETEs", deletes)
 	}
 	first, err := p.Token(t.Context())
@@ -249,15 +247,15 @@ func TestGitHubAppRevoke(t *testing.T) {
 	if err := p.Revoke(t.Context()); err != nil {
 		t.Fatalf("second Revoke: %v", err)
 	}
-	_, deletes, revoked := f.stats()
-	if deletes != 1 || !slices.Equal(revoked, []string{first.Value.Reveal()}) || f.valid(first.Value.Reveal()) {
+	deletes, revoked := f.RevokeRequests(), f.Revoked()
+	if _, valid := f.Lookup(first.Value.Reveal()); deletes != 1 || !slices.Equal(revoked, []string{first.Value.Reveal()}) || valid {
 		t.Fatalf("fake saw %d DELETEs, revoked the token: %v", deletes, len(revoked) == 1 && revoked[0] == first.Value.Reveal())
 	}
 	second, err := p.Token(t.Context())
 	if err != nil || second.Value.Reveal() == first.Value.Reveal() {
 		t.Fatalf("Token after Revoke did not mint anew: %v", err)
 	}
-	if mints, _, _ := f.stats(); mints != 2 {
+	if mints := f.MintRequests(); mints != 2 {
 		t.Errorf("fake saw %d mints, want 2", mints)
 	}
 	// An expired token is not sent to GitHub.
@@ -265,50 +263,49 @@ func TestGitHubAppRevoke(t *testing.T) {
 	if err := p.Revoke(t.Context()); err != nil {
 		t.Fatalf("Revoke of an expired token: %v", err)
 	}
-	if _, deletes, _ := f.stats(); deletes != 1 {
+	if deletes := f.RevokeRequests(); deletes != 1 {
 		t.Errorf("Revoke of an expired token sent a DELETE")
 	}
 }
 
 func TestGitHubAppRevokeWaitsForMint(t *testing.T) {
 	f := newFakeGitHub(t, newClock())
-	hold := make(chan struct{})
-	f.set(func(f *fakeGitHub) { f.hold = hold })
-	p := newApp(t, f.config())
+	release := f.HoldMints()
+	p := newApp(t, appConfig(f))
 	got := make(chan Token, 1)
 	go func() { tok, _ := p.Token(t.Context()); got <- tok }()
-	<-f.started
+	<-f.MintStarted()
 	revoked := make(chan error, 1)
 	go func() { revoked <- p.Revoke(t.Context()) }()
 	time.Sleep(20 * time.Millisecond)
-	close(hold)
+	release()
 	if err := <-revoked; err != nil {
 		t.Fatal(err)
 	}
 	tok := <-got
-	if _, _, r := f.stats(); !slices.Equal(r, []string{tok.Value.Reveal()}) {
+	if r := f.Revoked(); !slices.Equal(r, []string{tok.Value.Reveal()}) {
 		t.Errorf("the token being minted during Revoke was not revoked")
 	}
 }
 
 func TestGitHubAppRevokeFailureKeepsToken(t *testing.T) {
 	f := newFakeGitHub(t, newClock())
-	p := newApp(t, f.config())
+	p := newApp(t, appConfig(f))
 	tok, err := p.Token(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.set(func(f *fakeGitHub) { f.failDelete = http.StatusInternalServerError })
+	f.FailRevocations(http.StatusInternalServerError)
 	err = p.Revoke(t.Context())
 	if !errdefs.IsUnavailable(err) || !strings.Contains(errorString(err), "500") {
 		t.Fatalf("Revoke with GitHub failing: %v", err)
 	}
-	f.noSecrets(t, "error", errorString(err))
-	f.set(func(f *fakeGitHub) { f.failDelete = 0 })
+	noSecrets(t, f, "error", errorString(err))
+	f.FailRevocations(0)
 	if err := p.Revoke(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, r := f.stats(); !slices.Equal(r, []string{tok.Value.Reveal()}) {
+	if r := f.Revoked(); !slices.Equal(r, []string{tok.Value.Reveal()}) {
 		t.Errorf("the retried Revoke did not revoke the token")
 	}
 }
@@ -331,26 +328,24 @@ func TestGitHubAppOverGrant(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFakeGitHub(t, newClock())
-			f.set(func(f *fakeGitHub) { f.answer = rewrite })
-			_, err := newApp(t, f.config()).Token(t.Context())
+			f.RewriteAnswers(rewrite)
+			_, err := newApp(t, appConfig(f)).Token(t.Context())
 			if !errors.Is(err, ErrOverGranted) {
 				t.Fatalf("Token: %v, want ErrOverGranted", err)
 			}
-			f.noSecrets(t, "error", err.Error())
-			if _, _, r := f.stats(); len(r) != 1 {
+			noSecrets(t, f, "error", err.Error())
+			if r := f.Revoked(); len(r) != 1 {
 				t.Errorf("the over-granted token was not revoked")
 			}
 		})
 	}
 	t.Run("less than asked", func(t *testing.T) {
 		f := newFakeGitHub(t, newClock())
-		f.set(func(f *fakeGitHub) {
-			f.answer = func(a map[string]any) {
-				a["permissions"] = map[string]string{"contents": "read"}
-				a["repositories"] = []map[string]string{{"name": "A"}}
-			}
+		f.RewriteAnswers(func(a map[string]any) {
+			a["permissions"] = map[string]string{"contents": "read"}
+			a["repositories"] = []map[string]string{{"name": "A"}}
 		})
-		if _, err := newApp(t, f.config()).Token(t.Context()); err != nil {
+		if _, err := newApp(t, appConfig(f)).Token(t.Context()); err != nil {
 			t.Errorf("a token granting less than asked: %v", err)
 		}
 	})
@@ -359,7 +354,7 @@ func TestGitHubAppOverGrant(t *testing.T) {
 func TestGitHubAppAPIErrors(t *testing.T) {
 	type tc struct {
 		cfg   func(*GitHubAppConfig)
-		setup func(*fakeGitHub)
+		setup func(*fakegithub.Server)
 		class error
 		want  string // in the error text
 	}
@@ -392,46 +387,54 @@ func TestGitHubAppAPIErrors(t *testing.T) {
 			class: errdefs.ErrUnavailable, want: "[redacted]",
 		},
 		"not JSON": {
-			setup: func(f *fakeGitHub) {
-				f.onMint = func(w http.ResponseWriter) bool {
+			setup: func(f *fakegithub.Server) {
+				f.InterceptMints(func(w http.ResponseWriter, _ *http.Request) bool {
 					w.WriteHeader(http.StatusCreated)
 					_, _ = w.Write([]byte("<html>"))
 					return true
-				}
+				})
 			},
 			class: errdefs.ErrUnavailable, want: "not JSON",
 		},
 		"token unfit for a header": {
-			setup: func(f *fakeGitHub) { f.answer = func(a map[string]any) { a["token"] = "ghs_ab\r\nX-Evil: 1" } },
+			setup: func(f *fakegithub.Server) {
+				f.RewriteAnswers(func(a map[string]any) { a["token"] = "ghs_ab\r\nX-Evil: 1" })
+			},
 			class: errdefs.ErrUnavailable, want: "cannot go in a header",
 		},
 		"no expiry": {
-			setup: func(f *fakeGitHub) { f.answer = func(a map[string]any) { delete(a, "expires_at") } },
+			setup: func(f *fakegithub.Server) { f.RewriteAnswers(func(a map[string]any) { delete(a, "expires_at") }) },
 			class: errdefs.ErrUnavailable, want: "no expires_at",
 		},
 		"already expired": {
-			setup: func(f *fakeGitHub) { f.ttl = -time.Minute },
+			setup: func(f *fakegithub.Server) { f.SetTokenTTL(-time.Minute) },
 			class: errdefs.ErrUnavailable, want: "already expired",
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFakeGitHub(t, newClock())
+			cfg := appConfig(f)
+			echoed := make(chan string, 1) // the App JWT the echo server received
 			if name == "server echoes the credential" {
 				// A server that puts the Authorization header into its message.
 				mux := http.NewServeMux()
 				mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-					jwt, _ := bearer(r)
-					f.set(func(f *fakeGitHub) { f.jwts = append(f.jwts, jwt) })
-					gitHubError(w, http.StatusForbidden, "credential "+jwt+" refused\x1b[31m")
+					jwt := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+					select {
+					case echoed <- jwt:
+					default:
+					}
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusForbidden)
+					_ = json.NewEncoder(w).Encode(map[string]string{"message": "credential " + jwt + " refused\x1b[31m"})
 				})
 				echo := httptest.NewServer(mux)
 				defer echo.Close()
-				f.srv.URL = echo.URL
+				cfg.APIURL = echo.URL
 			}
 			if c.setup != nil {
-				f.set(c.setup)
+				c.setup(f)
 			}
-			cfg := f.config()
 			if c.cfg != nil {
 				c.cfg(&cfg)
 			}
@@ -442,22 +445,31 @@ func TestGitHubAppAPIErrors(t *testing.T) {
 			if strings.ContainsRune(err.Error(), '\x1b') {
 				t.Errorf("control character from the server in the error: %q", err)
 			}
-			f.noSecrets(t, "error", err.Error())
+			var jwts []string
+			select {
+			case j := <-echoed:
+				jwts = append(jwts, j)
+			default:
+				if name == "server echoes the credential" {
+					t.Errorf("the echo server got no request")
+				}
+			}
+			noSecrets(t, f, "error", err.Error(), jwts...)
 		})
 	}
 }
 
 func TestGitHubAppNoRedirects(t *testing.T) {
 	f := newFakeGitHub(t, newClock())
-	redirect := httptest.NewServer(http.RedirectHandler(f.srv.URL+"/app/installations/42/access_tokens", http.StatusTemporaryRedirect))
+	redirect := httptest.NewServer(http.RedirectHandler(f.URL()+"/app/installations/42/access_tokens", http.StatusTemporaryRedirect))
 	defer redirect.Close()
-	cfg := f.config()
+	cfg := appConfig(f)
 	cfg.APIURL = redirect.URL
 	_, err := newApp(t, cfg).Token(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "307") {
 		t.Fatalf("Token through a redirect: %v", err)
 	}
-	if mints, _, _ := f.stats(); mints != 0 {
+	if mints := f.MintRequests(); mints != 0 {
 		t.Errorf("the redirect was followed")
 	}
 }
@@ -470,13 +482,13 @@ func TestGitHubAppUnreachable(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	f := newFakeGitHub(t, newClock())
-	cfg := f.config()
+	cfg := appConfig(f)
 	cfg.APIURL = "http://" + addr
 	_, err = newApp(t, cfg).Token(t.Context())
 	if !errdefs.IsUnavailable(err) {
 		t.Fatalf("Token from a closed port: %v", err)
 	}
-	f.noSecrets(t, "error", err.Error())
+	noSecrets(t, f, "error", err.Error())
 }
 
 func TestNewGitHubAppRejects(t *testing.T) {
@@ -485,7 +497,7 @@ func TestNewGitHubAppRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyPEM := pkcs1PEM(appKey())
+	keyPEM := f.PrivateKeyPEM()
 	for name, mod := range map[string]func(*GitHubAppConfig){
 		"no AppID":           func(c *GitHubAppConfig) { c.AppID = "" },
 		"AppID with a space": func(c *GitHubAppConfig) { c.AppID = "1 2" },
@@ -514,14 +526,14 @@ func TestNewGitHubAppRejects(t *testing.T) {
 		"APIURL with query":      func(c *GitHubAppConfig) { c.APIURL = "https://api.github.com/?x=1" },
 		"APIURL not a URL":       func(c *GitHubAppConfig) { c.APIURL = "https://[::1" },
 	} {
-		cfg := f.config()
+		cfg := appConfig(f)
 		mod(&cfg)
 		p, err := NewGitHubApp(cfg)
 		if !errdefs.IsInvalidArgument(err) || p != nil {
 			t.Errorf("%s: NewGitHubApp = %v, %v; want invalid argument", name, p, err)
 			continue
 		}
-		f.noSecrets(t, name, err.Error())
+		noSecrets(t, f, name, err.Error())
 	}
 	// Accepted: https anywhere, http to loopback, a path (GitHub Enterprise), a client ID.
 	for _, mod := range []func(*GitHubAppConfig){
@@ -531,7 +543,7 @@ func TestNewGitHubAppRejects(t *testing.T) {
 		func(c *GitHubAppConfig) { c.APIURL = ""; c.HTTPClient = nil },
 		func(c *GitHubAppConfig) { c.AppID = "Iv23liABCdef.123" },
 	} {
-		cfg := f.config()
+		cfg := appConfig(f)
 		mod(&cfg)
 		if _, err := NewGitHubApp(cfg); err != nil {
 			t.Errorf("NewGitHubApp(APIURL %q, AppID %q): %v", cfg.APIURL, cfg.AppID, err)

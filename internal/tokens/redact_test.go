@@ -8,13 +8,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moatdev/moat/internal/testutil/fakegithub"
 )
 
 // TestTokenNeverPrints prints tokens, their values and the provider holding them every
 // way the daemon might, and looks for the value, the key and the JWT in the output.
 func TestTokenNeverPrints(t *testing.T) {
 	f := newFakeGitHub(t, newClock())
-	p := newApp(t, f.config())
+	p := newApp(t, appConfig(f))
 	tok, err := p.Token(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -51,8 +53,8 @@ func TestTokenNeverPrints(t *testing.T) {
 	if strings.Contains(all, val) || strings.Contains(all, val[4:]) {
 		t.Fatalf("the token value was printed:\n%s", all)
 	}
-	f.noSecrets(t, "printed forms", all)
-	if d := appKey().D.String(); strings.Contains(all, d[:20]) {
+	noSecrets(t, f, "printed forms", all)
+	if d := fakegithub.AppKey().D.String(); strings.Contains(all, d[:20]) {
 		t.Errorf("the private key was printed")
 	}
 	if !strings.Contains(logs.String(), `"expires_at":"`+tok.ExpiresAt.Format(time.RFC3339)) {

@@ -15,6 +15,9 @@
 //  4. streams the response back with every occurrence of a real value, in headers,
 //     trailers and body, replaced by its placeholder (or "[redacted]").
 //
+// The same path serves hosts whose requests the egress policy limits (HTTP rules): Check
+// decides each request before it is sent, with or without injections.
+//
 // What the proxy decides, not this package: plain HTTP to a bound host never reaches
 // Serve, so it never gets a credential (the value would cross the network in clear, and
 // the sandbox could not tell a real upstream from a spoofed one); TLS to hosts without a
@@ -106,6 +109,10 @@ type Config struct {
 	Injections []Injection // for this host
 	Audit      func(Use)   // called once per request, after the response; optional
 	Log        *slog.Logger
+	// Check, if set, decides each request before anything is sent upstream (the egress
+	// policy's HTTP rules): a refused request gets 403 with reason, and nothing of it
+	// reaches the upstream. path is the escaped path without the query.
+	Check func(method, path string) (allow bool, reason string)
 
 	// IdleTimeout ends a client connection that sends no request for this long
 	// (default 15 min, the proxy's idle timeout).
@@ -228,6 +235,7 @@ type session struct {
 	authority        string // host:port, for the upstream URL
 	inj              []Injection
 	audit            func(Use)
+	check            func(method, path string) (bool, string)
 	log              *slog.Logger
 	idleTimeout      time.Duration
 	handshakeTimeout time.Duration
@@ -255,6 +263,7 @@ func newSession(host string, port int, dial func(context.Context) (net.Conn, err
 		port:             port,
 		inj:              slices.Clone(cfg.Injections),
 		audit:            cfg.Audit,
+		check:            cfg.Check,
 		log:              cfg.Log,
 		idleTimeout:      cfg.IdleTimeout,
 		handshakeTimeout: cfg.HandshakeTimeout,
@@ -354,8 +363,14 @@ func (s *session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodConnect || r.Header.Get("Upgrade") != "" {
-		http.Error(rw, "moat: protocol upgrades and CONNECT are not supported to a host with a credential binding", http.StatusNotImplemented)
+		http.Error(rw, "moat: protocol upgrades and CONNECT are not supported to a host whose requests moat inspects", http.StatusNotImplemented)
 		return
+	}
+	if s.check != nil {
+		if ok, why := s.check(r.Method, r.URL.EscapedPath()); !ok {
+			http.Error(rw, "moat: blocked by the egress policy: "+why, http.StatusForbidden)
+			return
+		}
 	}
 	ctx := context.WithValue(r.Context(), exchangeKey{}, ex)
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{

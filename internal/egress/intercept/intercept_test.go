@@ -738,3 +738,43 @@ func TestServeOverPipe(t *testing.T) {
 		t.Fatalf("status %d, Serve: %v", res.StatusCode, err)
 	}
 }
+
+func TestCheckRefusesBeforeUpstream(t *testing.T) {
+	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "upstream "+r.URL.Path) })
+	var mu sync.Mutex
+	var asked []string
+	h := newHarness(t, u, Config{Check: func(method, path string) (bool, string) {
+		mu.Lock()
+		asked = append(asked, method+" "+path)
+		mu.Unlock()
+		if method == "GET" && path == "/ok/x" {
+			return true, ""
+		}
+		return false, "no rule allows " + method + " " + path
+	}})
+	c := h.client()
+	res, body := do(t, c, "GET", "https://api.test/ok/x?q=1", "", nil)
+	if res.StatusCode != 200 || body != "upstream /ok/x" {
+		t.Fatalf("allowed request: %d %q", res.StatusCode, body)
+	}
+	for _, tc := range []struct{ method, url, path string }{
+		{"POST", "https://api.test/ok/x", "/ok/x"},
+		{"GET", "https://api.test/other", "/other"},
+		{"GET", "https://api.test/ok/%2e%2e/secret", "/ok/%2e%2e/secret"},
+	} {
+		res, body := do(t, c, tc.method, tc.url, "", strings.NewReader("payload"))
+		if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "blocked by the egress policy: no rule allows "+tc.method+" "+tc.path) {
+			t.Errorf("%s %s: %d %q, want 403 naming the request", tc.method, tc.url, res.StatusCode, body)
+		}
+	}
+	// Only the allowed request reached the upstream, and every request was asked about
+	// with its escaped path (the same connection stays usable after a refusal).
+	if got := u.seen(); len(got) != 1 || got[0].Path != "/ok/x" {
+		t.Errorf("upstream saw %+v", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"GET /ok/x", "POST /ok/x", "GET /other", "GET /ok/%2e%2e/secret"}; strings.Join(asked, "|") != strings.Join(want, "|") {
+		t.Errorf("Check asked %q, want %q", asked, want)
+	}
+}

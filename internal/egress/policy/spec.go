@@ -33,6 +33,16 @@ func Single(r Rules) Spec {
 	return Spec{Phases: map[string]Rules{defaultPhase: r}, Phase: defaultPhase}
 }
 
+// HasHTTPRules reports whether a phase of s has HTTP rules.
+func (s Spec) HasHTTPRules() bool {
+	for _, r := range s.Phases {
+		if len(r.HTTP) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Validate reports the first thing CompileSpec would reject.
 func (s Spec) Validate() error {
 	_, err := CompileSpec(s)

@@ -78,9 +78,10 @@ type Config struct {
 	Dial func(ctx context.Context, addr netip.AddrPort) (net.Conn, error)
 	// HostAddrs lists the host's own addresses (refused as destinations). Optional.
 	HostAddrs func() []netip.Addr
-	// Intercept returns the interceptor for a host with a credential binding, or nil.
-	// Optional.
-	Intercept func(host string) Interceptor
+	// Intercept returns the interceptor for a host (canonical name) and port whose
+	// requests moat must see, under the current policy: one with a credential binding or
+	// covered by an HTTP rule. nil means pass through. Optional.
+	Intercept func(host string, port uint16) Interceptor
 	// Record stores a decision; for allowed connections the returned func is called once
 	// with the outcome. Optional.
 	Record func(Event) func(Outcome)
@@ -141,13 +142,17 @@ func New(cfg Config) *Proxy {
 
 // conn is one sandbox connection the proxy holds.
 type conn struct {
-	client net.Conn
-	target policy.Request
-	cancel context.CancelCauseFunc
+	client      net.Conn
+	target      policy.Request
+	cancel      context.CancelCauseFunc
+	intercepted bool
 }
 
 // errPolicyChanged ends connections the new policy no longer allows.
 var errPolicyChanged = errors.New("the policy changed and no longer allows this connection")
+
+// errNowInspected ends passed-through connections to a host the new policy inspects.
+var errNowInspected = errors.New("the policy changed: requests to this host are now inspected")
 
 // Serve accepts connections on l until Close. It returns nil after Close.
 func (p *Proxy) Serve(l net.Listener) error {
@@ -207,8 +212,12 @@ func (p *Proxy) Recheck() int {
 	n := 0
 	for c := range p.conns {
 		// c.target is guarded by p.mu: it gains the dialled address and a late claim.
-		if !pol.Decide(c.target).Allow {
+		switch {
+		case !pol.Decide(c.target).Allow:
 			c.cancel(errPolicyChanged)
+			n++
+		case !c.intercepted && c.target.Name != "" && p.cfg.Intercept != nil && p.cfg.Intercept(c.target.Name, c.target.Port) != nil:
+			c.cancel(errNowInspected)
 			n++
 		}
 	}
@@ -246,10 +255,12 @@ func (p *Proxy) handle(client net.Conn) {
 	var targets []netip.AddrPort
 	var ic Interceptor
 	if ev.Allowed && req.Name != "" && p.cfg.Intercept != nil {
-		// A host with a credential binding is only ever reached through TLS that moat
-		// terminates: the secret is never put on a plain connection. A client whose hello
-		// had not come within the peek window (seen under gVisor) gets a longer wait.
-		if ic = p.cfg.Intercept(req.Name); ic != nil && len(head) == 0 {
+		// A host whose requests moat inspects (a credential binding or an HTTP rule) is
+		// only ever reached through TLS that moat terminates: a secret is never put on a
+		// plain connection, and a plain one could not be told from a spoofed upstream. A
+		// client whose hello had not come within the peek window (seen under gVisor) gets
+		// a longer wait.
+		if ic = p.cfg.Intercept(req.Name, req.Port); ic != nil && len(head) == 0 {
 			var r sniff.Result
 			var err error
 			if head, r, err = p.peekFor(client, p.cfg.DialTimeout); err == nil {
@@ -260,7 +271,7 @@ func (p *Proxy) handle(client net.Conn) {
 			}
 		}
 		if ic != nil && ev.Allowed && proto != sniff.TLS {
-			ev.Allowed, ev.Reason = false, req.Name+" has a credential binding: only TLS connections to it are allowed"
+			ev.Allowed, ev.Reason = false, "moat inspects the requests to "+req.Name+" (a credential binding or an HTTP rule): only TLS connections to it are allowed"
 		}
 	}
 	if ev.Allowed {
@@ -275,7 +286,7 @@ func (p *Proxy) handle(client net.Conn) {
 		reset(client)
 		return
 	}
-	c := &conn{client: client, target: req, cancel: cancel}
+	c := &conn{client: client, target: req, cancel: cancel, intercepted: ic != nil}
 	if !p.track(c) {
 		return
 	}

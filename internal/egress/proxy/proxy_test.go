@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -597,7 +598,7 @@ func TestInterceptHook(t *testing.T) {
 	up := newUpstream(t, echo)
 	ic := &fakeInterceptor{}
 	h := newHarness(t, policy.Rules{Allow: []string{"allowed.test"}}, Config{
-		Intercept: func(host string) Interceptor {
+		Intercept: func(host string, _ uint16) Interceptor {
 			if host == "allowed.test" {
 				return ic
 			}
@@ -619,7 +620,43 @@ func TestInterceptHook(t *testing.T) {
 	if !closed(plain) {
 		t.Error("plain HTTP to a bound host was not closed")
 	}
-	if ev := h.lastEvent(); ev.Allowed || !strings.Contains(ev.Reason, "credential binding") {
+	if ev := h.lastEvent(); ev.Allowed || !strings.Contains(ev.Reason, "only TLS connections") {
 		t.Errorf("event = %+v", ev)
+	}
+}
+
+// TestRecheckCutsNowInspected: a policy change that makes moat inspect a host (an HTTP
+// rule) ends the connections to it that pass through, so that every later request is
+// checked.
+func TestRecheckCutsNowInspected(t *testing.T) {
+	up := newUpstream(t, echo)
+	var inspect atomic.Bool
+	ic := &fakeInterceptor{}
+	h := newHarness(t, policy.Rules{Allow: []string{"allowed.test"}}, Config{
+		Intercept: func(host string, _ uint16) Interceptor {
+			if inspect.Load() {
+				return ic
+			}
+			return nil
+		},
+	})
+	h.to(synthetic, up.port(), loopback())
+	c := h.dial()
+	io.WriteString(c, "hi\n")
+	if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.p.Recheck(); n != 0 {
+		t.Errorf("Recheck before the change cut %d", n)
+	}
+	inspect.Store(true)
+	if n := h.p.Recheck(); n != 1 {
+		t.Errorf("Recheck cut %d, want 1", n)
+	}
+	if !closed(c) {
+		t.Errorf("a passed-through connection survived its host becoming inspected")
+	}
+	if out := <-h.results; !strings.Contains(out.Err, "now inspected") {
+		t.Errorf("outcome error = %q", out.Err)
 	}
 }
