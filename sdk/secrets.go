@@ -15,6 +15,13 @@ func (c *Client) SetSecret(ctx context.Context, name, value string) error {
 	return c.do(ctx, http.MethodPut, "/v1/secrets/"+url.PathEscape(name), v1.SetSecretRequest{Value: value}, nil)
 }
 
+// SetGitHubApp stores keyPEM, the private key of the GitHub App installation app, as the
+// daemon's secret name. Bindings of it (v1.Credential.GitHub) get installation tokens
+// limited to their repositories and permissions, minted by the daemon.
+func (c *Client) SetGitHubApp(ctx context.Context, name, keyPEM string, app v1.GitHubApp) error {
+	return c.do(ctx, http.MethodPut, "/v1/secrets/"+url.PathEscape(name), v1.SetSecretRequest{Value: keyPEM, GitHubApp: &app}, nil)
+}
+
 // Secrets lists the daemon's secrets: names and dates, sorted by name.
 func (c *Client) Secrets(ctx context.Context) ([]v1.SecretInfo, error) {
 	var out []v1.SecretInfo

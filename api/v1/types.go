@@ -33,6 +33,15 @@ type Credential struct {
 	Template   string   `json:"template,omitempty"`
 	PathPrefix string   `json:"path_prefix,omitempty"`
 	Methods    []string `json:"methods,omitempty"`
+	// GitHub, for a secret that is a GitHub App's key, is the scope of the installation
+	// tokens moat mints for this sandbox; the placeholder stands for the current token.
+	GitHub *GitHubScope `json:"github,omitempty"`
+}
+
+// GitHubScope limits the GitHub App installation tokens of one sandbox.
+type GitHubScope struct {
+	Repositories []string          `json:"repositories"`          // names without owner
+	Permissions  map[string]string `json:"permissions,omitempty"` // e.g. contents: write; default contents: read
 }
 
 // Sandbox is a sandbox as the API reports it.

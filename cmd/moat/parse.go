@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -145,4 +146,37 @@ func parseCredentials(plain, headers []string) ([]v1.Credential, error) {
 		out = append(out, v1.Credential{Secret: name, Hosts: hosts, Header: strings.TrimSpace(h), Template: strings.TrimSpace(tmpl)})
 	}
 	return out, nil
+}
+
+// credential reads --github-token NAME@HOST[,HOST...] with --github-repo and
+// --github-permission PERMISSION=LEVEL; nil when none is given.
+func (g githubFlags) credential() (*v1.Credential, error) {
+	if g.token == "" {
+		if len(g.repos) > 0 || len(g.perms) > 0 {
+			return nil, errors.New("--github-repo and --github-permission scope a --github-token; give one")
+		}
+		return nil, nil
+	}
+	name, hosts, ok := strings.Cut(g.token, "@")
+	if !ok || name == "" || hosts == "" {
+		return nil, fmt.Errorf("--github-token %q: want NAME@HOST[,HOST...], e.g. GITHUB_TOKEN@github.com,api.github.com", g.token)
+	}
+	if len(g.repos) == 0 {
+		return nil, errors.New("--github-token needs --github-repo: a token is limited to the repositories the task works on")
+	}
+	scope := &v1.GitHubScope{Repositories: g.repos}
+	for _, p := range g.perms {
+		k, level, ok := strings.Cut(p, "=")
+		if !ok {
+			k, level, ok = strings.Cut(p, ":")
+		}
+		if !ok || k == "" || level == "" {
+			return nil, fmt.Errorf("--github-permission %q: want PERMISSION=LEVEL, e.g. contents=write", p)
+		}
+		if scope.Permissions == nil {
+			scope.Permissions = map[string]string{}
+		}
+		scope.Permissions[k] = level
+	}
+	return &v1.Credential{Secret: name, Hosts: strings.Split(hosts, ","), GitHub: scope}, nil
 }

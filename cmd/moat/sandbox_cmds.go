@@ -30,6 +30,13 @@ type sandboxFlags struct {
 	timeout                       string
 	policy                        policyFlags
 	credentials, credHeaders      []string
+	github                        githubFlags
+}
+
+// githubFlags bind a GitHub App key (moat secret set --github-app) with a task's scope.
+type githubFlags struct {
+	token        string
+	repos, perms []string
 }
 
 func (f *sandboxFlags) register(cmd *cobra.Command) {
@@ -47,6 +54,9 @@ func (f *sandboxFlags) register(cmd *cobra.Command) {
 	f.policy.register(cmd)
 	fl.StringArrayVar(&f.credentials, "credential", nil, "NAME@HOST[,HOST...]: the sandbox gets $NAME holding a placeholder that the proxy swaps for the stored secret NAME in requests to HOST (repeatable)")
 	fl.StringArrayVar(&f.credHeaders, "credential-header", nil, "NAME@HOST[,HOST...]='Header: template with {{value}}': the proxy sets that header on requests to HOST (repeatable)")
+	fl.StringVar(&f.github.token, "github-token", "", "NAME@HOST[,HOST...]: NAME is a GitHub App key; the sandbox gets $NAME holding a placeholder for an installation token, minted by moat for --github-repo with --github-permission and revoked when the sandbox stops")
+	fl.StringSliceVar(&f.github.repos, "github-repo", nil, "a repository (without owner) the --github-token may touch (repeatable or comma-separated)")
+	fl.StringSliceVar(&f.github.perms, "github-permission", nil, "PERMISSION=LEVEL for the --github-token, e.g. contents=write,pull_requests=write (default contents=read)")
 }
 
 // request validates the flags before anything is created.
@@ -94,6 +104,13 @@ func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Durati
 	}
 	if req.Credentials, err = parseCredentials(f.credentials, f.credHeaders); err != nil {
 		return req, 0, err
+	}
+	gh, err := f.github.credential()
+	if err != nil {
+		return req, 0, err
+	}
+	if gh != nil {
+		req.Credentials = append(req.Credentials, *gh)
 	}
 	return req, timeout, nil
 }

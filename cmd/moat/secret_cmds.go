@@ -19,6 +19,7 @@ import (
 
 func (a *app) secretCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "secret", Short: "Manage secrets (kept encrypted by the daemon; values are never shown again)"}
+	var ghApp v1.GitHubApp
 	set := &cobra.Command{
 		Use:   "set NAME",
 		Short: "Store a secret, reading its value from stdin",
@@ -28,12 +29,25 @@ hidden prompt when stdin is a terminal, else piped, e.g.
 
   printf %s "$GITHUB_TOKEN" | moat secret set GITHUB_TOKEN
 
-One trailing newline is dropped. Values are 1 byte to 64 KiB.`,
+One trailing newline is dropped. Values are 1 byte to 64 KiB.
+
+With --github-app, the value is a GitHub App's private key (PEM) and the secret stands for
+the App's installation: moat mints short-lived installation tokens from it for each
+sandbox that binds it with --github-token, limited to that sandbox's --github-repo and
+--github-permission, and revokes them when the sandbox stops:
+
+  moat secret set GITHUB_TOKEN --github-app 123456 --installation 7890 < app.private-key.pem`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
 			if err := secrets.CheckName(name); err != nil {
 				return err
+			}
+			if ghApp.AppID == "" && (ghApp.InstallationID != 0 || ghApp.APIURL != "") {
+				return errors.New("--installation and --github-api describe a --github-app; give its ID")
+			}
+			if ghApp.AppID != "" && ghApp.InstallationID <= 0 {
+				return errors.New("--github-app needs --installation ID (the number in the App installation's settings URL)")
 			}
 			c, err := a.connect(cmd.Context())
 			if err != nil {
@@ -43,9 +57,15 @@ One trailing newline is dropped. Values are 1 byte to 64 KiB.`,
 			if err != nil {
 				return err
 			}
+			if ghApp.AppID != "" {
+				return c.SetGitHubApp(cmd.Context(), name, value, ghApp)
+			}
 			return c.SetSecret(cmd.Context(), name, value)
 		},
 	}
+	set.Flags().StringVar(&ghApp.AppID, "github-app", "", "the value is this GitHub App's private key (App ID or client ID)")
+	set.Flags().Int64Var(&ghApp.InstallationID, "installation", 0, "the App installation tokens are minted for (with --github-app)")
+	set.Flags().StringVar(&ghApp.APIURL, "github-api", "", "GitHub REST API base (default https://api.github.com; GitHub Enterprise: https://HOST/api/v3)")
 	var asJSON bool
 	ls := &cobra.Command{
 		Use:   "ls",
@@ -67,9 +87,16 @@ One trailing newline is dropped. Values are 1 byte to 64 KiB.`,
 				return printJSON(list)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tCREATED\tUPDATED")
+			fmt.Fprintln(tw, "NAME\tKIND\tCREATED\tUPDATED")
 			for _, s := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, s.Created.Local().Format("2006-01-02 15:04:05"), s.Updated.Local().Format("2006-01-02 15:04:05"))
+				kind := "static"
+				if g := s.GitHubApp; g != nil {
+					kind = fmt.Sprintf("github-app %s installation %d", g.AppID, g.InstallationID)
+					if g.APIURL != "" {
+						kind += " at " + g.APIURL
+					}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, kind, s.Created.Local().Format("2006-01-02 15:04:05"), s.Updated.Local().Format("2006-01-02 15:04:05"))
 			}
 			return tw.Flush()
 		},

@@ -17,8 +17,9 @@ import (
 // Secrets manages the daemon's secret store. Only the unix socket serves these routes, and
 // no route returns a value: a secret goes in and only its name and dates come out.
 type Secrets interface {
-	// SetSecret creates or replaces the secret name.
-	SetSecret(ctx context.Context, name string, value secrets.Value) error
+	// SetSecret creates or replaces the secret name; with app, value is that GitHub App's
+	// private key.
+	SetSecret(ctx context.Context, name string, value secrets.Value, app *v1.GitHubApp) error
 	// ListSecrets returns every secret's name and dates, sorted by name.
 	ListSecrets(ctx context.Context) ([]v1.SecretInfo, error)
 	// DeleteSecret removes the secret name (errdefs.ErrNotFound if there is none).
@@ -38,12 +39,12 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	value, err := decodeSecret(w, r)
+	value, app, err := decodeSecret(w, r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if err := s.secrets.SetSecret(r.Context(), name, value); err != nil {
+	if err := s.secrets.SetSecret(r.Context(), name, value, app); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -52,22 +53,22 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) {
 
 // decodeSecret reads the body of a PUT /v1/secrets/{name}. Unlike decode, its errors say
 // what was wanted but never what was found: JSON syntax errors quote the input.
-func decodeSecret(w http.ResponseWriter, r *http.Request) (secrets.Value, error) {
+func decodeSecret(w http.ResponseWriter, r *http.Request) (secrets.Value, *v1.GitHubApp, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSecretBody))
 	defer clear(body)
 	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-		return secrets.Value{}, fmt.Errorf("request body larger than %d bytes (a secret holds at most %d bytes): %w", maxSecretBody, secrets.MaxValueBytes, errdefs.ErrInvalidArgument)
+		return secrets.Value{}, nil, fmt.Errorf("request body larger than %d bytes (a secret holds at most %d bytes): %w", maxSecretBody, secrets.MaxValueBytes, errdefs.ErrInvalidArgument)
 	}
 	if err != nil {
-		return secrets.Value{}, fmt.Errorf("reading request body: %w", errdefs.ErrInvalidArgument)
+		return secrets.Value{}, nil, fmt.Errorf("reading request body: %w", errdefs.ErrInvalidArgument)
 	}
 	var req v1.SetSecretRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if dec.Decode(&req) != nil || dec.Decode(&struct{}{}) != io.EOF {
-		return secrets.Value{}, fmt.Errorf(`request body: want one JSON object {"value": "<secret>"}: %w`, errdefs.ErrInvalidArgument)
+		return secrets.Value{}, nil, fmt.Errorf(`request body: want one JSON object {"value": "<secret>"} (and, for a GitHub App key, "github_app": {"app_id", "installation_id", "api_url"}): %w`, errdefs.ErrInvalidArgument)
 	}
-	return secrets.NewValue(req.Value), nil
+	return secrets.NewValue(req.Value), req.GitHubApp, nil
 }
 
 // listSecrets serves GET /v1/secrets: names and dates, never values.

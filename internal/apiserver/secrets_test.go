@@ -33,7 +33,7 @@ func newMemSecrets() *memSecrets {
 	return &memSecrets{vals: map[string]secrets.Value{}, info: map[string]v1.SecretInfo{}}
 }
 
-func (m *memSecrets) SetSecret(ctx context.Context, name string, v secrets.Value) error {
+func (m *memSecrets) SetSecret(ctx context.Context, name string, v secrets.Value, _ *v1.GitHubApp) error {
 	if err := secrets.CheckName(name); err != nil {
 		return err
 	}
@@ -231,7 +231,7 @@ func TestSetSecretBadInput(t *testing.T) {
 // nor delete secrets.
 func TestSecretsUnixSocketOnly(t *testing.T) {
 	sec := newMemSecrets()
-	_ = sec.SetSecret(context.Background(), "KEEP", secrets.NewValue("v"))
+	_ = sec.SetSecret(context.Background(), "KEEP", secrets.NewValue("v"), nil)
 	_, tcp, _ := secretsServer(t, sec)
 	for _, key := range []string{"good", "", "bad"} {
 		for _, req := range [][3]string{

@@ -456,7 +456,11 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 	}
 	out.Policy = ToAPIPolicy(sb.EgressPolicy())
 	for _, c := range sb.Credentials {
-		out.Credentials = append(out.Credentials, v1.Credential{Secret: c.Secret, Hosts: c.Hosts, Header: c.Header, Template: c.Template, PathPrefix: c.PathPrefix, Methods: c.Methods})
+		cred := v1.Credential{Secret: c.Secret, Hosts: c.Hosts, Header: c.Header, Template: c.Template, PathPrefix: c.PathPrefix, Methods: c.Methods}
+		if g := c.GitHub; g != nil {
+			cred.GitHub = &v1.GitHubScope{Repositories: g.Repositories, Permissions: g.Permissions}
+		}
+		out.Credentials = append(out.Credentials, cred)
 	}
 	return out
 }
@@ -521,7 +525,11 @@ func writeError(w http.ResponseWriter, err error) {
 func fromAPICredentials(in []v1.Credential) []sandbox.Credential {
 	var out []sandbox.Credential
 	for _, c := range in {
-		out = append(out, sandbox.Credential{Secret: c.Secret, Hosts: c.Hosts, Header: c.Header, Template: c.Template, PathPrefix: c.PathPrefix, Methods: c.Methods})
+		cred := sandbox.Credential{Secret: c.Secret, Hosts: c.Hosts, Header: c.Header, Template: c.Template, PathPrefix: c.PathPrefix, Methods: c.Methods}
+		if g := c.GitHub; g != nil {
+			cred.GitHub = &sandbox.GitHubScope{Repositories: g.Repositories, Permissions: g.Permissions}
+		}
+		out = append(out, cred)
 	}
 	return out
 }

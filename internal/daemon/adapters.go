@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
@@ -9,6 +10,7 @@ import (
 	"github.com/moatdev/moat/internal/secrets"
 	"github.com/moatdev/moat/internal/storage"
 	"github.com/moatdev/moat/internal/store"
+	"github.com/moatdev/moat/internal/tokens"
 )
 
 // events adapts the store's event and egress logs to the API.
@@ -113,8 +115,14 @@ func (t templates) Pull(ctx context.Context, req v1.TemplateRequest, progress fu
 // secretStore adapts the secret store to the API.
 type secretStore struct{ s *secrets.Store }
 
-func (a secretStore) SetSecret(_ context.Context, name string, v secrets.Value) error {
-	return a.s.Set(name, v)
+func (a secretStore) SetSecret(_ context.Context, name string, v secrets.Value, app *v1.GitHubApp) error {
+	if app == nil {
+		return a.s.Set(name, v)
+	}
+	if err := tokens.CheckApp(app.AppID, app.InstallationID, []byte(v.Reveal()), app.APIURL); err != nil {
+		return fmt.Errorf("secret %s: %w", name, err)
+	}
+	return a.s.SetGitHubApp(name, v, secrets.GitHubApp{AppID: app.AppID, InstallationID: app.InstallationID, APIURL: app.APIURL})
 }
 
 func (a secretStore) ListSecrets(context.Context) ([]v1.SecretInfo, error) {
@@ -124,7 +132,11 @@ func (a secretStore) ListSecrets(context.Context) ([]v1.SecretInfo, error) {
 	}
 	out := make([]v1.SecretInfo, 0, len(list))
 	for _, in := range list {
-		out = append(out, v1.SecretInfo{Name: in.Name, Created: in.Created, Updated: in.Updated})
+		info := v1.SecretInfo{Name: in.Name, Created: in.Created, Updated: in.Updated}
+		if g := in.GitHubApp; g != nil {
+			info.GitHubApp = &v1.GitHubApp{AppID: g.AppID, InstallationID: g.InstallationID, APIURL: g.APIURL}
+		}
+		out = append(out, info)
 	}
 	return out, nil
 }

@@ -40,7 +40,7 @@ func TestCredentialBrokering(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
-	git := gitServer(t, "Bearer "+secret, in.log)
+	git := gitServer(t, "repo", func(r *http.Request, _ bool) bool { return r.Header.Get("Authorization") == "Bearer "+secret }, in.log)
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if strings.HasPrefix(r.URL.Path, "/git/") {
@@ -234,12 +234,12 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// gitServer serves a bare repository over git's smart HTTP protocol (git http-backend via
-// CGI), only to requests whose Authorization header is want.
-func gitServer(t *testing.T, want string, log *netLog) http.Handler {
+// gitServer serves a bare repository NAME.git under /git/ over git's smart HTTP protocol
+// (git http-backend via CGI), only to requests auth lets in (write: a push).
+func gitServer(t *testing.T, name string, auth func(r *http.Request, write bool) bool, log *netLog) http.Handler {
 	t.Helper()
 	root := t.TempDir()
-	bare := filepath.Join(root, "repo.git")
+	bare := filepath.Join(root, name+".git")
 	work := filepath.Join(root, "work")
 	for _, args := range [][]string{
 		{"init", "-q", "--bare", "-b", "main", bare},
@@ -271,13 +271,14 @@ func gitServer(t *testing.T, want string, log *netLog) http.Handler {
 	}
 	backend := &cgi.Handler{Path: gitPath, Args: []string{"http-backend"}, Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}}
 	return http.StripPrefix("/git", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != want {
+		write := strings.HasSuffix(r.URL.Path, "/git-receive-pack") || r.URL.Query().Get("service") == "git-receive-pack"
+		if !strings.HasPrefix(r.URL.Path, "/"+name+".git/") || !auth(r, write) {
 			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
 			http.Error(w, "token required", http.StatusUnauthorized)
 			return
 		}
 		if strings.HasSuffix(r.URL.Path, "/git-receive-pack") {
-			log.add("git push received")
+			log.add("git push received %s", name)
 		}
 		backend.ServeHTTP(w, r)
 	}))

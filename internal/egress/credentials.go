@@ -2,9 +2,11 @@ package egress
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -17,16 +19,113 @@ import (
 	"github.com/moatdev/moat/internal/fsutil"
 	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/secrets"
+	"github.com/moatdev/moat/internal/tokens"
 )
 
 // SecretSource resolves stored secrets by name. Implemented by *secrets.Store.
 type SecretSource interface {
 	Get(name string) (secrets.Value, error)
+	Describe(name string) (secrets.Info, error)
 }
 
 // caValidity is how long a sandbox's interception CA is valid. The CA is kept (key file
 // under CADir) for the sandbox's life, across daemon restarts.
 const caValidity = 90 * 24 * time.Hour
+
+// providers keeps the token providers of running sandboxes: by sandbox, then by the index
+// of the binding in the sandbox's credentials.
+type providers struct {
+	mu sync.Mutex
+	m  map[string]map[int]tokens.Provider
+}
+
+// set makes ps sandbox id's providers, revoking those it replaces.
+func (p *providers) set(id string, ps map[int]tokens.Provider) []tokens.Provider {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var old []tokens.Provider
+	for _, o := range p.m[id] {
+		old = append(old, o)
+	}
+	if len(ps) == 0 {
+		delete(p.m, id)
+	} else {
+		if p.m == nil {
+			p.m = map[string]map[int]tokens.Provider{}
+		}
+		p.m[id] = ps
+	}
+	return old
+}
+
+func (p *providers) get(id string, i int) tokens.Provider {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m[id][i]
+}
+
+// gitHubProvider makes the token provider of binding c to the App key c.Secret.
+func (m *Manager) gitHubProvider(c sandbox.Credential, app secrets.GitHubApp) (tokens.Provider, error) {
+	key, err := m.cfg.Secrets.Get(c.Secret)
+	if err != nil {
+		return nil, err
+	}
+	return tokens.NewGitHubApp(tokens.GitHubAppConfig{
+		AppID: app.AppID, InstallationID: app.InstallationID, APIURL: app.APIURL,
+		PrivateKeyPEM: []byte(key.Reveal()),
+		Repositories:  c.GitHub.Repositories, Permissions: c.GitHub.Permissions,
+		HTTPClient: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+			Proxy:           nil,
+			TLSClientConfig: &tls.Config{RootCAs: m.cfg.RootCAs, MinVersion: tls.VersionTLS12},
+		}},
+		Logger: m.log,
+	})
+}
+
+// revoke revokes sandbox id's tokens in the background (Close waits for it): a stop does
+// not wait on GitHub.
+func (m *Manager) revoke(id string, ps []tokens.Provider) {
+	for _, p := range ps {
+		m.revoking.Add(1)
+		go func() {
+			defer m.revoking.Done()
+			if err := p.Revoke(context.Background()); err != nil {
+				m.log.Warn("revoking a sandbox's token", "sandbox", id, "provider", p, "err", err)
+			} else {
+				m.log.Debug("token revoked", "sandbox", id, "provider", p)
+			}
+		}()
+	}
+}
+
+// tokenSecret is the current token of a sandbox's binding, fetched for each request from
+// the provider the sandbox has now: a provider dropped at stop (and revoked) is never
+// asked again.
+type tokenSecret struct {
+	m     *Manager
+	id    string
+	index int
+}
+
+func (t tokenSecret) Fetch(ctx context.Context) (string, error) {
+	p := t.m.provs.get(t.id, t.index)
+	if p == nil {
+		return "", errors.New("the sandbox's token provider is gone (it stopped)")
+	}
+	tok, err := p.Token(ctx)
+	if err != nil {
+		return "", err
+	}
+	return tok.Value.Reveal(), nil
+}
+
+// Reveal is Fetch without a caller's context; "" if it fails.
+func (t tokenSecret) Reveal() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v, _ := t.Fetch(ctx)
+	return v
+}
 
 // cas keeps the interception CAs of sandboxes with credential bindings.
 type cas struct {
@@ -52,11 +151,30 @@ func (m *Manager) credentials(id string, spec policy.Spec, creds []sandbox.Crede
 	if len(creds) > 0 && m.cfg.Secrets == nil {
 		return "", fmt.Errorf("credential bindings need the daemon's secret store: %w", errdefs.ErrUnavailable)
 	}
-	for _, c := range creds {
-		if _, err := m.cfg.Secrets.Get(c.Secret); err != nil {
+	var provs map[int]tokens.Provider
+	for i, c := range creds {
+		info, err := m.cfg.Secrets.Describe(c.Secret)
+		if err != nil {
 			return "", fmt.Errorf("credential %s: %w (store it with `moat secret set %s`)", c.Secret, err, c.Secret)
 		}
+		switch {
+		case info.GitHubApp != nil && c.GitHub == nil:
+			return "", fmt.Errorf("credential %s: the secret is a GitHub App key; bind it with --github-token and name the repositories its tokens may touch: %w", c.Secret, errdefs.ErrInvalidArgument)
+		case info.GitHubApp == nil && c.GitHub != nil:
+			return "", fmt.Errorf("credential %s: the secret is not a GitHub App key (store one with `moat secret set %s --github-app ID --installation ID`): %w", c.Secret, c.Secret, errdefs.ErrInvalidArgument)
+		case info.GitHubApp == nil:
+			continue
+		}
+		p, err := m.gitHubProvider(c, *info.GitHubApp)
+		if err != nil {
+			return "", fmt.Errorf("credential %s: %w", c.Secret, err)
+		}
+		if provs == nil {
+			provs = map[int]tokens.Provider{}
+		}
+		provs[i] = p
 	}
+	m.revoke(id, m.provs.set(id, provs))
 	ca, err := m.loadCA(id)
 	if err != nil {
 		return "", err
@@ -105,8 +223,10 @@ func (m *Manager) loadCA(id string) (*intercept.CA, error) {
 	return ca, nil
 }
 
-// Forget drops what the boundary keeps of deleted sandbox id: its CA. Idempotent.
+// Forget drops what the boundary keeps of deleted sandbox id: its CA, and its tokens,
+// revoked. Idempotent.
 func (m *Manager) Forget(id string) {
+	m.revoke(id, m.provs.set(id, nil))
 	m.cas.mu.Lock()
 	delete(m.cas.m, id)
 	m.cas.mu.Unlock()
@@ -120,10 +240,10 @@ func (m *Manager) Forget(id string) {
 // interceptorFor returns the interceptor of sandbox b for host and port, or nil when
 // neither a binding names host nor an HTTP rule of the current phase covers it.
 func (m *Manager) interceptorFor(b *boundary, creds []sandbox.Credential, host string, port uint16) proxy.Interceptor {
-	var bound []sandbox.Credential
-	for _, c := range creds {
+	var bound []boundCred
+	for i, c := range creds {
 		if c.MatchesHost(host) {
-			bound = append(bound, c)
+			bound = append(bound, boundCred{c, i})
 		}
 	}
 	if _, pol := b.current(); len(bound) == 0 && !pol.Inspects(host, port) {
@@ -137,7 +257,13 @@ type interceptor struct {
 	m     *Manager
 	b     *boundary
 	id    string
-	creds []sandbox.Credential
+	creds []boundCred
+}
+
+// boundCred is a binding and its index in the sandbox's credentials.
+type boundCred struct {
+	sandbox.Credential
+	index int
 }
 
 // check decides one request with the current phase's HTTP rules; requests to a host the
@@ -172,9 +298,15 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 	}
 	var inj []intercept.Injection
 	for _, c := range ic.creds {
-		v, err := ic.m.cfg.Secrets.Get(c.Secret)
-		if err != nil {
-			return 0, 0, fmt.Errorf("credential %s: %w", c.Secret, err)
+		var v intercept.Secret
+		if c.GitHub != nil {
+			v = tokenSecret{m: ic.m, id: ic.id, index: c.index}
+		} else {
+			sv, err := ic.m.cfg.Secrets.Get(c.Secret)
+			if err != nil {
+				return 0, 0, fmt.Errorf("credential %s: %w", c.Secret, err)
+			}
+			v = sv
 		}
 		inj = append(inj, intercept.Injection{
 			Secret: c.Secret, Value: v, Placeholder: c.Placeholder, Header: c.Header, Template: c.Template,

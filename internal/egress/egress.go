@@ -88,9 +88,11 @@ type Manager struct {
 	log     *slog.Logger
 	journal *journal
 
-	mu  sync.Mutex
-	bs  map[string]*boundary
-	cas cas
+	mu       sync.Mutex
+	bs       map[string]*boundary
+	cas      cas
+	provs    providers
+	revoking sync.WaitGroup
 
 	hostMu    sync.Mutex
 	hostAddrs []netip.Addr
@@ -258,6 +260,8 @@ func (m *Manager) Detach(id string) {
 	b.dns.Close()
 	b.ls.Close()
 	b.wg.Wait()
+	// The sandbox stopped: its tokens are revoked; a start mints new ones.
+	m.revoke(id, m.provs.set(id, nil))
 	m.log.Debug("egress detached", "sandbox", id)
 }
 
@@ -272,6 +276,7 @@ func (m *Manager) Close() error {
 	for _, id := range ids {
 		m.Detach(id)
 	}
+	m.revoking.Wait()
 	return m.journal.close()
 }
 

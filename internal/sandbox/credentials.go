@@ -10,6 +10,7 @@ import (
 	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/secrets"
+	"github.com/moatdev/moat/internal/tokens"
 )
 
 // Credential binds a stored secret to the hosts it may be sent to. The sandbox never holds
@@ -25,9 +26,19 @@ type Credential struct {
 	Template   string   `json:"template,omitempty"`
 	PathPrefix string   `json:"path_prefix,omitempty"`
 	Methods    []string `json:"methods,omitempty"`
+	// GitHub is set when Secret is a GitHub App's private key: the value injected is then
+	// an installation token limited to this scope, minted by the daemon while the sandbox
+	// runs and revoked when it stops.
+	GitHub *GitHubScope `json:"github,omitempty"`
 	// Placeholder is generated at create for placeholder bindings; it is worthless
 	// anywhere but at the bound hosts.
 	Placeholder string `json:"placeholder,omitempty"`
+}
+
+// GitHubScope is what the installation tokens of one sandbox may touch.
+type GitHubScope struct {
+	Repositories []string          `json:"repositories"`
+	Permissions  map[string]string `json:"permissions"`
 }
 
 var headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
@@ -54,6 +65,14 @@ func validateCredentials(creds []Credential) error {
 				n = "*." + n
 			}
 			c.Hosts[j] = n
+		}
+		if g := c.GitHub; g != nil {
+			if len(g.Permissions) == 0 {
+				g.Permissions = map[string]string{"contents": "read"}
+			}
+			if err := tokens.CheckScope(g.Repositories, g.Permissions); err != nil {
+				return fmt.Errorf("%s: %w", where, err)
+			}
 		}
 		switch {
 		case c.Header == "" && c.Template != "":

@@ -44,6 +44,18 @@ const (
 type Info struct {
 	Name             string
 	Created, Updated time.Time
+	// GitHubApp is set when the secret is a GitHub App's private key, from which moat
+	// mints short-lived installation tokens; the value itself is then never injected.
+	GitHubApp *GitHubApp
+}
+
+// GitHubApp identifies a GitHub App installation. It is not secret: it is stored in clear
+// beside the sealed private key.
+type GitHubApp struct {
+	AppID          string `json:"app_id"`
+	InstallationID int64  `json:"installation_id"`
+	// APIURL is the REST API base; empty means https://api.github.com.
+	APIURL string `json:"api_url,omitempty"`
 }
 
 // Store keeps named secrets in a data directory, each value encrypted with AES-256-GCM
@@ -70,6 +82,8 @@ type entry struct {
 	Sealed  []byte    `json:"sealed"`
 	Created time.Time `json:"created"`
 	Updated time.Time `json:"updated"`
+	// GitHubApp marks an App private key (see Info).
+	GitHubApp *GitHubApp `json:"github_app,omitempty"`
 }
 
 // Open opens the store in dir, the daemon's data directory, which must exist, belong to
@@ -222,9 +236,18 @@ func validName(name string) bool {
 	return true
 }
 
-// Set stores v under name, replacing any value the name had (its creation time stays).
-// Invalid names, empty values and values over MaxValueBytes are errdefs.ErrInvalidArgument.
-func (s *Store) Set(name string, v Value) error {
+// Set stores v under name, replacing any value (and kind) the name had (its creation time
+// stays). Invalid names, empty values and values over MaxValueBytes are
+// errdefs.ErrInvalidArgument.
+func (s *Store) Set(name string, v Value) error { return s.set(name, v, nil) }
+
+// SetGitHubApp stores the private key of the GitHub App installation app under name, as
+// Set does. The caller checks app and the key (tokens.NewGitHubApp).
+func (s *Store) SetGitHubApp(name string, key Value, app GitHubApp) error {
+	return s.set(name, key, &app)
+}
+
+func (s *Store) set(name string, v Value, app *GitHubApp) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}
@@ -244,13 +267,45 @@ func (s *Store) Set(name string, v Value) error {
 			return err
 		}
 		now := time.Now().UTC()
-		e := entry{Sealed: s.aead.Seal(nonce, nonce, plain, []byte(name)), Created: now, Updated: now}
+		e := entry{Sealed: s.aead.Seal(nonce, nonce, plain, aad(name, app)), Created: now, Updated: now, GitHubApp: app}
 		if old, ok := f.Secrets[name]; ok {
 			e.Created = old.Created
 		}
 		f.Secrets[name] = e
 		return nil
 	})
+}
+
+// aad is what a value is sealed with besides itself: its name and, for an App key, the
+// App it belongs to, so that neither can be changed in the clear part of the file without
+// the value failing to decrypt.
+func aad(name string, app *GitHubApp) []byte {
+	if app == nil {
+		return []byte(name)
+	}
+	b, _ := json.Marshal(app)
+	return append([]byte(name+"\x00github-app\x00"), b...)
+}
+
+func (e entry) info(name string) Info {
+	return Info{Name: name, Created: e.Created, Updated: e.Updated, GitHubApp: e.GitHubApp}
+}
+
+// Describe returns what is known of the secret name without decrypting it:
+// errdefs.ErrNotFound when there is none.
+func (s *Store) Describe(name string) (Info, error) {
+	if err := CheckName(name); err != nil {
+		return Info{}, err
+	}
+	f, err := s.read()
+	if err != nil {
+		return Info{}, err
+	}
+	e, ok := f.Secrets[name]
+	if !ok {
+		return Info{}, fmt.Errorf("secret %s: %w", name, errdefs.ErrNotFound)
+	}
+	return e.info(name), nil
 }
 
 // Get returns the value stored under name: errdefs.ErrNotFound when there is none, and an
@@ -275,7 +330,7 @@ func (s *Store) Get(name string) (Value, error) {
 	if len(e.Sealed) < ns+s.aead.Overhead() {
 		return Value{}, fmt.Errorf("secret %s: the stored value in %s is truncated", name, s.path())
 	}
-	plain, err := s.aead.Open(nil, e.Sealed[:ns], e.Sealed[ns:], []byte(name))
+	plain, err := s.aead.Open(nil, e.Sealed[:ns], e.Sealed[ns:], aad(name, e.GitHubApp))
 	if err != nil {
 		return Value{}, fmt.Errorf("secret %s: the stored value does not decrypt: %s was altered, or the value was written with another key than %s",
 			name, s.path(), filepath.Join(s.dir, KeyFile))
@@ -291,7 +346,7 @@ func (s *Store) List() ([]Info, error) {
 	}
 	out := make([]Info, 0, len(f.Secrets))
 	for name, e := range f.Secrets {
-		out = append(out, Info{Name: name, Created: e.Created, Updated: e.Updated})
+		out = append(out, e.info(name))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

@@ -423,3 +423,43 @@ func TestConcurrent(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+func TestGitHubAppSecret(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := GitHubApp{AppID: "123", InstallationID: 45, APIURL: "https://ghe.example.test/api/v3"}
+	if err := s.SetGitHubApp("GH_APP", NewValue("-----BEGIN RSA PRIVATE KEY-----"), app); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Describe("GH_APP")
+	if err != nil || info.GitHubApp == nil || *info.GitHubApp != app {
+		t.Fatalf("Describe = %+v, %v", info, err)
+	}
+	if v, err := s.Get("GH_APP"); err != nil || v.Reveal() != "-----BEGIN RSA PRIVATE KEY-----" {
+		t.Fatalf("Get = %v", err)
+	}
+	list, _ := s.List()
+	if len(list) != 1 || list[0].GitHubApp == nil || list[0].GitHubApp.AppID != "123" {
+		t.Errorf("List = %+v", list)
+	}
+	// The App is bound to the sealed key: pointing it elsewhere in the file breaks it.
+	path := filepath.Join(dir, DataFile)
+	data, _ := os.ReadFile(path)
+	os.WriteFile(path, bytes.Replace(data, []byte("ghe.example.test"), []byte("evil.example.test"), 1), 0o600)
+	if _, err := s.Get("GH_APP"); err == nil || !strings.Contains(err.Error(), "does not decrypt") {
+		t.Errorf("Get after the App was altered: %v", err)
+	}
+	// Set replaces the kind too.
+	if err := s.Set("GH_APP", NewValue("plain")); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := s.Describe("GH_APP"); info.GitHubApp != nil {
+		t.Errorf("Set kept the App: %+v", info)
+	}
+	if _, err := s.Describe("NOPE"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Describe(NOPE) = %v", err)
+	}
+}

@@ -177,6 +177,38 @@ func NewGitHubApp(cfg GitHubAppConfig) (Provider, error) {
 	return &gitHubApp{cfg: cfg, key: key, client: client, log: log}, nil
 }
 
+// CheckApp checks a GitHub App's identity and private key as NewGitHubApp does, without
+// the task's scope: for storing an App before any task names its repositories. An empty
+// apiURL means https://api.github.com. Errors are of class errdefs.ErrInvalidArgument and
+// never carry key material.
+func CheckApp(appID string, installationID int64, keyPEM []byte, apiURL string) error {
+	if !appIDRule.MatchString(appID) {
+		return fmt.Errorf("GitHub App: AppID must be 1-64 letters, digits, '.', '_' or '-': %w", errdefs.ErrInvalidArgument)
+	}
+	if installationID <= 0 {
+		return fmt.Errorf("GitHub App: InstallationID must be positive: %w", errdefs.ErrInvalidArgument)
+	}
+	if _, err := parseRSAKey(keyPEM); err != nil {
+		return fmt.Errorf("GitHub App %s: %w", appID, err)
+	}
+	if apiURL != "" {
+		if _, err := checkAPIURL(apiURL); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckScope checks a task's repositories (names without owner, 1-500) and permissions
+// (name → read, write or admin; at least one) as NewGitHubApp does.
+func CheckScope(repos []string, perms map[string]string) error {
+	if _, err := checkRepositories(repos); err != nil {
+		return err
+	}
+	_, err := checkPermissions(perms)
+	return err
+}
+
 func checkRepositories(in []string) ([]string, error) {
 	if len(in) == 0 {
 		return nil, fmt.Errorf("GitHub App: no repositories; a token must be limited to some: %w", errdefs.ErrInvalidArgument)

@@ -66,6 +66,13 @@ import (
 // (short-lived tokens) are picked up on the next request.
 type Secret interface{ Reveal() string }
 
+// Fetcher is a Secret whose current value is fetched for each request and may fail: a
+// short-lived token minted on demand. A request whose fetch fails gets 502 and is not sent.
+type Fetcher interface {
+	Secret
+	Fetch(ctx context.Context) (string, error)
+}
+
 // Injection is what to do with requests to one bound host.
 type Injection struct {
 	Secret string // the secret's name, for the audit log
@@ -336,11 +343,7 @@ type exchange struct {
 type exchangeKey struct{}
 
 func (s *session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ex := &exchange{values: make([]string, len(s.inj))}
-	for i := range s.inj {
-		ex.values[i] = s.inj[i].Value.Reveal()
-	}
-	ex.scrub = s.scrubber(ex)
+	ex := &exchange{values: make([]string, len(s.inj)), scrub: newReplacer()}
 	rw := &responseWriter{ResponseWriter: w, ex: ex}
 	defer func() {
 		u := Use{Host: s.host, Method: r.Method, Path: r.URL.Path, Status: rw.status}
@@ -372,6 +375,22 @@ func (s *session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	for i := range s.inj {
+		inj := &s.inj[i]
+		f, ok := inj.Value.(Fetcher)
+		if !ok {
+			ex.values[i] = inj.Value.Reveal()
+			continue
+		}
+		v, err := f.Fetch(r.Context())
+		if err != nil {
+			s.log.Warn("intercept: the credential is unavailable", "host", s.host, "secret", inj.Secret, "err", err)
+			http.Error(rw, "moat: the credential "+inj.Secret+" is unavailable; the daemon log says why", http.StatusBadGateway)
+			return
+		}
+		ex.values[i] = v
+	}
+	ex.scrub = s.scrubber(ex)
 	ctx := context.WithValue(r.Context(), exchangeKey{}, ex)
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteHeaders: func() { ex.sent.Store(true) },

@@ -778,3 +778,50 @@ func TestCheckRefusesBeforeUpstream(t *testing.T) {
 		t.Errorf("Check asked %q, want %q", asked, want)
 	}
 }
+
+// rotating is a Fetcher handing out a new token on each fetch, or failing.
+type rotating struct {
+	mu   sync.Mutex
+	n    int
+	fail bool
+}
+
+func (r *rotating) Fetch(context.Context) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail {
+		return "", errors.New("mint refused")
+	}
+	r.n++
+	return fmt.Sprintf("ghs_token%04d_0123456789", r.n), nil
+}
+
+func (r *rotating) Reveal() string { v, _ := r.Fetch(context.Background()); return v }
+
+func TestFetcherPerRequest(t *testing.T) {
+	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Header.Get("Authorization")) })
+	src := &rotating{}
+	inj := Injection{Secret: "GH", Value: src, Placeholder: placeholder}
+	h := newHarness(t, u, Config{Injections: []Injection{inj}})
+	c := h.client()
+	for i := 1; i <= 2; i++ {
+		res, body := do(t, c, "GET", "https://api.test/", "Bearer "+placeholder, nil)
+		want := fmt.Sprintf("Bearer ghs_token%04d_0123456789", i)
+		if got := u.seen()[i-1].Header.Get("Authorization"); got != want {
+			t.Errorf("request %d: upstream got %q, want %q", i, got, want)
+		}
+		if res.StatusCode != 200 || body != "Bearer "+placeholder {
+			t.Errorf("request %d: sandbox got %d %q, want the placeholder back", i, res.StatusCode, body)
+		}
+	}
+	src.mu.Lock()
+	src.fail = true
+	src.mu.Unlock()
+	res, body := do(t, c, "GET", "https://api.test/after-failure", "Bearer "+placeholder, nil)
+	if res.StatusCode != http.StatusBadGateway || !strings.Contains(body, "credential GH is unavailable") || strings.Contains(body, "mint refused") {
+		t.Errorf("failed fetch: %d %q", res.StatusCode, body)
+	}
+	if n := len(u.seen()); n != 2 {
+		t.Errorf("the upstream saw %d requests, want 2 (none after the failed fetch)", n)
+	}
+}
