@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -134,5 +135,49 @@ func TestParseCredentials(t *testing.T) {
 		if _, err := parseCredentials(bad[0], bad[1]); err == nil {
 			t.Errorf("parseCredentials(%q, %q) accepted", bad[0], bad[1])
 		}
+	}
+}
+
+func TestGitHubFlags(t *testing.T) {
+	got, err := githubFlags{token: "GH@github.com,api.github.com", repos: []string{"widget", "gadget"}, perms: []string{"contents=write", "pull_requests:write"}}.credential()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Secret != "GH" || len(got.Hosts) != 2 || got.GitHub == nil || len(got.GitHub.Repositories) != 2 ||
+		got.GitHub.Permissions["contents"] != "write" || got.GitHub.Permissions["pull_requests"] != "write" {
+		t.Errorf("credential = %+v", got)
+	}
+	if got, err := (githubFlags{}).credential(); got != nil || err != nil {
+		t.Errorf("no flags: %+v, %v", got, err)
+	}
+	for _, tc := range []struct {
+		f    githubFlags
+		want string
+	}{
+		{githubFlags{repos: []string{"w"}}, "give one"},
+		{githubFlags{token: "GH"}, "want NAME@HOST"},
+		{githubFlags{token: "GH@github.com"}, "needs --github-repo"},
+		{githubFlags{token: "GH@github.com", repos: []string{"w"}, perms: []string{"contents"}}, "want PERMISSION=LEVEL"},
+	} {
+		if _, err := tc.f.credential(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error containing %q", tc.f, err, tc.want)
+		}
+	}
+}
+
+func TestHTTPFlag(t *testing.T) {
+	p := policyFlags{http: []string{"api.test GET /repos/acme/"}, allow: []string{"registries"}}
+	got, err := p.spec(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := got.Phases["run"]; len(r.HTTP) != 1 || r.HTTP[0] != "api.test GET /repos/acme/" || len(r.Allow) != 1 {
+		t.Errorf("spec = %+v", got)
+	}
+	if _, err := (&policyFlags{http: []string{"api.test get"}}).spec(false); err == nil || !strings.Contains(err.Error(), "not an HTTP method") {
+		t.Errorf("bad --http: %v", err)
+	}
+	if _, err := (&policyFlags{http: []string{"api.test"}, file: "x.yaml"}).spec(false); err == nil || !strings.Contains(err.Error(), "--http") {
+		t.Errorf("--http with --policy: %v", err)
 	}
 }

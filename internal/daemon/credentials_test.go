@@ -202,6 +202,33 @@ func TestCredentialBrokering(t *testing.T) {
 		})
 	}
 
+	// Rotation: a new value set while a sandbox runs is what the next request carries; the
+	// sandbox keeps its placeholder and sees neither value.
+	e.run("rotation", func(t *testing.T, e *env) {
+		sb := e.create(v1.CreateSandboxRequest{
+			Policy:      &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"api.test"}}}},
+			Credentials: []v1.Credential{{Secret: "API_TOKEN", Hosts: []string{"api.test"}}},
+		})
+		const rotated = "rotated-secret-77aa19c4e2"
+		call := func(tag string) string {
+			return e.mustSh(sb.ID, fmt.Sprintf(`curl -sS --max-time 10 -H "Authorization: Bearer $API_TOKEN" https://api.test:%d/rot-%s`, port, tag))
+		}
+		call("before")
+		if err := e.c.SetSecret(ctx, "API_TOKEN", rotated); err != nil {
+			t.Fatal(err)
+		}
+		out := call("after")
+		if !in.log.contains("path=/rot-before auth=Bearer "+secret) || !in.log.contains("path=/rot-after auth=Bearer "+rotated) {
+			t.Errorf("the upstream did not get the old value, then the new one: %v", in.log.all())
+		}
+		if strings.Contains(out, rotated) || !strings.Contains(out, "you sent Bearer moat-placeholder-") {
+			t.Errorf("the echo of the rotated value reached the sandbox: %q", out)
+		}
+		if err := e.c.SetSecret(ctx, "API_TOKEN", secret); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	// A binding to a secret that does not exist is refused at create.
 	if _, err := e.c.Create(ctx, v1.CreateSandboxRequest{Credentials: []v1.Credential{{Secret: "NOPE", Hosts: []string{"api.test"}}}}); err == nil || !strings.Contains(err.Error(), "NOPE") {
 		t.Errorf("unknown secret: %v", err)
