@@ -192,6 +192,27 @@ func TestGitHubAppTokens(t *testing.T) {
 			}
 		})
 	}
+	// A static secret replaced by an App key while a sandbox binds it is never sent as is.
+	e.run("static secret replaced by an App key", func(t *testing.T, e *env) {
+		sb := e.create(v1.CreateSandboxRequest{Policy: pol, Credentials: []v1.Credential{{Secret: "STATIC", Hosts: []string{"git.test"}}}})
+		if err := e.c.SetGitHubApp(ctx, "STATIC", string(gh.PrivateKeyPEM()), app); err != nil {
+			t.Fatal(err)
+		}
+		r := e.sh(sb.ID, "", fmt.Sprintf(`curl -sS --max-time 10 -H "Authorization: Bearer $STATIC" https://git.test:%d/git/widget.git/info/refs?service=git-upload-pack`, port))
+		if r.code == 0 {
+			t.Errorf("the request went through: %+v", r)
+		}
+		for _, l := range in.log.all() {
+			if strings.Contains(l, "PRIVATE KEY") || strings.Contains(l, "MII") {
+				t.Errorf("the App key reached the upstream: %.80s", l)
+			}
+		}
+		e.d.Egress.Flush()
+		list, _ := e.c.Egress(ctx, sb.ID, 0)
+		if !slices.ContainsFunc(list, func(x v1.EgressEntry) bool { return strings.Contains(x.Error, "now a GitHub App key") }) {
+			t.Errorf("the egress log does not say why the connection ended: %+v", list)
+		}
+	})
 }
 
 // waitRevoked waits until the fake GitHub has seen tok revoked.

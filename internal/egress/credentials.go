@@ -24,8 +24,8 @@ import (
 
 // SecretSource resolves stored secrets by name. Implemented by *secrets.Store.
 type SecretSource interface {
-	Get(name string) (secrets.Value, error)
-	Describe(name string) (secrets.Info, error)
+	// Lookup returns a secret's value and kind, read together.
+	Lookup(name string) (secrets.Value, secrets.Info, error)
 }
 
 // caValidity is how long a sandbox's interception CA is valid. The CA is kept (key file
@@ -66,7 +66,7 @@ func (p *providers) get(id string, i int) tokens.Provider {
 
 // gitHubProvider makes the token provider of binding c to the App key c.Secret.
 func (m *Manager) gitHubProvider(c sandbox.Credential, app secrets.GitHubApp) (tokens.Provider, error) {
-	key, err := m.cfg.Secrets.Get(c.Secret)
+	key, _, err := m.cfg.Secrets.Lookup(c.Secret)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +153,7 @@ func (m *Manager) credentials(id string, spec policy.Spec, creds []sandbox.Crede
 	}
 	var provs map[int]tokens.Provider
 	for i, c := range creds {
-		info, err := m.cfg.Secrets.Describe(c.Secret)
+		_, info, err := m.cfg.Secrets.Lookup(c.Secret)
 		if err != nil {
 			return "", fmt.Errorf("credential %s: %w (store it with `moat secret set %s`)", c.Secret, err, c.Secret)
 		}
@@ -302,9 +302,14 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 		if c.GitHub != nil {
 			v = tokenSecret{m: ic.m, id: ic.id, index: c.index}
 		} else {
-			sv, err := ic.m.cfg.Secrets.Get(c.Secret)
+			// Read for each connection, so a new value applies to the next one. A secret
+			// replaced by a GitHub App key since the sandbox started is never sent as is.
+			sv, info, err := ic.m.cfg.Secrets.Lookup(c.Secret)
 			if err != nil {
 				return 0, 0, fmt.Errorf("credential %s: %w", c.Secret, err)
+			}
+			if info.GitHubApp != nil {
+				return 0, 0, fmt.Errorf("credential %s: the secret is now a GitHub App key; restart the sandbox with --github-token to use it", c.Secret)
 			}
 			v = sv
 		}

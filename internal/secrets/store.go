@@ -291,51 +291,41 @@ func (e entry) info(name string) Info {
 	return Info{Name: name, Created: e.Created, Updated: e.Updated, GitHubApp: e.GitHubApp}
 }
 
-// Describe returns what is known of the secret name without decrypting it:
-// errdefs.ErrNotFound when there is none.
-func (s *Store) Describe(name string) (Info, error) {
-	if err := CheckName(name); err != nil {
-		return Info{}, err
-	}
-	f, err := s.read()
-	if err != nil {
-		return Info{}, err
-	}
-	e, ok := f.Secrets[name]
-	if !ok {
-		return Info{}, fmt.Errorf("secret %s: %w", name, errdefs.ErrNotFound)
-	}
-	return e.info(name), nil
-}
-
 // Get returns the value stored under name: errdefs.ErrNotFound when there is none, and an
 // error (of no class) when it does not decrypt, which means the data file was altered or
 // the key file is not the one the value was written with.
 func (s *Store) Get(name string) (Value, error) {
+	v, _, err := s.Lookup(name)
+	return v, err
+}
+
+// Lookup returns the value stored under name and what kind of secret it is, from one read
+// of the store (so the two agree), with Get's errors.
+func (s *Store) Lookup(name string) (Value, Info, error) {
 	if err := CheckName(name); err != nil {
-		return Value{}, err
+		return Value{}, Info{}, err
 	}
 	f, err := s.read()
 	if err != nil {
-		return Value{}, err
+		return Value{}, Info{}, err
 	}
 	e, ok := f.Secrets[name]
 	if !ok {
-		return Value{}, fmt.Errorf("secret %s: %w", name, errdefs.ErrNotFound)
+		return Value{}, Info{}, fmt.Errorf("secret %s: %w", name, errdefs.ErrNotFound)
 	}
 	if err := s.checkKey(f); err != nil {
-		return Value{}, err
+		return Value{}, Info{}, err
 	}
 	ns := s.aead.NonceSize()
 	if len(e.Sealed) < ns+s.aead.Overhead() {
-		return Value{}, fmt.Errorf("secret %s: the stored value in %s is truncated", name, s.path())
+		return Value{}, Info{}, fmt.Errorf("secret %s: the stored value in %s is truncated", name, s.path())
 	}
 	plain, err := s.aead.Open(nil, e.Sealed[:ns], e.Sealed[ns:], aad(name, e.GitHubApp))
 	if err != nil {
-		return Value{}, fmt.Errorf("secret %s: the stored value does not decrypt: %s was altered, or the value was written with another key than %s",
+		return Value{}, Info{}, fmt.Errorf("secret %s: the stored value does not decrypt: %s was altered, or the value was written with another key than %s",
 			name, s.path(), filepath.Join(s.dir, KeyFile))
 	}
-	return NewValue(string(plain)), nil
+	return NewValue(string(plain)), e.info(name), nil
 }
 
 // List returns every secret's name and dates, sorted by name.

@@ -434,12 +434,9 @@ func TestGitHubAppSecret(t *testing.T) {
 	if err := s.SetGitHubApp("GH_APP", NewValue("-----BEGIN RSA PRIVATE KEY-----"), app); err != nil {
 		t.Fatal(err)
 	}
-	info, err := s.Describe("GH_APP")
-	if err != nil || info.GitHubApp == nil || *info.GitHubApp != app {
-		t.Fatalf("Describe = %+v, %v", info, err)
-	}
-	if v, err := s.Get("GH_APP"); err != nil || v.Reveal() != "-----BEGIN RSA PRIVATE KEY-----" {
-		t.Fatalf("Get = %v", err)
+	v, info, err := s.Lookup("GH_APP")
+	if err != nil || info.GitHubApp == nil || *info.GitHubApp != app || v.Reveal() != "-----BEGIN RSA PRIVATE KEY-----" {
+		t.Fatalf("Lookup = %+v, %v", info, err)
 	}
 	list, _ := s.List()
 	if len(list) != 1 || list[0].GitHubApp == nil || list[0].GitHubApp.AppID != "123" {
@@ -456,10 +453,10 @@ func TestGitHubAppSecret(t *testing.T) {
 	if err := s.Set("GH_APP", NewValue("plain")); err != nil {
 		t.Fatal(err)
 	}
-	if info, _ := s.Describe("GH_APP"); info.GitHubApp != nil {
+	if _, info, _ := s.Lookup("GH_APP"); info.GitHubApp != nil {
 		t.Errorf("Set kept the App: %+v", info)
 	}
-	if _, err := s.Describe("NOPE"); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Errorf("Describe(NOPE) = %v", err)
+	if _, _, err := s.Lookup("NOPE"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Lookup(NOPE) = %v", err)
 	}
 }
