@@ -25,4 +25,14 @@ type SecretInfo struct {
 	Updated time.Time `json:"updated"`
 	// GitHubApp is set for a GitHub App's private key.
 	GitHubApp *GitHubApp `json:"github_app,omitempty"`
+	// Bindings are the sandboxes (not deleted) that bind the secret, and to which hosts.
+	Bindings []SecretBinding `json:"bindings"`
+}
+
+// SecretBinding is one sandbox's binding of a secret.
+type SecretBinding struct {
+	Sandbox string   `json:"sandbox"`
+	Hosts   []string `json:"hosts"`
+	// Kind is "placeholder" (an environment variable), "header" or "github" (tokens).
+	Kind string `json:"kind"`
 }

@@ -3,8 +3,12 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"io"
 	"log"
@@ -381,4 +385,45 @@ func FuzzParseChecksums(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestCLISecrets(t *testing.T) {
+	c := newCLI(t)
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM := string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}))
+	if _, errOut, code := c.run(keyPEM, "secret", "set", "GH_APP", "--github-app", "123", "--installation", "456"); code != 0 {
+		t.Fatalf("secret set --github-app: %d %s", code, errOut)
+	}
+	if _, errOut, code := c.run("plain-value-1", "secret", "set", "PLAIN"); code != 0 {
+		t.Fatalf("secret set: %d %s", code, errOut)
+	}
+	for _, tc := range []struct {
+		stdin string
+		args  []string
+		want  string
+	}{
+		{"not-a-key-value", []string{"secret", "set", "BAD", "--github-app", "123", "--installation", "456"}, "PEM"},
+		{keyPEM, []string{"secret", "set", "BAD", "--installation", "456"}, "give its ID"},
+		{keyPEM, []string{"secret", "set", "BAD", "--github-app", "123"}, "needs --installation"},
+		{"", []string{"run", "--github-repo", "widget", "--", "true"}, "give one"},
+		{"", []string{"run", "--github-token", "GH_APP@github.com", "--", "true"}, "needs --github-repo"},
+		{"", []string{"run", "--http", "api.test get", "--", "true"}, "not an HTTP method"},
+	} {
+		out, errOut, code := c.run(tc.stdin, tc.args...)
+		if code == 0 || !strings.Contains(errOut, tc.want) || strings.Contains(out+errOut, "not-a-key-value") {
+			t.Errorf("moat %v: code %d, stderr %q; want a failure naming %q (and never the value)", tc.args, code, errOut, tc.want)
+		}
+	}
+	out, _, code := c.run("", "secret", "ls")
+	if code != 0 || !strings.Contains(out, "github-app 123 installation 456") || !strings.Contains(out, "PLAIN") || strings.Contains(out, "BAD") || strings.Contains(out, "PRIVATE") {
+		t.Errorf("secret ls:\n%s", out)
+	}
+	out, _, _ = c.run("", "secret", "ls", "--json")
+	var list []v1.SecretInfo
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 2 || list[0].GitHubApp == nil || list[0].GitHubApp.InstallationID != 456 || list[0].Bindings == nil {
+		t.Errorf("secret ls --json: %v\n%s", err, out)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -69,7 +70,7 @@ sandbox that binds it with --github-token, limited to that sandbox's --github-re
 	var asJSON bool
 	ls := &cobra.Command{
 		Use:   "ls",
-		Short: "List secrets (names and dates only)",
+		Short: "List secrets: names, kinds, dates and the sandboxes that bind them (never values)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(cmd.Context())
@@ -87,7 +88,7 @@ sandbox that binds it with --github-token, limited to that sandbox's --github-re
 				return printJSON(list)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tKIND\tCREATED\tUPDATED")
+			fmt.Fprintln(tw, "NAME\tKIND\tCREATED\tUPDATED\tBOUND IN")
 			for _, s := range list {
 				kind := "static"
 				if g := s.GitHubApp; g != nil {
@@ -96,7 +97,15 @@ sandbox that binds it with --github-token, limited to that sandbox's --github-re
 						kind += " at " + g.APIURL
 					}
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, kind, s.Created.Local().Format("2006-01-02 15:04:05"), s.Updated.Local().Format("2006-01-02 15:04:05"))
+				bound := "-"
+				if len(s.Bindings) > 0 {
+					parts := make([]string, 0, len(s.Bindings))
+					for _, b := range s.Bindings {
+						parts = append(parts, b.Sandbox+" → "+strings.Join(b.Hosts, ","))
+					}
+					bound = strings.Join(parts, "; ")
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, kind, s.Created.Local().Format("2006-01-02 15:04:05"), s.Updated.Local().Format("2006-01-02 15:04:05"), bound)
 			}
 			return tw.Flush()
 		},

@@ -7,6 +7,7 @@ import (
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/egress"
+	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/secrets"
 	"github.com/moatdev/moat/internal/storage"
 	"github.com/moatdev/moat/internal/store"
@@ -112,8 +113,11 @@ func (t templates) Pull(ctx context.Context, req v1.TemplateRequest, progress fu
 	return toAPITemplate(ti), err
 }
 
-// secretStore adapts the secret store to the API.
-type secretStore struct{ s *secrets.Store }
+// secretStore adapts the secret store to the API; sandboxes says who binds what.
+type secretStore struct {
+	s         *secrets.Store
+	sandboxes *sandbox.Manager
+}
 
 func (a secretStore) SetSecret(_ context.Context, name string, v secrets.Value, app *v1.GitHubApp) error {
 	if app == nil {
@@ -125,14 +129,34 @@ func (a secretStore) SetSecret(_ context.Context, name string, v secrets.Value, 
 	return a.s.SetGitHubApp(name, v, secrets.GitHubApp{AppID: app.AppID, InstallationID: app.InstallationID, APIURL: app.APIURL})
 }
 
-func (a secretStore) ListSecrets(context.Context) ([]v1.SecretInfo, error) {
+func (a secretStore) ListSecrets(ctx context.Context) ([]v1.SecretInfo, error) {
 	list, err := a.s.List()
 	if err != nil {
 		return nil, err
 	}
+	sbs, err := a.sandboxes.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	bindings := map[string][]v1.SecretBinding{}
+	for _, sb := range sbs {
+		for _, c := range sb.Credentials {
+			kind := "placeholder"
+			switch {
+			case c.GitHub != nil:
+				kind = "github"
+			case c.Header != "":
+				kind = "header"
+			}
+			bindings[c.Secret] = append(bindings[c.Secret], v1.SecretBinding{Sandbox: sb.ID, Hosts: c.Hosts, Kind: kind})
+		}
+	}
 	out := make([]v1.SecretInfo, 0, len(list))
 	for _, in := range list {
-		info := v1.SecretInfo{Name: in.Name, Created: in.Created, Updated: in.Updated}
+		info := v1.SecretInfo{Name: in.Name, Created: in.Created, Updated: in.Updated, Bindings: bindings[in.Name]}
+		if info.Bindings == nil {
+			info.Bindings = []v1.SecretBinding{}
+		}
 		if g := in.GitHubApp; g != nil {
 			info.GitHubApp = &v1.GitHubApp{AppID: g.AppID, InstallationID: g.InstallationID, APIURL: g.APIURL}
 		}

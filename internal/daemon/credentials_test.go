@@ -181,6 +181,16 @@ func TestCredentialBrokering(t *testing.T) {
 				if bytes.Contains(js, []byte(secret)) || !bytes.Contains(js, []byte("API_TOKEN")) {
 					t.Errorf("secret ls: %s", js)
 				}
+				// secret ls names the sandboxes binding the secret, and the hosts.
+				bound := false
+				for _, s := range list {
+					for _, b := range s.Bindings {
+						bound = bound || s.Name == "API_TOKEN" && b.Sandbox == sb.ID && b.Kind == "placeholder" && strings.Join(b.Hosts, ",") == "api.test"
+					}
+				}
+				if !bound {
+					t.Errorf("secret ls does not show the binding of %s: %s", sb.ID, js)
+				}
 			})
 
 			e.run("each use is audited, without the value", func(t *testing.T, e *env) {
