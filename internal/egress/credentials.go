@@ -320,7 +320,7 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 	}
 	return intercept.Serve(ctx, client, head, host, port, dial, intercept.Config{
 		CA: ca, RootCAs: ic.m.cfg.RootCAs, Injections: inj, Log: ic.m.log.With("sandbox", ic.id),
-		Check: ic.check(host, port),
+		Check: ic.check(host, port), UpstreamSessions: ic.b.sessions,
 		Audit: func(u intercept.Use) {
 			if ic.m.cfg.Audit != nil && u.Injected {
 				ic.m.cfg.Audit(ic.id, fmt.Sprintf("%s %s https://%s%s → %d", u.Secret, u.Method, u.Host, u.Path, u.Status))

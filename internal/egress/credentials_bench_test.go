@@ -23,12 +23,12 @@ import (
 
 // BenchmarkCredentials compares, in one run, HTTPS requests from a sandbox namespace to a
 // host with a credential binding (TLS terminated, the placeholder swapped), to a host
-// without one (TLS passed through), and from the host directly to the same loopback
-// server. Every client socket is made in its client's namespace.
+// covered by an HTTP rule (TLS terminated, each request checked), to a host with neither
+// (TLS passed through), and from the host directly to the same loopback server. Every client socket is made in its client's namespace.
 func BenchmarkCredentials(b *testing.B) {
 	const secret = "bench-secret-value-42"
 	ph := "moat-placeholder-" + strings.Repeat("ab", 24)
-	up := testutil.NewUpstreamCA(b, "bound.test", "pass.test")
+	up := testutil.NewUpstreamCA(b, "bound.test", "pass.test", "l7.test")
 	roots, cert := up.Pool, up.Cert
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -59,8 +59,8 @@ func BenchmarkCredentials(b *testing.B) {
 		b.Fatal(err)
 	}
 	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
-	r := newRigWith(b, egress.Hosts{"bound.test": lo, "pass.test": lo},
-		policy.Single(policy.Rules{Allow: []string{"bound.test", "pass.test"}}),
+	r := newRigWith(b, egress.Hosts{"bound.test": lo, "pass.test": lo, "l7.test": lo},
+		policy.Single(policy.Rules{Allow: []string{"bound.test", "pass.test"}, HTTP: []string{"l7.test GET /"}}),
 		[]sandbox.Credential{{Secret: "TOK", Hosts: []string{"bound.test"}, Placeholder: ph}},
 		func(c *egress.Config) { c.Secrets, c.CADir, c.RootCAs = store, dir+"/ca", roots })
 	clientRoots := roots.Clone()
@@ -79,6 +79,7 @@ func BenchmarkCredentials(b *testing.B) {
 		{"direct", "bound.test", lo[0], host},
 		{"passthrough", "pass.test", mustLookup(b, r, "pass.test"), r.s},
 		{"intercepted", "bound.test", mustLookup(b, r, "bound.test"), r.s},
+		{"http-rule", "l7.test", mustLookup(b, r, "l7.test"), r.s},
 	}
 	for _, p := range paths {
 		client := func(keepAlive bool) *http.Client {

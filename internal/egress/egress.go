@@ -7,6 +7,7 @@ package egress
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"log/slog"
@@ -126,6 +127,10 @@ type boundary struct {
 	phase  string
 	pol    *policy.Policy
 	dnsLog map[string]bool // DNS decisions already logged in this phase
+
+	// sessions lets the interceptor resume its upstream TLS sessions across the
+	// sandbox's connections (never shared between sandboxes; RootCAs never changes).
+	sessions tls.ClientSessionCache
 }
 
 func (b *boundary) current() (string, *policy.Policy) {
@@ -162,7 +167,7 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 		ls.Close()
 		return "", err
 	}
-	b := &boundary{id: id, table: table, ls: ls, spec: spec, comp: comp, phase: spec.Phase, pol: pol, dnsLog: map[string]bool{}}
+	b := &boundary{id: id, table: table, ls: ls, spec: spec, comp: comp, phase: spec.Phase, pol: pol, dnsLog: map[string]bool{}, sessions: tls.NewLRUClientSessionCache(64)}
 	b.proxy = proxy.New(proxy.Config{
 		Policy: b.current,
 		Name: func(a netip.Addr) (string, bool) {
