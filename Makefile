@@ -49,7 +49,7 @@ test-short: build
 
 bench: build
 	$(BIN)/moat bench
-	go test -run '^$$' -bench 'BenchmarkEgress' -benchtime 3000x ./internal/egress/
+	go test -run '^$$' -bench 'BenchmarkEgress|BenchmarkCredentials' -benchtime 3000x ./internal/egress/
 	MOAT_BIN=$(CURDIR)/$(BIN) go test -run '^$$' -bench 'BenchmarkE2BTTI' -benchtime 1x ./test/e2b/
 
 fuzz: deps

@@ -31,30 +31,16 @@ import (
 func TestCredentialBrokering(t *testing.T) {
 	const secret = "real-secret-0f3c9a7e5b1d"
 	in := newInternet(t)
-	up := testutil.NewUpstreamCA(t, "api.test", "other.test")
-	caPEM, cert := up.PEM, up.Cert
-	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
-	os.WriteFile(caFile, caPEM, 0o644)
-	ln, err := net.Listen("tcp4", "127.0.0.4:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
 	git := gitServer(t, "repo", func(r *http.Request, _ bool) bool { return r.Header.Get("Authorization") == "Bearer "+secret }, in.log)
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if strings.HasPrefix(r.URL.Path, "/git/") {
-				git.ServeHTTP(w, r)
-				return
-			}
-			in.log.add("cred host=%s path=%s auth=%s", r.Host, r.URL.Path, r.Header.Get("Authorization"))
-			// An upstream that echoes what it got: the sandbox must not see the value back.
-			fmt.Fprintf(w, "you sent %s\n", r.Header.Get("Authorization"))
-		}),
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
-	}
-	go srv.ServeTLS(ln, "", "")
-	t.Cleanup(func() { srv.Close() })
+	port, caFile := tlsUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/git/") {
+			git.ServeHTTP(w, r)
+			return
+		}
+		in.log.add("cred host=%s path=%s auth=%s", r.Host, r.URL.Path, r.Header.Get("Authorization"))
+		// An upstream that echoes what it got: the sandbox must not see the value back.
+		fmt.Fprintf(w, "you sent %s\n", r.Header.Get("Authorization"))
+	}), "api.test", "other.test")
 	hosts := filepath.Join(t.TempDir(), "hosts")
 	os.WriteFile(hosts, []byte("127.0.0.4 api.test other.test\n"), 0o644)
 
@@ -251,6 +237,25 @@ func TestCredentialBrokering(t *testing.T) {
 	if log := daemonLog.String(); strings.Contains(log, secret) || !strings.Contains(log, "egress") {
 		t.Errorf("the daemon log holds the value (or logged nothing: %d bytes)", len(log))
 	}
+}
+
+// tlsUpstream serves h over TLS on 127.0.0.4 with a certificate for names from a test CA
+// of its own; it returns the port and a file holding that CA (for --egress-ca).
+func tlsUpstream(t *testing.T, h http.Handler, names ...string) (port int, caFile string) {
+	t.Helper()
+	up := testutil.NewUpstreamCA(t, names...)
+	caFile = filepath.Join(t.TempDir(), "upstream-ca.pem")
+	if err := os.WriteFile(caFile, up.PEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.4:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, TLSConfig: &tls.Config{Certificates: []tls.Certificate{up.Cert}}}
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().(*net.TCPAddr).Port, caFile
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent writers.

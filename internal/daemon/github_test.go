@@ -2,11 +2,9 @@ package daemon_test
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -18,7 +16,6 @@ import (
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
-	"github.com/moatdev/moat/internal/testutil"
 	"github.com/moatdev/moat/internal/testutil/fakegithub"
 )
 
@@ -31,14 +28,6 @@ import (
 func TestGitHubAppTokens(t *testing.T) {
 	in := newInternet(t)
 	gh := fakegithub.New(t, fakegithub.WithRepositories("widget", "other"))
-	up := testutil.NewUpstreamCA(t, "git.test")
-	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
-	os.WriteFile(caFile, up.PEM, 0o644)
-	ln, err := net.Listen("tcp4", "127.0.0.4:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
 	auth := func(repo string) func(*http.Request, bool) bool {
 		return func(r *http.Request, write bool) bool {
 			ok := gh.Authorize(r, repo, write)
@@ -50,20 +39,15 @@ func TestGitHubAppTokens(t *testing.T) {
 		"widget": gitServer(t, "widget", auth("widget"), in.log),
 		"other":  gitServer(t, "other", auth("other"), in.log),
 	}
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			for name, h := range repos {
-				if strings.HasPrefix(r.URL.Path, "/git/"+name+".git/") {
-					h.ServeHTTP(w, r)
-					return
-				}
+	port, caFile := tlsUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for name, h := range repos {
+			if strings.HasPrefix(r.URL.Path, "/git/"+name+".git/") {
+				h.ServeHTTP(w, r)
+				return
 			}
-			http.NotFound(w, r)
-		}),
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{up.Cert}},
-	}
-	go srv.ServeTLS(ln, "", "")
-	t.Cleanup(func() { srv.Close() })
+		}
+		http.NotFound(w, r)
+	}), "git.test")
 
 	var daemonLog syncBuffer
 	e := newEnvWith(t, func(c *daemon.Config) {

@@ -2,19 +2,14 @@ package daemon_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
-	"github.com/moatdev/moat/internal/testutil"
 )
 
 // TestHTTPRules: an HTTP rule lets through only the requests it names, each checked
@@ -23,23 +18,10 @@ import (
 // egress log records each request; a policy change applies to the next request.
 func TestHTTPRules(t *testing.T) {
 	in := newInternet(t)
-	up := testutil.NewUpstreamCA(t, "api.test")
-	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
-	os.WriteFile(caFile, up.PEM, 0o644)
-	ln, err := net.Listen("tcp4", "127.0.0.4:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			in.log.add("l7 %s %s", r.Method, r.URL.RawPath+r.URL.Path)
-			fmt.Fprintf(w, "served %s %s\n", r.Method, r.URL.Path)
-		}),
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{up.Cert}},
-	}
-	go srv.ServeTLS(ln, "", "")
-	t.Cleanup(func() { srv.Close() })
+	port, caFile := tlsUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		in.log.add("l7 %s %s", r.Method, r.URL.RawPath+r.URL.Path)
+		fmt.Fprintf(w, "served %s %s\n", r.Method, r.URL.Path)
+	}), "api.test")
 	e := newEnvWith(t, func(c *daemon.Config) {
 		in.configure(c)
 		c.EgressHosts["api.test"] = []netip.Addr{netip.MustParseAddr("127.0.0.4")}

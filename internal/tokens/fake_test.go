@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/moatdev/moat/internal/testutil/fakegithub"
 )
@@ -37,25 +36,10 @@ func pkcs8PEM(t testing.TB, k any) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 }
 
-// clock is a settable fake clock shared by the provider and the fake GitHub.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// clock is the fake clock shared by the provider and the fake GitHub.
+type clock = fakegithub.Clock
 
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newClock() *clock { return fakegithub.NewClock() }
 
 // newFakeGitHub starts a fake GitHub on clock c, with its default App, installation 42
 // reaching repositories a, b, c with contents:write, pull_requests:write and issues:read,

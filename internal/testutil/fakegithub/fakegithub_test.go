@@ -14,30 +14,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/moatdev/moat/internal/testutil/fakegithub"
 )
 
-// clock is a settable clock for the Server.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // appJWT signs an App JWT with key for iss, issued at iat and valid for life.
 func appJWT(t *testing.T, key *rsa.PrivateKey, iss string, iat time.Time, life time.Duration) string {
@@ -103,8 +85,8 @@ func mint(t *testing.T, s *fakegithub.Server, repos []string, perms map[string]s
 	return tok
 }
 
-func newServer(t *testing.T) (*fakegithub.Server, *clock) {
-	c := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+func newServer(t *testing.T) (*fakegithub.Server, *fakegithub.Clock) {
+	c := fakegithub.NewClock()
 	return fakegithub.New(t, fakegithub.WithClock(c.Now)), c
 }
 
