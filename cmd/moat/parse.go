@@ -112,30 +112,36 @@ func splitRemote(arg string) (id, path string, ok bool) {
 	return id, path, true
 }
 
-// parseCredentials reads --credential NAME@HOST[,HOST...] and
-// --credential-header NAME@HOST[,HOST...]='Header: template'.
+// parseCredentials reads --credential NAME@HOST[,HOST...][/PATH-PREFIX] and
+// --credential-header NAME@HOST[,HOST...][/PATH-PREFIX]='Header: template'. With a path
+// prefix the value goes only into requests whose path starts with it.
 func parseCredentials(plain, headers []string) ([]v1.Credential, error) {
 	var out []v1.Credential
-	split := func(flag, s string) (string, []string, error) {
+	// NAME@HOST[,HOST...][/PATH-PREFIX]
+	split := func(flag, s string) (string, []string, string, error) {
 		name, hosts, ok := strings.Cut(s, "@")
 		if !ok || name == "" || hosts == "" {
-			return "", nil, fmt.Errorf("%s %q: want NAME@HOST[,HOST...]", flag, s)
+			return "", nil, "", fmt.Errorf("%s %q: want NAME@HOST[,HOST...][/PATH-PREFIX]", flag, s)
 		}
-		return name, strings.Split(hosts, ","), nil
+		prefix := ""
+		if i := strings.IndexByte(hosts, '/'); i >= 0 {
+			hosts, prefix = hosts[:i], hosts[i:]
+		}
+		return name, strings.Split(hosts, ","), prefix, nil
 	}
 	for _, s := range plain {
-		name, hosts, err := split("--credential", s)
+		name, hosts, prefix, err := split("--credential", s)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, v1.Credential{Secret: name, Hosts: hosts})
+		out = append(out, v1.Credential{Secret: name, Hosts: hosts, PathPrefix: prefix})
 	}
 	for _, s := range headers {
 		binding, header, ok := strings.Cut(s, "=")
 		if !ok {
 			return nil, fmt.Errorf("--credential-header %q: want NAME@HOST='Header: template'", s)
 		}
-		name, hosts, err := split("--credential-header", binding)
+		name, hosts, prefix, err := split("--credential-header", binding)
 		if err != nil {
 			return nil, err
 		}
@@ -143,7 +149,7 @@ func parseCredentials(plain, headers []string) ([]v1.Credential, error) {
 		if !ok || strings.TrimSpace(h) == "" || !strings.Contains(tmpl, "{{value}}") {
 			return nil, fmt.Errorf("--credential-header %q: the header must look like 'Authorization: Bearer {{value}}'", s)
 		}
-		out = append(out, v1.Credential{Secret: name, Hosts: hosts, Header: strings.TrimSpace(h), Template: strings.TrimSpace(tmpl)})
+		out = append(out, v1.Credential{Secret: name, Hosts: hosts, PathPrefix: prefix, Header: strings.TrimSpace(h), Template: strings.TrimSpace(tmpl)})
 	}
 	return out, nil
 }

@@ -66,6 +66,14 @@ func validateCredentials(creds []Credential) error {
 			}
 			c.Hosts[j] = n
 		}
+		if c.PathPrefix != "" && !policy.CleanHTTPPath(c.PathPrefix) {
+			return fmt.Errorf("%s: path prefix %q must start with / and have no empty, '.' or '..' segment, backslash or encoded '/', '\\' or '.': %w", where, c.PathPrefix, errdefs.ErrInvalidArgument)
+		}
+		for _, m := range c.Methods {
+			if !policy.IsMethod(m) {
+				return fmt.Errorf("%s: %q is not an HTTP method (upper case, e.g. GET): %w", where, m, errdefs.ErrInvalidArgument)
+			}
+		}
 		if g := c.GitHub; g != nil {
 			if len(g.Permissions) == 0 {
 				g.Permissions = map[string]string{"contents": "read"}

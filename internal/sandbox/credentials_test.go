@@ -33,6 +33,10 @@ func TestValidateCredentials(t *testing.T) {
 		{Credential{Secret: "X", Hosts: []string{"a.test"}, Header: "Authorization", Template: "Bearer"}, "{{value}}"},
 		{Credential{Secret: "X", Hosts: []string{"a.test"}, Header: "Authorization", Template: "a\r\nX: {{value}}"}, "one line"},
 		{Credential{Secret: "X", Hosts: []string{"a.test"}, Template: "{{value}}"}, "needs a header"},
+		{Credential{Secret: "X", Hosts: []string{"a.test"}, PathPrefix: "v1/"}, "path prefix"},
+		{Credential{Secret: "X", Hosts: []string{"a.test"}, PathPrefix: "/v1/../admin"}, "path prefix"},
+		{Credential{Secret: "X", Hosts: []string{"a.test"}, Methods: []string{"get"}}, "not an HTTP method"},
+		{Credential{Secret: "X", Hosts: []string{"a.test"}, GitHub: &GitHubScope{Repositories: []string{"a/b"}}}, "not a repository name"},
 	} {
 		if err := validateCredentials([]Credential{tc.c}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error with %q", tc.c, err, tc.want)

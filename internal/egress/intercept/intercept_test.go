@@ -825,3 +825,45 @@ func TestFetcherPerRequest(t *testing.T) {
 		t.Errorf("the upstream saw %d requests, want 2 (none after the failed fetch)", n)
 	}
 }
+
+// TestSandboxSuppliedHeaders (security case D06): a header binding replaces every
+// same-name header the sandbox sent, whatever their case; proxy headers are not forwarded.
+func TestSandboxSuppliedHeaders(t *testing.T) {
+	u := newUpstream(t, nil)
+	inj := Injection{Secret: "key", Value: secretValue(value), Header: "X-Api-Key"}
+	h := newHarness(t, u, Config{Injections: []Injection{inj}})
+	req, _ := http.NewRequest("GET", "https://api.test/", nil)
+	req.Header["X-Api-Key"] = []string{"attacker-1"}
+	req.Header["x-api-key"] = []string{"attacker-2"}
+	req.Header.Set("Proxy-Authorization", "Basic attacker")
+	res, err := h.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	got := u.seen()[0].Header
+	if v := got.Values("X-Api-Key"); len(v) != 1 || v[0] != value {
+		t.Errorf("upstream X-Api-Key = %q, want exactly the injected value", v)
+	}
+	if v := got.Get("Proxy-Authorization"); v != "" {
+		t.Errorf("Proxy-Authorization forwarded: %q", v)
+	}
+}
+
+// TestRedirectNotFollowed (security case D07): a redirect from the bound host goes back to
+// the sandbox as it is; moat never follows it with the credential.
+func TestRedirectNotFollowed(t *testing.T) {
+	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "https://elsewhere.test/collect", http.StatusFound)
+	})
+	h := newHarness(t, u, Config{Injections: []Injection{bearer()}})
+	c := h.client()
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	res, _ := do(t, c, "GET", "https://api.test/start", "Bearer "+placeholder, nil)
+	if res.StatusCode != http.StatusFound || res.Header.Get("Location") != "https://elsewhere.test/collect" {
+		t.Errorf("got %d Location %q", res.StatusCode, res.Header.Get("Location"))
+	}
+	if n := len(u.seen()); n != 1 {
+		t.Errorf("the upstream saw %d requests, want 1", n)
+	}
+}

@@ -44,7 +44,7 @@ func parseHTTPRule(s string) (*httpRule, error) {
 	if len(rest) > 0 && !strings.HasPrefix(rest[0], "/") {
 		if rest[0] != "*" {
 			for _, m := range strings.Split(rest[0], ",") {
-				if !isMethod(m) {
+				if !IsMethod(m) {
 					return nil, invalidf("%q is not an HTTP method (upper case, e.g. GET,POST; * for any)", m)
 				}
 				if !containsString(r.methods, m) {
@@ -105,8 +105,8 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// isMethod reports whether m is an upper-case HTTP method token.
-func isMethod(m string) bool {
+// IsMethod reports whether m is an upper-case HTTP method token (letters, '-', '_').
+func IsMethod(m string) bool {
 	if m == "" || len(m) > 32 {
 		return false
 	}
