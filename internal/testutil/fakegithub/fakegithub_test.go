@@ -20,7 +20,6 @@ import (
 	"github.com/moatdev/moat/internal/testutil/fakegithub"
 )
 
-
 // appJWT signs an App JWT with key for iss, issued at iat and valid for life.
 func appJWT(t *testing.T, key *rsa.PrivateKey, iss string, iat time.Time, life time.Duration) string {
 	t.Helper()
