@@ -36,6 +36,9 @@ type Credential struct {
 	// GitHub, for a secret that is a GitHub App's key, is the scope of the installation
 	// tokens moat mints for this sandbox; the placeholder stands for the current token.
 	GitHub *GitHubScope `json:"github,omitempty"`
+	// PlainHTTP lets the value into plain HTTP requests to the hosts too (default: TLS
+	// only; plain HTTP to a bound host is refused).
+	PlainHTTP bool `json:"plain_http,omitempty"`
 }
 
 // GitHubScope limits the GitHub App installation tokens of one sandbox.

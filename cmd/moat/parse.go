@@ -112,36 +112,41 @@ func splitRemote(arg string) (id, path string, ok bool) {
 	return id, path, true
 }
 
-// parseCredentials reads --credential NAME@HOST[,HOST...][/PATH-PREFIX] and
-// --credential-header NAME@HOST[,HOST...][/PATH-PREFIX]='Header: template'. With a path
-// prefix the value goes only into requests whose path starts with it.
+// parseCredentials reads --credential NAME@[http://]HOST[,HOST...][/PATH-PREFIX] and
+// --credential-header NAME@[http://]HOST[,HOST...][/PATH-PREFIX]='Header: template'.
+// With a path prefix the value goes only into requests whose path starts with it; with
+// http:// also into plain HTTP requests.
 func parseCredentials(plain, headers []string) ([]v1.Credential, error) {
 	var out []v1.Credential
-	// NAME@HOST[,HOST...][/PATH-PREFIX]
-	split := func(flag, s string) (string, []string, string, error) {
+	// NAME@[http://]HOST[,HOST...][/PATH-PREFIX]
+	split := func(flag, s string) (v1.Credential, error) {
 		name, hosts, ok := strings.Cut(s, "@")
 		if !ok || name == "" || hosts == "" {
-			return "", nil, "", fmt.Errorf("%s %q: want NAME@HOST[,HOST...][/PATH-PREFIX]", flag, s)
+			return v1.Credential{}, fmt.Errorf("%s %q: want NAME@[http://]HOST[,HOST...][/PATH-PREFIX]", flag, s)
 		}
-		prefix := ""
+		c := v1.Credential{Secret: name}
+		if rest, ok := strings.CutPrefix(hosts, "http://"); ok {
+			hosts, c.PlainHTTP = rest, true
+		}
 		if i := strings.IndexByte(hosts, '/'); i >= 0 {
-			hosts, prefix = hosts[:i], hosts[i:]
+			hosts, c.PathPrefix = hosts[:i], hosts[i:]
 		}
-		return name, strings.Split(hosts, ","), prefix, nil
+		c.Hosts = strings.Split(hosts, ",")
+		return c, nil
 	}
 	for _, s := range plain {
-		name, hosts, prefix, err := split("--credential", s)
+		c, err := split("--credential", s)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, v1.Credential{Secret: name, Hosts: hosts, PathPrefix: prefix})
+		out = append(out, c)
 	}
 	for _, s := range headers {
 		binding, header, ok := strings.Cut(s, "=")
 		if !ok {
 			return nil, fmt.Errorf("--credential-header %q: want NAME@HOST='Header: template'", s)
 		}
-		name, hosts, prefix, err := split("--credential-header", binding)
+		c, err := split("--credential-header", binding)
 		if err != nil {
 			return nil, err
 		}
@@ -149,7 +154,8 @@ func parseCredentials(plain, headers []string) ([]v1.Credential, error) {
 		if !ok || strings.TrimSpace(h) == "" || !strings.Contains(tmpl, "{{value}}") {
 			return nil, fmt.Errorf("--credential-header %q: the header must look like 'Authorization: Bearer {{value}}'", s)
 		}
-		out = append(out, v1.Credential{Secret: name, Hosts: hosts, PathPrefix: prefix, Header: strings.TrimSpace(h), Template: strings.TrimSpace(tmpl)})
+		c.Header, c.Template = strings.TrimSpace(h), strings.TrimSpace(tmpl)
+		out = append(out, c)
 	}
 	return out, nil
 }

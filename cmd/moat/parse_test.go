@@ -183,12 +183,13 @@ func TestHTTPFlag(t *testing.T) {
 }
 
 func TestParseCredentialPathPrefix(t *testing.T) {
-	got, err := parseCredentials([]string{"GH@api.github.com/repos/acme/"}, []string{"K@a.test,b.test/v1/=X-Key: {{value}}"})
+	got, err := parseCredentials([]string{"GH@api.github.com/repos/acme/"}, []string{"K@http://a.test,b.test/v1/=X-Key: {{value}}"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got[0].PathPrefix != "/repos/acme/" || strings.Join(got[0].Hosts, ",") != "api.github.com" ||
-		got[1].PathPrefix != "/v1/" || strings.Join(got[1].Hosts, ",") != "a.test,b.test" || got[1].Header != "X-Key" {
+		got[1].PathPrefix != "/v1/" || strings.Join(got[1].Hosts, ",") != "a.test,b.test" || got[1].Header != "X-Key" ||
+		got[0].PlainHTTP || !got[1].PlainHTTP {
 		t.Errorf("got %+v", got)
 	}
 }

@@ -456,7 +456,7 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 	}
 	out.Policy = ToAPIPolicy(sb.EgressPolicy())
 	for _, c := range sb.Credentials {
-		cred := v1.Credential{Secret: c.Secret, Hosts: c.Hosts, Header: c.Header, Template: c.Template, PathPrefix: c.PathPrefix, Methods: c.Methods}
+		cred := v1.Credential{Secret: c.Secret, Hosts: c.Hosts, Header: c.Header, Template: c.Template, PathPrefix: c.PathPrefix, Methods: c.Methods, PlainHTTP: c.PlainHTTP}
 		if g := c.GitHub; g != nil {
 			cred.GitHub = &v1.GitHubScope{Repositories: g.Repositories, Permissions: g.Permissions}
 		}
@@ -525,7 +525,7 @@ func writeError(w http.ResponseWriter, err error) {
 func fromAPICredentials(in []v1.Credential) []sandbox.Credential {
 	var out []sandbox.Credential
 	for _, c := range in {
-		cred := sandbox.Credential{Secret: c.Secret, Hosts: c.Hosts, Header: c.Header, Template: c.Template, PathPrefix: c.PathPrefix, Methods: c.Methods}
+		cred := sandbox.Credential{Secret: c.Secret, Hosts: c.Hosts, Header: c.Header, Template: c.Template, PathPrefix: c.PathPrefix, Methods: c.Methods, PlainHTTP: c.PlainHTTP}
 		if g := c.GitHub; g != nil {
 			cred.GitHub = &sandbox.GitHubScope{Repositories: g.Repositories, Permissions: g.Permissions}
 		}

@@ -28,11 +28,16 @@ func TestHTTPRules(t *testing.T) {
 		c.EgressCA = caFile
 	})
 	ctx := context.Background()
+	const plainSecret = "plain-secret-value-5521"
+	if err := e.c.SetSecret(ctx, "PLAIN_TOKEN", plainSecret); err != nil {
+		t.Fatal(err)
+	}
 	for _, rt := range runtimesUnderTest(t) {
 		e.run(rt, func(t *testing.T, e *env) {
 			sb := e.create(v1.CreateSandboxRequest{
-				Runtime: rt,
-				Policy:  &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {HTTP: []string{"api.test GET,HEAD /allowed/"}}}},
+				Runtime:     rt,
+				Policy:      &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {HTTP: []string{"api.test GET,HEAD /allowed/", "allowed.test GET /ok/"}}}},
+				Credentials: []v1.Credential{{Secret: "PLAIN_TOKEN", Hosts: []string{"allowed.test"}, PlainHTTP: true}},
 			})
 			base := fmt.Sprintf("https://api.test:%d", port)
 			code := func(args string) string {
@@ -65,9 +70,24 @@ for p in ("/allowed/ka-%s", "/keepalive-secret-%s"):
 			if !strings.Contains(out, "/allowed/ka-"+rt+" 200") || !strings.Contains(out, "/keepalive-secret-"+rt+" 403") || in.log.contains("keepalive-secret-"+rt) {
 				t.Errorf("keep-alive: %q", out)
 			}
-			// Plain HTTP to an inspected host is refused.
-			if r := e.sh(sb.ID, "", fmt.Sprintf(`curl -sS --max-time 5 http://api.test:%d/allowed/plain-%s`, port, rt)); r.code == 0 || in.log.contains("plain-"+rt) {
-				t.Errorf("plain HTTP went through: %+v", r)
+			// Plain HTTP to a host with HTTP rules is read and checked the same way, on
+			// every request; a binding that allows plain HTTP is injected there.
+			plainBase := fmt.Sprintf("http://allowed.test:%d", in.httpPort)
+			if out := e.mustSh(sb.ID, `curl -sS --max-time 10 -H "Authorization: Bearer $PLAIN_TOKEN" `+plainBase+`/ok/p-`+rt); !strings.Contains(out, "hello from allowed.test") ||
+				!in.log.contains("path=/ok/p-"+rt+" auth=Bearer "+plainSecret) {
+				t.Errorf("plain GET with a plain-HTTP binding: %q; log %v", out, in.log.all())
+			}
+			if got := code(plainBase + "/nope-" + rt); got != "403" || in.log.contains("nope-"+rt) {
+				t.Errorf("plain request outside the rules: %s", got)
+			}
+			out = e.mustSh(sb.ID, fmt.Sprintf(`python3 -c '
+import http.client
+c = http.client.HTTPConnection("allowed.test", %d, timeout=10)
+for p in ("/ok/pka-%s", "/plain-ka-secret-%s"):
+    c.request("GET", p); r = c.getresponse(); r.read(); print(p, r.status)
+'`, in.httpPort, rt, rt))
+			if !strings.Contains(out, "/ok/pka-"+rt+" 200") || !strings.Contains(out, "/plain-ka-secret-"+rt+" 403") || in.log.contains("plain-ka-secret-"+rt) {
+				t.Errorf("plain keep-alive: %q", out)
 			}
 
 			// The egress log names each request and why it was refused.

@@ -88,7 +88,7 @@ func newInternet(t *testing.T) *internet {
 	h := listen("127.0.0.2:0")
 	in.httpPort = port(h)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		in.log.add("http host=%s path=%s", r.Host, r.URL.Path)
+		in.log.add("http host=%s path=%s auth=%s", r.Host, r.URL.Path, r.Header.Get("Authorization"))
 		fmt.Fprintf(w, "hello from %s\n", r.Host)
 	})}
 	go srv.Serve(h)

@@ -249,7 +249,7 @@ func (m *Manager) interceptorFor(b *boundary, creds []sandbox.Credential, host s
 	if _, pol := b.current(); len(bound) == 0 && !pol.Inspects(host, port) {
 		return nil
 	}
-	return interceptor{m: m, b: b, id: b.id, creds: bound}
+	return interceptor{m: m, b: b, id: b.id, creds: bound, host: host, port: port}
 }
 
 // interceptor serves one sandbox's connections to one host whose requests moat sees.
@@ -258,12 +258,26 @@ type interceptor struct {
 	b     *boundary
 	id    string
 	creds []boundCred
+	host  string
+	port  uint16
 }
 
 // boundCred is a binding and its index in the sandbox's credentials.
 type boundCred struct {
 	sandbox.Credential
 	index int
+}
+
+// PlainHTTP says whether the host's plain HTTP connections are served (read and checked
+// in clear): when an HTTP rule covers it, or a binding for it allows plain HTTP.
+func (ic interceptor) PlainHTTP() bool {
+	for _, c := range ic.creds {
+		if c.PlainHTTP {
+			return true
+		}
+	}
+	_, pol := ic.b.current()
+	return pol.Inspects(ic.host, ic.port)
 }
 
 // check decides one request with the current phase's HTTP rules; requests to a host the
@@ -315,15 +329,15 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 		}
 		inj = append(inj, intercept.Injection{
 			Secret: c.Secret, Value: v, Placeholder: c.Placeholder, Header: c.Header, Template: c.Template,
-			PathPrefix: c.PathPrefix, Methods: c.Methods,
+			PathPrefix: c.PathPrefix, Methods: c.Methods, PlainHTTP: c.PlainHTTP,
 		})
 	}
 	return intercept.Serve(ctx, client, head, host, port, dial, intercept.Config{
 		CA: ca, RootCAs: ic.m.cfg.RootCAs, Injections: inj, Log: ic.m.log.With("sandbox", ic.id),
-		Check: ic.check(host, port), UpstreamSessions: ic.b.sessions,
+		Check: ic.check(host, port), UpstreamSessions: ic.b.sessions, PlainHTTP: ic.PlainHTTP(),
 		Audit: func(u intercept.Use) {
 			if ic.m.cfg.Audit != nil && u.Injected {
-				ic.m.cfg.Audit(ic.id, fmt.Sprintf("%s %s https://%s%s → %d", u.Secret, u.Method, u.Host, u.Path, u.Status))
+				ic.m.cfg.Audit(ic.id, fmt.Sprintf("%s %s %s://%s%s → %d", u.Secret, u.Method, u.Scheme, u.Host, u.Path, u.Status))
 			}
 		},
 	})

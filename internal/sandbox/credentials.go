@@ -30,6 +30,9 @@ type Credential struct {
 	// an installation token limited to this scope, minted by the daemon while the sandbox
 	// runs and revoked when it stops.
 	GitHub *GitHubScope `json:"github,omitempty"`
+	// PlainHTTP lets the value into plain HTTP requests to the hosts too (in clear, to an
+	// upstream nobody verifies): for internal services without TLS. Off by default.
+	PlainHTTP bool `json:"plain_http,omitempty"`
 	// Placeholder is generated at create for placeholder bindings; it is worthless
 	// anywhere but at the bound hosts.
 	Placeholder string `json:"placeholder,omitempty"`

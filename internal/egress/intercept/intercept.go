@@ -18,10 +18,11 @@
 // The same path serves hosts whose requests the egress policy limits (HTTP rules): Check
 // decides each request before it is sent, with or without injections.
 //
-// What the proxy decides, not this package: plain HTTP to a bound host never reaches
-// Serve, so it never gets a credential (the value would cross the network in clear, and
-// the sandbox could not tell a real upstream from a spoofed one); TLS to hosts without a
-// binding passes through untouched.
+// What the proxy decides, not this package: plain HTTP to a host reaches Serve only when
+// an HTTP rule covers the host or a binding for it says PlainHTTP, and only injections
+// marked PlainHTTP are applied in clear (the value would cross the network unprotected,
+// to an upstream nobody verified); TLS to hosts without a binding or HTTP rule passes
+// through untouched.
 //
 // Limits, by design:
 //   - Only request header values carry a placeholder in; one in the URL or the body goes
@@ -93,10 +94,14 @@ type Injection struct {
 	// Methods, if not empty, limits the injection to these methods (case-sensitive, as
 	// methods are).
 	Methods []string
+	// PlainHTTP lets the injection into requests on a plain HTTP connection (see
+	// Config.PlainHTTP); otherwise it applies over TLS only.
+	PlainHTTP bool
 }
 
 // Use is one intercepted request, for the audit log. It never carries a value.
 type Use struct {
+	Scheme             string // "https", or "http" on a plain connection
 	Host, Method, Path string // Path without the query
 	// Secret names the injections written into the request (comma-separated), or, when
 	// none was, those whose path and method limits matched.
@@ -116,6 +121,11 @@ type Config struct {
 	Injections []Injection // for this host
 	Audit      func(Use)   // called once per request, after the response; optional
 	Log        *slog.Logger
+	// PlainHTTP lets Serve take a plain HTTP connection (head does not start a TLS
+	// handshake): requests are read in clear and sent to the upstream in clear, with only
+	// the injections marked PlainHTTP. The proxy sets it for hosts whose HTTP rules or
+	// bindings allow it; without it such a connection is an error before anything is read.
+	PlainHTTP bool
 	// Check, if set, decides each request before anything is sent upstream (the egress
 	// policy's HTTP rules): a refused request gets 403 with reason, and nothing of it
 	// reaches the upstream. path is the escaped path without the query.
@@ -134,6 +144,7 @@ type Config struct {
 }
 
 const (
+	tlsHandshake     = 0x16 // the first byte of a TLS record carrying a ClientHello
 	minPlaceholder   = 8
 	redacted         = "[redacted]"
 	valueToken       = "{{value}}"
@@ -173,9 +184,9 @@ func (inj *Injection) Validate() error {
 // policy-checked upstream address, and Serve verifies the upstream's certificate for host
 // against cfg.RootCAs. Responses come back streamed, with real values scrubbed.
 //
-// The proxy calls Serve only for a TLS connection it has allowed, whose SNI named host,
-// and only for hosts with a binding; plain HTTP never comes here (see the package doc).
-// Bad cfg or host is an error before anything is read.
+// The proxy calls Serve only for a connection it has allowed, whose SNI (or Host) named
+// host, and only for hosts with a binding or an HTTP rule; a plain HTTP connection only
+// with cfg.PlainHTTP. Bad cfg or host is an error before anything is read.
 //
 // Serve returns when the client goes away (nil), or when ctx ends (its cause): the proxy's
 // policy change, total timeout or Close. It closes client. up and down count the bytes
@@ -186,24 +197,32 @@ func Serve(ctx context.Context, client net.Conn, head []byte, host string, port 
 		client.Close()
 		up, down = cc.up.Load(), cc.down.Load()
 	}()
-	s, err := newSession(host, port, dial, cfg)
+	plain := len(head) > 0 && head[0] != tlsHandshake
+	if plain && !cfg.PlainHTTP {
+		return 0, 0, fmt.Errorf("intercept: a plain connection to %s, which takes TLS only", host)
+	}
+	s, err := newSession(host, port, dial, cfg, plain)
 	if err != nil {
 		return 0, 0, err
 	}
-	tlsConf, err := cfg.CA.serverConfig(s.host)
-	if err != nil {
-		return 0, 0, err
-	}
-	tc := tls.Server(cc, tlsConf)
-	hctx, cancel := context.WithTimeout(ctx, s.handshakeTimeout)
-	err = tc.HandshakeContext(hctx)
-	cancel()
-	if err != nil {
-		return 0, 0, fmt.Errorf("TLS with the sandbox for %s: %w", s.host, err)
+	var conn net.Conn = cc
+	if !plain {
+		tlsConf, err := cfg.CA.serverConfig(s.host)
+		if err != nil {
+			return 0, 0, err
+		}
+		tc := tls.Server(cc, tlsConf)
+		hctx, cancel := context.WithTimeout(ctx, s.handshakeTimeout)
+		err = tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			return 0, 0, fmt.Errorf("TLS with the sandbox for %s: %w", s.host, err)
+		}
+		conn = tc
 	}
 	defer s.transport.CloseIdleConnections()
 
-	l := newOneConnListener(tc)
+	l := newOneConnListener(conn)
 	var closed sync.Once
 	done := make(chan struct{})
 	srv := &http.Server{
@@ -239,6 +258,7 @@ func Serve(ctx context.Context, client net.Conn, head []byte, host string, port 
 type session struct {
 	host             string // normalized
 	port             int
+	scheme           string // of the upstream: "https", or "http" for a plain session
 	authority        string // host:port, for the upstream URL
 	inj              []Injection
 	audit            func(Use)
@@ -250,7 +270,7 @@ type session struct {
 	proxy            *httputil.ReverseProxy
 }
 
-func newSession(host string, port int, dial func(context.Context) (net.Conn, error), cfg Config) (*session, error) {
+func newSession(host string, port int, dial func(context.Context) (net.Conn, error), cfg Config, plain bool) (*session, error) {
 	if cfg.CA == nil {
 		return nil, errors.New("intercept: no CA")
 	}
@@ -265,10 +285,18 @@ func newSession(host string, port int, dial func(context.Context) (net.Conn, err
 			return nil, err
 		}
 	}
+	inj := slices.Clone(cfg.Injections)
+	scheme := "https"
+	if plain {
+		// In clear, only the injections that allow it.
+		inj = slices.DeleteFunc(inj, func(i Injection) bool { return !i.PlainHTTP })
+		scheme = "http"
+	}
 	s := &session{
 		host:             normalizeHost(host),
 		port:             port,
-		inj:              slices.Clone(cfg.Injections),
+		scheme:           scheme,
+		inj:              inj,
 		audit:            cfg.Audit,
 		check:            cfg.Check,
 		log:              cfg.Log,
@@ -294,6 +322,12 @@ func newSession(host string, port int, dial func(context.Context) (net.Conn, err
 	}
 	s.transport = &http.Transport{
 		Proxy: nil, // never the environment's proxy
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			if !plain {
+				return nil, errors.New("intercept: a plain dial for a TLS session")
+			}
+			return dial(ctx)
+		},
 		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			raw, err := dial(ctx)
 			if err != nil {
@@ -346,7 +380,7 @@ func (s *session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ex := &exchange{values: make([]string, len(s.inj)), scrub: newReplacer()}
 	rw := &responseWriter{ResponseWriter: w, ex: ex}
 	defer func() {
-		u := Use{Host: s.host, Method: r.Method, Path: r.URL.Path, Status: rw.status}
+		u := Use{Scheme: s.scheme, Host: s.host, Method: r.Method, Path: r.URL.Path, Status: rw.status}
 		if len(ex.injected) > 0 && ex.sent.Load() {
 			u.Secret, u.Injected = strings.Join(ex.injected, ","), true
 		} else if len(ex.injected) > 0 {
@@ -447,7 +481,7 @@ func (s *session) scrubber(ex *exchange) *replacer {
 func (s *session) rewrite(pr *httputil.ProxyRequest) {
 	ex := pr.In.Context().Value(exchangeKey{}).(*exchange)
 	out := pr.Out
-	out.URL.Scheme = "https"
+	out.URL.Scheme = s.scheme
 	out.URL.Host = s.authority
 	out.URL.User = nil
 	out.URL.RawQuery = pr.In.URL.RawQuery // as the client sent it, unparsed

@@ -867,3 +867,52 @@ func TestRedirectNotFollowed(t *testing.T) {
 		t.Errorf("the upstream saw %d requests, want 1", n)
 	}
 }
+
+// TestPlainHTTP: a plain connection is served only with Config.PlainHTTP, and then carries
+// only the injections marked PlainHTTP; responses are scrubbed as over TLS.
+func TestPlainHTTP(t *testing.T) {
+	var mu sync.Mutex
+	var got []http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Clone())
+		mu.Unlock()
+		fmt.Fprintf(w, "you sent %s / %s", r.Header.Get("Authorization"), r.Header.Get("X-Key"))
+	}))
+	t.Cleanup(srv.Close)
+	u := &upstream{srv: srv, roots: x509.NewCertPool()}
+	plainInj := bearer()
+	plainInj.PlainHTTP = true
+	tlsOnly := Injection{Secret: "key", Value: secretValue("other-secret-value"), Header: "X-Key"}
+
+	h := newHarness(t, u, Config{PlainHTTP: true, Injections: []Injection{plainInj, tlsOnly}})
+	res, body := do(t, h.client(), "GET", "http://api.test/x", "Bearer "+placeholder, nil)
+	mu.Lock()
+	if len(got) != 1 || got[0].Get("Authorization") != "Bearer "+value || got[0].Get("X-Key") != "" {
+		t.Errorf("upstream got %v: want the plain injection only", got)
+	}
+	mu.Unlock()
+	noValue(t, res, body)
+	if body != "you sent Bearer "+placeholder+" / " {
+		t.Errorf("body %q", body)
+	}
+	if uses := h.usesSoFar(); len(uses) != 1 || uses[0].Scheme != "http" || !uses[0].Injected {
+		t.Errorf("uses %+v", uses)
+	}
+
+	// Without PlainHTTP the connection ends before anything is sent.
+	h2 := newHarness(t, u, Config{Injections: []Injection{plainInj}})
+	req, _ := http.NewRequest("GET", "http://api.test/refused", nil)
+	if res, err := h2.client().Do(req); err == nil {
+		res.Body.Close()
+		t.Errorf("a plain request went through: %d", res.StatusCode)
+	}
+	if r := <-h2.results; r.err == nil || !strings.Contains(r.err.Error(), "takes TLS only") {
+		t.Errorf("Serve error %v", r.err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 {
+		t.Errorf("the upstream saw %d requests, want 1", len(got))
+	}
+}

@@ -41,7 +41,7 @@
 // its path. The prefix is a string prefix of the escaped path: write "/repos/acme/", not
 // "/repos/acme", which also matches "/repos/acme-evil". Paths that a server might resolve
 // elsewhere (empty, "." or ".." segments, backslashes, encoded '/', '\' or '.') never
-// match. A host with HTTP rules is reached over TLS only: plain HTTP to it is refused.
+// match. Plain HTTP to a host with HTTP rules is read and checked the same way (in clear).
 //
 // # Decisions
 //

@@ -256,10 +256,11 @@ func (p *Proxy) handle(client net.Conn) {
 	var ic Interceptor
 	if ev.Allowed && req.Name != "" && p.cfg.Intercept != nil {
 		// A host whose requests moat inspects (a credential binding or an HTTP rule) is
-		// only ever reached through TLS that moat terminates: a secret is never put on a
-		// plain connection, and a plain one could not be told from a spoofed upstream. A
-		// client whose hello had not come within the peek window (seen under gVisor) gets
-		// a longer wait.
+		// reached through TLS that moat terminates, or through plain HTTP that moat reads
+		// when the interceptor takes it (an HTTP rule, or a binding that says so): a
+		// secret is never put on a plain connection unless its binding allows it. A
+		// client whose first bytes had not come within the peek window (seen under
+		// gVisor) gets a longer wait.
 		if ic = p.cfg.Intercept(req.Name, req.Port); ic != nil && len(head) == 0 {
 			var r sniff.Result
 			var err error
@@ -270,7 +271,7 @@ func (p *Proxy) handle(client net.Conn) {
 				}
 			}
 		}
-		if ic != nil && ev.Allowed && proto != sniff.TLS {
+		if ic != nil && ev.Allowed && proto != sniff.TLS && (proto != sniff.HTTP || !ic.PlainHTTP()) {
 			ev.Allowed, ev.Reason = false, "moat inspects the requests to "+req.Name+" (a credential binding or an HTTP rule): only TLS connections to it are allowed"
 		}
 	}
@@ -312,6 +313,8 @@ func (p *Proxy) handle(client net.Conn) {
 // to the upstream address the proxy already checked.
 type Interceptor interface {
 	Serve(ctx context.Context, client net.Conn, head []byte, host string, port int, dial func(context.Context) (net.Conn, error)) (up, down int64, err error)
+	// PlainHTTP says whether Serve also takes plain HTTP connections (else TLS only).
+	PlainHTTP() bool
 }
 
 // intercept serves a connection to a bound host through ic.

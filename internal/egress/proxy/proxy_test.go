@@ -577,6 +577,7 @@ func TestEvasions(t *testing.T) {
 type fakeInterceptor struct {
 	mu    sync.Mutex
 	calls []string
+	plain atomic.Bool
 }
 
 func (f *fakeInterceptor) Serve(ctx context.Context, client net.Conn, head []byte, host string, port int, dial func(context.Context) (net.Conn, error)) (int64, int64, error) {
@@ -591,6 +592,8 @@ func (f *fakeInterceptor) Serve(ctx context.Context, client net.Conn, head []byt
 	n, _ := io.WriteString(client, "intercepted\n")
 	return int64(len(head)), int64(n), nil
 }
+
+func (f *fakeInterceptor) PlainHTTP() bool { return f.plain.Load() }
 
 // TestInterceptHook: connections to a host with a credential binding go to the
 // interceptor when they are TLS, and are refused when they are not.
@@ -622,6 +625,18 @@ func TestInterceptHook(t *testing.T) {
 	}
 	if ev := h.lastEvent(); ev.Allowed || !strings.Contains(ev.Reason, "only TLS connections") {
 		t.Errorf("event = %+v", ev)
+	}
+	// An interceptor that takes plain HTTP gets it.
+	ic.plain.Store(true)
+	plain = h.dial()
+	io.WriteString(plain, "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+	if line, _ := bufio.NewReader(plain).ReadString('\n'); line != "intercepted\n" {
+		t.Errorf("plain HTTP to an interceptor taking it: %q", line)
+	}
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	if n := len(ic.calls); n != 2 || !strings.HasSuffix(ic.calls[1], "tls=false") {
+		t.Errorf("interceptor calls: %q", ic.calls)
 	}
 }
 
