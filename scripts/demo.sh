@@ -2,7 +2,8 @@
 # make demo: an agent-like task in a moat sandbox, with the embedded daemon (no `moat serve`
 # needed). It checks out a small Python project, runs its tests (one fails), lets the
 # "agent" fix the bug inside the sandbox, shows the diff, and shows what the sandbox could
-# not do. Nothing here touches the network.
+# not do, how a secret is brokered without entering the sandbox. Nothing here leaves this
+# machine: the "registry" and the "API" are local stand-ins on 127.0.0.2 and 127.0.0.3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MOAT=${MOAT:-$PWD/bin/moat}
@@ -98,8 +99,49 @@ curl -sS --max-time 5 http://registry.demo.test:18765/index.json || echo "run ph
 curl -sS --max-time 5 https://example.com/ || echo "example.com: blocked (moat never resolved or contacted it)"
 python3 -c "import socket; s = socket.create_connection((\"192.0.2.1\", 443), timeout=3); s.sendall(b\"x\"); s.recv(1)" 2>&1 | tail -n 1 | sed "s/^/direct IP 192.0.2.1: /"' || true
 
-say "5. The same on gVisor: a separate user-space kernel"
+say "5. Credentials: the sandbox holds a placeholder, the API gets the real token"
+# A stand-in API on 127.0.0.3 over HTTPS, with a certificate from a demo CA that the
+# daemon trusts for upstreams (--egress-ca). It logs the Authorization header it receives.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=demo-ca \
+  -keyout "$work/ca.key" -out "$work/ca.pem" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=api.demo.test \
+  -keyout "$work/api.key" -out "$work/api.csr" 2>/dev/null
+printf 'subjectAltName=DNS:api.demo.test\n' >"$work/ext"
+openssl x509 -req -in "$work/api.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial \
+  -days 1 -extfile "$work/ext" -out "$work/api.pem" 2>/dev/null
+cat >"$work/api.py" <<'PY'
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def reply(self):
+        with open(sys.argv[2], "a") as log:
+            log.write(f"{self.command} {self.path} Authorization: {self.headers.get('Authorization')}\n")
+        body = f"hello, {self.headers.get('Authorization')}\n".encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = reply
+    def log_message(self, *a): pass
+srv = http.server.HTTPServer(("127.0.0.3", 18766), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(sys.argv[1] + "/api.pem", sys.argv[1] + "/api.key")
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+srv.serve_forever()
+PY
+python3 "$work/api.py" "$work" "$work/api.log" &
+api=$!
+trap 'kill $registry $api 2>/dev/null || true; "$MOAT" secret rm DEMO_API_TOKEN 2>/dev/null || true; rm -rf "$work"' EXIT
+echo "127.0.0.3 api.demo.test" >>"$work/hosts"
+printf 'sk-demo-REAL-%s' "$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')" | "$MOAT" secret set DEMO_API_TOKEN
+"$MOAT" secret ls
+sleep 0.3
+"$MOAT" --egress-hosts "$work/hosts" --egress-ca "$work/ca.pem" run --memory 256M --disk 128M \
+  --credential DEMO_API_TOKEN@api.demo.test --http 'api.demo.test GET /v1/' -- '
+echo "inside, \$DEMO_API_TOKEN = $DEMO_API_TOKEN"
+curl -sS --max-time 10 -H "Authorization: Bearer $DEMO_API_TOKEN" https://api.demo.test:18766/v1/whoami
+echo "a POST the HTTP rule does not allow: $(curl -s --max-time 10 -o /dev/null -w "%{http_code}" -X POST https://api.demo.test:18766/v1/delete-everything)"' || true
+echo "what the API server received (the real token, and no POST):"; sed 's/^/  /' "$work/api.log"
+"$MOAT" secret rm DEMO_API_TOKEN
+
+say "6. The same on gVisor: a separate user-space kernel"
 "$MOAT" run --runtime runsc --memory 256M --disk 128M -- 'echo "kernel inside: $(uname -r) (host: '"$(uname -r)"')"; python3 -c "print(sum(range(10**6)))"'
 
-say "Done: six sandboxes ran, each deleted afterwards"
+say "Done: seven sandboxes ran, each deleted afterwards"
 "$MOAT" ls
