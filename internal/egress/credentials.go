@@ -39,7 +39,8 @@ type providers struct {
 	m  map[string]map[int]tokens.Provider
 }
 
-// set makes ps sandbox id's providers, revoking those it replaces.
+// set makes ps sandbox id's providers and returns those it replaces, for the caller to
+// revoke.
 func (p *providers) set(id string, ps map[int]tokens.Provider) []tokens.Provider {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -127,7 +128,7 @@ func (t tokenSecret) Reveal() string {
 	return v
 }
 
-// cas keeps the interception CAs of sandboxes with credential bindings.
+// cas keeps the interception CAs of running sandboxes.
 type cas struct {
 	mu sync.Mutex
 	m  map[string]*intercept.CA
