@@ -662,8 +662,8 @@ func TestAuditNeverCarriesValue(t *testing.T) {
 	do(t, c, "DELETE", "https://api.test/b", "", nil)
 	uses := h.usesSoFar()
 	want := []Use{
-		{Host: host, Method: "GET", Path: "/a", Secret: "openai,gh", Injected: true, Status: 200},
-		{Host: host, Method: "DELETE", Path: "/b", Secret: "gh", Injected: true, Status: 200},
+		{Scheme: "https", Host: host, Method: "GET", Path: "/a", Secret: "openai,gh", Injected: true, Status: 200},
+		{Scheme: "https", Host: host, Method: "DELETE", Path: "/b", Secret: "gh", Injected: true, Status: 200},
 	}
 	if fmt.Sprint(uses) != fmt.Sprint(want) {
 		t.Errorf("audit\n got %+v\nwant %+v", uses, want)
