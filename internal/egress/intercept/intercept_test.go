@@ -916,3 +916,26 @@ func TestPlainHTTP(t *testing.T) {
 		t.Errorf("the upstream saw %d requests, want 1", len(got))
 	}
 }
+
+// TestUpstreamSessionsResumed: with Config.UpstreamSessions, a second client connection's
+// upstream TLS session is resumed.
+func TestUpstreamSessionsResumed(t *testing.T) {
+	var mu sync.Mutex
+	var resumed []bool
+	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		resumed = append(resumed, r.TLS.DidResume)
+		mu.Unlock()
+	})
+	h := newHarness(t, u, Config{Injections: []Injection{bearer()}, UpstreamSessions: tls.NewLRUClientSessionCache(8)})
+	for range 2 {
+		c := h.client()
+		c.Transport.(*http.Transport).DisableKeepAlives = true
+		do(t, c, "GET", "https://api.test/", "", nil)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(resumed) != 2 || resumed[0] || !resumed[1] {
+		t.Errorf("upstream sessions resumed: %v, want [false true]", resumed)
+	}
+}
