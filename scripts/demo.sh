@@ -133,7 +133,7 @@ printf 'sk-demo-REAL-%s' "$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 "$MOAT" secret ls
 sleep 0.3
 "$MOAT" --egress-hosts "$work/hosts" --egress-ca "$work/ca.pem" run --memory 256M --disk 128M \
-  --credential DEMO_API_TOKEN@api.demo.test --http 'api.demo.test GET /v1/' -- '
+  --credential DEMO_API_TOKEN@api.demo.test:18766 --http 'api.demo.test GET /v1/' -- '
 echo "inside, \$DEMO_API_TOKEN = $DEMO_API_TOKEN"
 curl -sS --max-time 10 -H "Authorization: Bearer $DEMO_API_TOKEN" https://api.demo.test:18766/v1/whoami
 echo "a POST the HTTP rule does not allow: $(curl -s --max-time 10 -o /dev/null -w "%{http_code}" -X POST https://api.demo.test:18766/v1/delete-everything)"' || true

@@ -41,6 +41,10 @@ func TestCredentialBrokering(t *testing.T) {
 		// An upstream that echoes what it got: the sandbox must not see the value back.
 		fmt.Fprintf(w, "you sent %s\n", r.Header.Get("Authorization"))
 	}), "api.test", "other.test")
+	// Another service on the bound host, on a port the binding does not name.
+	port2, _ := tlsUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		in.log.add("port2 path=%s auth=%s", r.URL.Path, r.Header.Get("Authorization"))
+	}), "api.test")
 	hosts := filepath.Join(t.TempDir(), "hosts")
 	os.WriteFile(hosts, []byte("127.0.0.4 api.test other.test\n"), 0o644)
 
@@ -65,7 +69,7 @@ func TestCredentialBrokering(t *testing.T) {
 			sb := e.create(v1.CreateSandboxRequest{
 				Runtime:     rt,
 				Policy:      &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"api.test", "other.test"}}}},
-				Credentials: []v1.Credential{{Secret: "API_TOKEN", Hosts: []string{"api.test"}}},
+				Credentials: []v1.Credential{{Secret: "API_TOKEN", Hosts: []string{fmt.Sprintf("api.test:%d", port)}}},
 			})
 			ph := strings.TrimSpace(e.mustSh(sb.ID, `echo "$API_TOKEN"`))
 			if !strings.HasPrefix(ph, "moat-placeholder-") {
@@ -125,6 +129,14 @@ func TestCredentialBrokering(t *testing.T) {
 				}
 			})
 
+			e.run("another port of the bound host gets the placeholder", func(t *testing.T, e *env) {
+				// Not intercepted (TLS passes through: -k, the test CA is not the sandbox's).
+				e.mustSh(sb.ID, fmt.Sprintf(`curl -sSk --max-time 10 -H "Authorization: Bearer $API_TOKEN" https://api.test:%d/p2-%s`, port2, rt))
+				if !in.log.contains("port2 path=/p2-" + rt + " auth=Bearer " + ph) {
+					t.Errorf("the other port did not get the placeholder: %v", in.log.all())
+				}
+			})
+
 			e.run("plain HTTP to the bound host is refused", func(t *testing.T, e *env) {
 				if r := e.sh(sb.ID, "", fmt.Sprintf(`curl -sS --max-time 5 -H "Authorization: Bearer $API_TOKEN" http://api.test:%d/plain-%s`, port, rt)); r.code == 0 {
 					t.Errorf("plain HTTP went through: %+v", r)
@@ -171,7 +183,7 @@ func TestCredentialBrokering(t *testing.T) {
 				bound := false
 				for _, s := range list {
 					for _, b := range s.Bindings {
-						bound = bound || s.Name == "API_TOKEN" && b.Sandbox == sb.ID && b.Kind == "placeholder" && strings.Join(b.Hosts, ",") == "api.test"
+						bound = bound || s.Name == "API_TOKEN" && b.Sandbox == sb.ID && b.Kind == "placeholder" && strings.Join(b.Hosts, ",") == fmt.Sprintf("api.test:%d", port)
 					}
 				}
 				if !bound {
@@ -203,7 +215,7 @@ func TestCredentialBrokering(t *testing.T) {
 	e.run("rotation", func(t *testing.T, e *env) {
 		sb := e.create(v1.CreateSandboxRequest{
 			Policy:      &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"api.test"}}}},
-			Credentials: []v1.Credential{{Secret: "API_TOKEN", Hosts: []string{"api.test"}}},
+			Credentials: []v1.Credential{{Secret: "API_TOKEN", Hosts: []string{fmt.Sprintf("api.test:%d", port)}}},
 		})
 		const rotated = "rotated-secret-77aa19c4e2"
 		call := func(tag string) string {

@@ -93,7 +93,7 @@ func TestGitHubAppTokens(t *testing.T) {
 		e.run(rt, func(t *testing.T, e *env) {
 			mintsBefore := len(gh.Tokens())
 			sb := e.create(v1.CreateSandboxRequest{Runtime: rt, Policy: pol,
-				Credentials: []v1.Credential{{Secret: "GH_TOKEN", Hosts: []string{"git.test"}, GitHub: scope}}})
+				Credentials: []v1.Credential{{Secret: "GH_TOKEN", Hosts: []string{fmt.Sprintf("git.test:%d", port)}, GitHub: scope}}})
 			ph := strings.TrimSpace(e.mustSh(sb.ID, `echo "$GH_TOKEN"`))
 			if !strings.HasPrefix(ph, "moat-placeholder-") {
 				t.Fatalf("GH_TOKEN inside = %q", ph)
@@ -178,7 +178,7 @@ func TestGitHubAppTokens(t *testing.T) {
 	}
 	// A static secret replaced by an App key while a sandbox binds it is never sent as is.
 	e.run("static secret replaced by an App key", func(t *testing.T, e *env) {
-		sb := e.create(v1.CreateSandboxRequest{Policy: pol, Credentials: []v1.Credential{{Secret: "STATIC", Hosts: []string{"git.test"}}}})
+		sb := e.create(v1.CreateSandboxRequest{Policy: pol, Credentials: []v1.Credential{{Secret: "STATIC", Hosts: []string{fmt.Sprintf("git.test:%d", port)}}}})
 		if err := e.c.SetGitHubApp(ctx, "STATIC", string(gh.PrivateKeyPEM()), app); err != nil {
 			t.Fatal(err)
 		}

@@ -37,7 +37,7 @@ func TestHTTPRules(t *testing.T) {
 			sb := e.create(v1.CreateSandboxRequest{
 				Runtime:     rt,
 				Policy:      &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {HTTP: []string{"api.test GET,HEAD /allowed/", "allowed.test GET /ok/"}}}},
-				Credentials: []v1.Credential{{Secret: "PLAIN_TOKEN", Hosts: []string{"allowed.test"}, PlainHTTP: true}},
+				Credentials: []v1.Credential{{Secret: "PLAIN_TOKEN", Hosts: []string{fmt.Sprintf("allowed.test:%d", in.httpPort)}, PlainHTTP: true}},
 			})
 			base := fmt.Sprintf("https://api.test:%d", port)
 			code := func(args string) string {

@@ -243,7 +243,7 @@ func (m *Manager) Forget(id string) {
 func (m *Manager) interceptorFor(b *boundary, creds []sandbox.Credential, host string, port uint16) proxy.Interceptor {
 	var bound []boundCred
 	for i, c := range creds {
-		if c.MatchesHost(host) {
+		if c.MatchesHost(host, port) {
 			bound = append(bound, boundCred{c, i})
 		}
 	}

@@ -61,7 +61,7 @@ func BenchmarkCredentials(b *testing.B) {
 	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 	r := newRigWith(b, egress.Hosts{"bound.test": lo, "pass.test": lo, "l7.test": lo},
 		policy.Single(policy.Rules{Allow: []string{"bound.test", "pass.test"}, HTTP: []string{"l7.test GET /"}}),
-		[]sandbox.Credential{{Secret: "TOK", Hosts: []string{"bound.test"}, Placeholder: ph}},
+		[]sandbox.Credential{{Secret: "TOK", Hosts: []string{fmt.Sprintf("bound.test:%d", port)}, Placeholder: ph}},
 		func(c *egress.Config) { c.Secrets, c.CADir, c.RootCAs = store, dir+"/ca", roots })
 	clientRoots := roots.Clone()
 	clientRoots.AppendCertsFromPEM([]byte(r.caPEM))

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/moatdev/moat/internal/egress/policy"
@@ -13,12 +14,13 @@ import (
 	"github.com/moatdev/moat/internal/tokens"
 )
 
-// Credential binds a stored secret to the hosts it may be sent to. The sandbox never holds
-// the secret: with a placeholder binding its environment variable Secret holds Placeholder,
-// which the egress proxy replaces with the real value in requests to the bound hosts only;
-// with a header binding the proxy sets Header (Template with "{{value}}" filled in) on
-// requests to them. Either way the proxy terminates TLS to those hosts with the sandbox's
-// own CA.
+// Credential binds a stored secret to the hosts it may be sent to: "HOST", "*.DOMAIN" or
+// either with ":PORT" (without a port: 443, and 80 for plain HTTP bindings). The sandbox
+// never holds the secret: with a placeholder binding its environment variable Secret holds
+// Placeholder, which the egress proxy replaces with the real value in requests to the
+// bound hosts only; with a header binding the proxy sets Header (Template with "{{value}}"
+// filled in) on requests to them. Either way the proxy terminates TLS to those hosts with
+// the sandbox's own CA.
 type Credential struct {
 	Secret     string   `json:"secret"`
 	Hosts      []string `json:"hosts"`
@@ -59,13 +61,21 @@ func validateCredentials(creds []Credential) error {
 			return fmt.Errorf("%s: bind it to at least one host: %w", where, errdefs.ErrInvalidArgument)
 		}
 		for j, h := range c.Hosts {
-			name := strings.TrimPrefix(h, "*.")
+			hostPart, portPart, hasPort := strings.Cut(h, ":")
+			name := strings.TrimPrefix(hostPart, "*.")
 			n, err := policy.NormalizeName(name)
 			if err != nil {
 				return fmt.Errorf("%s: host %q: %v: %w", where, h, err, errdefs.ErrInvalidArgument)
 			}
-			if strings.HasPrefix(h, "*.") {
+			if strings.HasPrefix(hostPart, "*.") {
 				n = "*." + n
+			}
+			if hasPort {
+				p, err := strconv.ParseUint(portPart, 10, 16)
+				if err != nil || p == 0 {
+					return fmt.Errorf("%s: host %q: the port must be 1-65535: %w", where, h, errdefs.ErrInvalidArgument)
+				}
+				n += ":" + strconv.FormatUint(p, 10)
 			}
 			c.Hosts[j] = n
 		}
@@ -125,10 +135,19 @@ func reservedEnv(name string) bool {
 	return strings.HasPrefix(name, "LD_") || strings.HasPrefix(name, "MOAT_") || strings.HasPrefix(name, "LC_")
 }
 
-// MatchesHost reports whether the credential is bound to host (a normalized name).
-func (c Credential) MatchesHost(host string) bool {
+// MatchesHost reports whether the credential is bound to host (a normalized name) on
+// port. A host entry without a port binds port 443 (HTTPS), and port 80 too when the
+// binding allows plain HTTP; "HOST:PORT" binds that port only.
+func (c Credential) MatchesHost(host string, port uint16) bool {
 	for _, h := range c.Hosts {
-		if h == host || strings.HasPrefix(h, "*.") && strings.HasSuffix(host, h[1:]) {
+		name, p, hasPort := strings.Cut(h, ":")
+		switch {
+		case hasPort && p != strconv.Itoa(int(port)):
+			continue
+		case !hasPort && port != 443 && !(c.PlainHTTP && port == 80):
+			continue
+		}
+		if name == host || strings.HasPrefix(name, "*.") && strings.HasSuffix(host, name[1:]) {
 			return true
 		}
 	}
