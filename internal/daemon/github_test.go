@@ -162,17 +162,28 @@ func TestGitHubAppTokens(t *testing.T) {
 			}
 			waitRevoked(t, gh, toks[1])
 
-			// Each use is audited by secret, method and path.
-			evs, _ := e.c.Events(ctx, sb.ID)
-			var uses []string
-			for _, ev := range evs {
-				if ev.Kind == "credential" {
-					uses = append(uses, ev.Detail)
+			// Each use is audited by secret, method and path; the last revocation is
+			// recorded in the background, just after GitHub answers.
+			var joined string
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				evs, _ := e.c.Events(ctx, sb.ID)
+				var uses []string
+				for _, ev := range evs {
+					if ev.Kind == "credential" {
+						uses = append(uses, ev.Detail)
+					}
+				}
+				joined = strings.Join(uses, "\n")
+				if strings.Count(joined, "token revoked") >= 2 || time.Now().After(deadline) {
+					break
 				}
 			}
-			joined := strings.Join(uses, "\n")
 			if !strings.Contains(joined, "GH_TOKEN POST https://git.test/git/widget.git/git-receive-pack") || strings.Contains(joined, tok) {
 				t.Errorf("credential events: %q", joined)
+			}
+			// Mints and revocations are audited with the scope: two of each (start, restart).
+			if n, r := strings.Count(joined, "installation token minted for widget (contents:write)"), strings.Count(joined, "installation token revoked for widget"); n != 2 || r != 2 {
+				t.Errorf("audited %d mints and %d revocations, want 2 and 2: %q", n, r, joined)
 			}
 		})
 	}

@@ -5,10 +5,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,8 +68,9 @@ func (p *providers) get(id string, i int) tokens.Provider {
 	return p.m[id][i]
 }
 
-// gitHubProvider makes the token provider of binding c to the App key c.Secret.
-func (m *Manager) gitHubProvider(c sandbox.Credential, app secrets.GitHubApp) (tokens.Provider, error) {
+// gitHubProvider makes sandbox id's token provider for binding c to the App key c.Secret.
+// Mints and revocations are audited with the token's scope and expiry.
+func (m *Manager) gitHubProvider(id string, c sandbox.Credential, app secrets.GitHubApp) (tokens.Provider, error) {
 	key, _, err := m.cfg.Secrets.Lookup(c.Secret)
 	if err != nil {
 		return nil, err
@@ -80,6 +84,17 @@ func (m *Manager) gitHubProvider(c sandbox.Credential, app secrets.GitHubApp) (t
 			TLSClientConfig: &tls.Config{RootCAs: m.cfg.RootCAs, MinVersion: tls.VersionTLS12},
 		}},
 		Logger: m.log,
+		Events: func(kind string, exp time.Time) {
+			if m.cfg.Audit == nil {
+				return
+			}
+			perms := make([]string, 0, len(c.GitHub.Permissions))
+			for _, k := range slices.Sorted(maps.Keys(c.GitHub.Permissions)) {
+				perms = append(perms, k+":"+c.GitHub.Permissions[k])
+			}
+			m.cfg.Audit(id, fmt.Sprintf("%s: GitHub App %s installation token %s for %s (%s), expires %s",
+				c.Secret, app.AppID, kind, strings.Join(c.GitHub.Repositories, ","), strings.Join(perms, ","), exp.UTC().Format(time.RFC3339)))
+		},
 	})
 }
 
@@ -166,7 +181,7 @@ func (m *Manager) credentials(id string, spec policy.Spec, creds []sandbox.Crede
 		case info.GitHubApp == nil:
 			continue
 		}
-		p, err := m.gitHubProvider(c, *info.GitHubApp)
+		p, err := m.gitHubProvider(id, c, *info.GitHubApp)
 		if err != nil {
 			return "", fmt.Errorf("credential %s: %w", c.Secret, err)
 		}

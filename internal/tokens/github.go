@@ -68,6 +68,9 @@ type GitHubAppConfig struct {
 	// Logger receives failed refreshes that were covered by a still-valid token; default:
 	// discard. Records never hold a token, a JWT or key material.
 	Logger *slog.Logger
+	// Events, if set, is told of each token minted ("minted") and revoked ("revoked"),
+	// with its expiry, for the audit log; never the token. It must not block.
+	Events func(kind string, expiresAt time.Time)
 }
 
 // appIDRule matches App IDs (digits) and client IDs ("Iv1.0123abcd", "Iv23li...").
@@ -308,6 +311,9 @@ func (g *gitHubApp) fly(ctx context.Context, f *flight) {
 	ctx, cancel := context.WithTimeout(ctx, mintTimeout)
 	defer cancel()
 	c, err := g.mint(ctx)
+	if err == nil && g.cfg.Events != nil {
+		g.cfg.Events("minted", c.tok.ExpiresAt)
+	}
 
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -492,6 +498,9 @@ func (g *gitHubApp) Revoke(ctx context.Context) error {
 		}
 		g.mu.Unlock()
 		return fmt.Errorf("revoking installation token of GitHub App %s: %w", g.cfg.AppID, err)
+	}
+	if g.cfg.Events != nil {
+		g.cfg.Events("revoked", c.tok.ExpiresAt)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -556,4 +557,34 @@ func truncatePEM(p []byte) []byte {
 	lines := strings.Split(string(p), "\n")
 	body := lines[1 : len(lines)-2]
 	return []byte(lines[0] + "\n" + strings.Join(body[:len(body)/2], "\n") + "\n" + lines[len(lines)-2] + "\n")
+}
+
+func TestGitHubAppEvents(t *testing.T) {
+	c := newClock()
+	f := newFakeGitHub(t, c)
+	cfg := appConfig(f)
+	var mu sync.Mutex
+	var events []string
+	cfg.Events = func(kind string, exp time.Time) {
+		mu.Lock()
+		events = append(events, fmt.Sprintf("%s %s", kind, exp.Sub(c.Now())))
+		mu.Unlock()
+	}
+	p := newApp(t, cfg)
+	for range 2 { // the second Token is served from the cache: no event
+		if _, err := p.Token(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Revoke(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Revoke(t.Context()); err != nil { // nothing left to revoke: no event
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"minted 1h0m0s", "revoked 1h0m0s"}; !slices.Equal(events, want) {
+		t.Errorf("events %q, want %q", events, want)
+	}
 }
