@@ -25,8 +25,8 @@
 // through untouched.
 //
 // Limits, by design:
-//   - Only request header values carry a placeholder in; one in the URL or the body goes
-//     upstream unchanged (as the harmless placeholder).
+//   - Only request header values and the query string carry a placeholder in; one in the
+//     path or the body goes upstream unchanged (as the harmless placeholder).
 //   - Scrubbing finds the literal value, and the base64 form of any Basic credentials
 //     this package wrote. An upstream that echoes the value transformed (hashed,
 //     percent-encoded beyond the usual token alphabet, encrypted) can return it to the
@@ -79,8 +79,8 @@ type Injection struct {
 	Secret string // the secret's name, for the audit log
 	Value  Secret
 	// Placeholder, if not empty, is replaced by the value in every request header value,
-	// including inside Basic credentials ("Basic base64(user:placeholder)"). At least 8
-	// bytes: a short one would match by chance.
+	// including inside Basic credentials ("Basic base64(user:placeholder)"), and in the
+	// query string (query-escaped). At least 8 bytes: a short one would match by chance.
 	Placeholder string
 	// Header, if not empty, is set on every request to Template with "{{value}}" replaced
 	// by the value. An empty Template means the bare value. Hop-by-hop and framing headers
@@ -370,7 +370,7 @@ type exchange struct {
 	matched   []string // names of injections whose limits matched
 	injected  []string // names of injections written into the request
 	scrub     *replacer
-	basicForm []string // old, new pairs: Basic credentials written → as the client sent them
+	basicForm []string // old, new pairs: encoded forms written (Basic credentials, query-escaped values) → as the client sent them
 	sent      atomic.Bool
 }
 
@@ -499,6 +499,16 @@ func (s *session) rewrite(pr *httputil.ProxyRequest) {
 		v, wrote := ex.values[i], false
 		if inj.Placeholder != "" {
 			wrote = replaceInHeader(out.Header, inj.Placeholder, v, &ex.basicForm)
+			// In the query string too (APIs that take ?key=), query-escaped; an echo of
+			// the escaped form is scrubbed like a Basic credential's.
+			if strings.Contains(out.URL.RawQuery, inj.Placeholder) {
+				esc := url.QueryEscape(v)
+				out.URL.RawQuery = strings.ReplaceAll(out.URL.RawQuery, inj.Placeholder, esc)
+				if esc != v {
+					ex.basicForm = append(ex.basicForm, esc, inj.Placeholder)
+				}
+				wrote = true
+			}
 		}
 		if inj.Header != "" {
 			t := inj.Template

@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -937,5 +938,34 @@ func TestUpstreamSessionsResumed(t *testing.T) {
 	defer mu.Unlock()
 	if len(resumed) != 2 || resumed[0] || !resumed[1] {
 		t.Errorf("upstream sessions resumed: %v, want [false true]", resumed)
+	}
+}
+
+// TestPlaceholderInQuery: a placeholder in the query string is replaced, query-escaped,
+// and an echo of the escaped form comes back as the placeholder.
+func TestPlaceholderInQuery(t *testing.T) {
+	const odd = "k/e+y= value&1"
+	got := make(chan string, 1)
+	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		got <- r.URL.Query().Get("key")
+		fmt.Fprintf(w, "raw=%s key=%s", r.URL.RawQuery, r.URL.Query().Get("key"))
+	})
+	inj := Injection{Secret: "gkey", Value: secretValue(odd), Placeholder: placeholder}
+	h := newHarness(t, u, Config{Injections: []Injection{inj}})
+	res, body := do(t, h.client(), "GET", "https://api.test/v1/maps?key="+placeholder+"&x=1", "", nil)
+	if res.StatusCode != 200 {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+	if k := <-got; k != odd {
+		t.Errorf("upstream got key=%q, want the value", k)
+	}
+	if want := "raw=key=" + placeholder + "&x=1 key=" + placeholder; body != want {
+		t.Errorf("sandbox got %q, want %q", body, want)
+	}
+	if strings.Contains(body, url.QueryEscape(odd)) || strings.Contains(body, odd) {
+		t.Errorf("the value reached the sandbox: %q", body)
+	}
+	if uses := h.usesSoFar(); len(uses) != 1 || !uses[0].Injected {
+		t.Errorf("uses %+v", uses)
 	}
 }
