@@ -53,7 +53,6 @@ import (
 	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
-	"path"
 	"slices"
 	"sort"
 	"strconv"
@@ -61,6 +60,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/moatdev/moat/internal/egress/policy"
 )
 
 // Secret is a credential's value. Reveal is called once per request; values that rotate
@@ -87,9 +88,10 @@ type Injection struct {
 	// (Host, Content-Length, Transfer-Encoding, Connection, …) cannot be set.
 	Header   string
 	Template string
-	// PathPrefix, if not empty, limits the injection to requests whose path starts with
-	// it (a string prefix: use "/v1/" rather than "/v1"). Paths with dot segments, empty
-	// segments or backslashes never match: the upstream might resolve them elsewhere.
+	// PathPrefix, if not empty, limits the injection to requests whose path, as sent
+	// (escaped), starts with it (a string prefix: use "/v1/" rather than "/v1"). Paths
+	// that policy.CleanHTTPPath refuses (dot or empty segments, backslashes, encoded '/',
+	// '\' or '.') never match: the upstream might resolve them elsewhere.
 	PathPrefix string
 	// Methods, if not empty, limits the injection to these methods (case-sensitive, as
 	// methods are).
@@ -532,19 +534,12 @@ func (inj *Injection) applies(method string, u *url.URL) bool {
 	if len(inj.Methods) > 0 && !slices.Contains(inj.Methods, method) {
 		return false
 	}
-	return inj.PathPrefix == "" || cleanPath(u.Path) && strings.HasPrefix(u.Path, inj.PathPrefix)
-}
-
-// cleanPath says whether p (decoded) has no dot or empty segments and no backslash.
-func cleanPath(p string) bool {
-	if !strings.HasPrefix(p, "/") || strings.Contains(p, `\`) {
-		return false
+	if inj.PathPrefix == "" {
+		return true
 	}
-	c := path.Clean(p)
-	if strings.HasSuffix(p, "/") && c != "/" {
-		c += "/"
-	}
-	return c == p
+	// The path as sent, which is what the upstream resolves.
+	p := u.EscapedPath()
+	return policy.CleanHTTPPath(p) && strings.HasPrefix(p, inj.PathPrefix)
 }
 
 // replaceInHeader replaces ph by v in every value of h, decoding Basic credentials to do

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -154,7 +155,7 @@ func FuzzHTTPRule(f *testing.F) {
 		}
 		// Any request: an allowed one is clean, under the prefix, with a listed method.
 		d := p.DecideHTTP(host, port, method, path)
-		if d.Allow && (!CleanHTTPPath(path) || !strings.HasPrefix(path, r.prefix) || len(r.methods) > 0 && !containsString(r.methods, method)) {
+		if d.Allow && (!CleanHTTPPath(path) || !strings.HasPrefix(path, r.prefix) || len(r.methods) > 0 && !slices.Contains(r.methods, method)) {
 			t.Fatalf("http %q allowed %s %s", r.text, method, path)
 		}
 	})

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"strings"
 )
 
@@ -47,7 +48,7 @@ func parseHTTPRule(s string) (*httpRule, error) {
 				if !IsMethod(m) {
 					return nil, invalidf("%q is not an HTTP method (upper case, e.g. GET,POST; * for any)", m)
 				}
-				if !containsString(r.methods, m) {
+				if !slices.Contains(r.methods, m) {
 					r.methods = append(r.methods, m)
 				}
 			}
@@ -93,16 +94,7 @@ func (r *httpRule) String() string {
 }
 
 func (r *httpRule) allows(method, path string) bool {
-	return (len(r.methods) == 0 || containsString(r.methods, method)) && strings.HasPrefix(path, r.prefix)
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	return (len(r.methods) == 0 || slices.Contains(r.methods, method)) && strings.HasPrefix(path, r.prefix)
 }
 
 // IsMethod reports whether m is an upper-case HTTP method token (letters, '-', '_').
