@@ -68,13 +68,9 @@ func (p *providers) get(id string, i int) tokens.Provider {
 	return p.m[id][i]
 }
 
-// gitHubProvider makes sandbox id's token provider for binding c to the App key c.Secret.
-// Mints and revocations are audited with the token's scope and expiry.
-func (m *Manager) gitHubProvider(id string, c sandbox.Credential, app secrets.GitHubApp) (tokens.Provider, error) {
-	key, _, err := m.cfg.Secrets.Lookup(c.Secret)
-	if err != nil {
-		return nil, err
-	}
+// gitHubProvider makes sandbox id's token provider for binding c to key, the private key
+// of app. Mints and revocations are audited with the token's scope and expiry.
+func (m *Manager) gitHubProvider(id string, c sandbox.Credential, key secrets.Value, app secrets.GitHubApp) (tokens.Provider, error) {
 	return tokens.NewGitHubApp(tokens.GitHubAppConfig{
 		AppID: app.AppID, InstallationID: app.InstallationID, APIURL: app.APIURL,
 		PrivateKeyPEM: []byte(key.Reveal()),
@@ -169,7 +165,7 @@ func (m *Manager) credentials(id string, spec policy.Spec, creds []sandbox.Crede
 	}
 	var provs map[int]tokens.Provider
 	for i, c := range creds {
-		_, info, err := m.cfg.Secrets.Lookup(c.Secret)
+		key, info, err := m.cfg.Secrets.Lookup(c.Secret)
 		if err != nil {
 			return "", fmt.Errorf("credential %s: %w (store it with `moat secret set %s`)", c.Secret, err, c.Secret)
 		}
@@ -181,7 +177,7 @@ func (m *Manager) credentials(id string, spec policy.Spec, creds []sandbox.Crede
 		case info.GitHubApp == nil:
 			continue
 		}
-		p, err := m.gitHubProvider(id, c, *info.GitHubApp)
+		p, err := m.gitHubProvider(id, c, key, *info.GitHubApp)
 		if err != nil {
 			return "", fmt.Errorf("credential %s: %w", c.Secret, err)
 		}
@@ -265,16 +261,15 @@ func (m *Manager) interceptorFor(b *boundary, creds []sandbox.Credential, host s
 	if _, pol := b.current(); len(bound) == 0 && !pol.Inspects(host, port) {
 		return nil
 	}
-	return interceptor{m: m, b: b, id: b.id, creds: bound, host: host, port: port}
+	return interceptor{m: m, b: b, creds: bound, host: host, port: port}
 }
 
 // interceptor serves one sandbox's connections to one host whose requests moat sees.
 type interceptor struct {
 	m     *Manager
 	b     *boundary
-	id    string
 	creds []boundCred
-	host  string
+	host  string // canonical
 	port  uint16
 }
 
@@ -296,33 +291,29 @@ func (ic interceptor) PlainHTTP() bool {
 	return pol.Inspects(ic.host, ic.port)
 }
 
-// check decides one request with the current phase's HTTP rules; requests to a host the
-// rules cover are logged in the egress log, allowed or not.
-func (ic interceptor) check(host string, port int) func(method, path string) (bool, string) {
-	return func(method, path string) (bool, string) {
-		phase, pol := ic.b.current()
-		req := policy.Request{Name: host, Port: uint16(port)}
-		if d := pol.Decide(req); !d.Allow {
-			return false, d.Reason
-		}
-		if !pol.Inspects(host, uint16(port)) {
-			return true, ""
-		}
-		d := pol.DecideHTTP(host, uint16(port), method, path)
-		e := &Entry{
-			Time: time.Now(), Sandbox: ic.id, Phase: phase, Proto: "http", Name: host, Port: port,
-			Allowed: d.Allow, Rule: d.Rule, Reason: method + " " + path + ": " + d.Reason,
-		}
-		if !d.Allow {
-			ic.m.log.Info("egress request denied", "sandbox", ic.id, "name", host, "method", method, "path", path, "reason", d.Reason)
-		}
-		ic.m.journal.add(e)
-		return d.Allow, d.Reason
+// check decides one request with the current phase's policy and HTTP rules; requests to
+// a host the rules cover are logged in the egress log, allowed or not.
+func (ic interceptor) check(method, path string) (bool, string) {
+	phase, pol := ic.b.current()
+	if d := pol.Decide(policy.Request{Name: ic.host, Port: ic.port}); !d.Allow {
+		return false, d.Reason
 	}
+	if !pol.Inspects(ic.host, ic.port) {
+		return true, ""
+	}
+	d := pol.DecideHTTP(ic.host, ic.port, method, path)
+	ic.m.journal.add(&Entry{
+		Time: time.Now(), Sandbox: ic.b.id, Phase: phase, Proto: "http", Name: ic.host, Port: int(ic.port),
+		Allowed: d.Allow, Rule: d.Rule, Reason: method + " " + path + ": " + d.Reason,
+	})
+	if !d.Allow {
+		ic.m.log.Info("egress request denied", "sandbox", ic.b.id, "name", ic.host, "method", method, "path", path, "reason", d.Reason)
+	}
+	return d.Allow, d.Reason
 }
 
 func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, host string, port int, dial func(context.Context) (net.Conn, error)) (int64, int64, error) {
-	ca, err := ic.m.loadCA(ic.id)
+	ca, err := ic.m.loadCA(ic.b.id)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -330,7 +321,7 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 	for _, c := range ic.creds {
 		var v intercept.Secret
 		if c.GitHub != nil {
-			v = tokenSecret{m: ic.m, id: ic.id, index: c.index}
+			v = tokenSecret{m: ic.m, id: ic.b.id, index: c.index}
 		} else {
 			// Read for each connection, so a new value applies to the next one. A secret
 			// replaced by a GitHub App key since the sandbox started is never sent as is.
@@ -349,11 +340,11 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 		})
 	}
 	return intercept.Serve(ctx, client, head, host, port, dial, intercept.Config{
-		CA: ca, RootCAs: ic.m.cfg.RootCAs, Injections: inj, Log: ic.m.log.With("sandbox", ic.id),
-		Check: ic.check(host, port), UpstreamSessions: ic.b.sessions, PlainHTTP: ic.PlainHTTP(),
+		CA: ca, RootCAs: ic.m.cfg.RootCAs, Injections: inj, Log: ic.m.log.With("sandbox", ic.b.id),
+		Check: ic.check, UpstreamSessions: ic.b.sessions, PlainHTTP: ic.PlainHTTP(),
 		Audit: func(u intercept.Use) {
 			if ic.m.cfg.Audit != nil && u.Injected {
-				ic.m.cfg.Audit(ic.id, fmt.Sprintf("%s %s %s://%s%s → %d", u.Secret, u.Method, u.Scheme, u.Host, u.Path, u.Status))
+				ic.m.cfg.Audit(ic.b.id, fmt.Sprintf("%s %s %s://%s%s → %d", u.Secret, u.Method, u.Scheme, u.Host, u.Path, u.Status))
 			}
 		},
 	})
