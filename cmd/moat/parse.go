@@ -118,24 +118,8 @@ func splitRemote(arg string) (id, path string, ok bool) {
 // http:// also into plain HTTP requests.
 func parseCredentials(plain, headers []string) ([]v1.Credential, error) {
 	var out []v1.Credential
-	// NAME@[http://]HOST[,HOST...][/PATH-PREFIX]
-	split := func(flag, s string) (v1.Credential, error) {
-		name, hosts, ok := strings.Cut(s, "@")
-		if !ok || name == "" || hosts == "" {
-			return v1.Credential{}, fmt.Errorf("%s %q: want NAME@[http://]HOST[,HOST...][/PATH-PREFIX]", flag, s)
-		}
-		c := v1.Credential{Secret: name}
-		if rest, ok := strings.CutPrefix(hosts, "http://"); ok {
-			hosts, c.PlainHTTP = rest, true
-		}
-		if i := strings.IndexByte(hosts, '/'); i >= 0 {
-			hosts, c.PathPrefix = hosts[:i], hosts[i:]
-		}
-		c.Hosts = strings.Split(hosts, ",")
-		return c, nil
-	}
 	for _, s := range plain {
-		c, err := split("--credential", s)
+		c, err := parseBinding("--credential", s)
 		if err != nil {
 			return nil, err
 		}
@@ -146,7 +130,7 @@ func parseCredentials(plain, headers []string) ([]v1.Credential, error) {
 		if !ok {
 			return nil, fmt.Errorf("--credential-header %q: want NAME@HOST='Header: template'", s)
 		}
-		c, err := split("--credential-header", binding)
+		c, err := parseBinding("--credential-header", binding)
 		if err != nil {
 			return nil, err
 		}
@@ -169,9 +153,9 @@ func (g githubFlags) credential() (*v1.Credential, error) {
 		}
 		return nil, nil
 	}
-	name, hosts, ok := strings.Cut(g.token, "@")
-	if !ok || name == "" || hosts == "" {
-		return nil, fmt.Errorf("--github-token %q: want NAME@HOST[,HOST...], e.g. GITHUB_TOKEN@github.com,api.github.com", g.token)
+	c, err := parseBinding("--github-token", g.token)
+	if err != nil {
+		return nil, err
 	}
 	if len(g.repos) == 0 {
 		return nil, errors.New("--github-token needs --github-repo: a token is limited to the repositories the task works on")
@@ -190,5 +174,24 @@ func (g githubFlags) credential() (*v1.Credential, error) {
 		}
 		scope.Permissions[k] = level
 	}
-	return &v1.Credential{Secret: name, Hosts: strings.Split(hosts, ","), GitHub: scope}, nil
+	c.GitHub = scope
+	return &c, nil
+}
+
+// parseBinding reads NAME@[http://]HOST[:PORT][,HOST...][/PATH-PREFIX], the part of a
+// binding flag the kinds share.
+func parseBinding(flag, s string) (v1.Credential, error) {
+	name, hosts, ok := strings.Cut(s, "@")
+	if !ok || name == "" || hosts == "" {
+		return v1.Credential{}, fmt.Errorf("%s %q: want NAME@[http://]HOST[:PORT][,HOST...][/PATH-PREFIX]", flag, s)
+	}
+	c := v1.Credential{Secret: name}
+	if rest, ok := strings.CutPrefix(hosts, "http://"); ok {
+		hosts, c.PlainHTTP = rest, true
+	}
+	if i := strings.IndexByte(hosts, '/'); i >= 0 {
+		hosts, c.PathPrefix = hosts[:i], hosts[i:]
+	}
+	c.Hosts = strings.Split(hosts, ",")
+	return c, nil
 }

@@ -155,7 +155,7 @@ func TestGitHubFlags(t *testing.T) {
 		want string
 	}{
 		{githubFlags{repos: []string{"w"}}, "give one"},
-		{githubFlags{token: "GH"}, "want NAME@HOST"},
+		{githubFlags{token: "GH"}, "want NAME@"},
 		{githubFlags{token: "GH@github.com"}, "needs --github-repo"},
 		{githubFlags{token: "GH@github.com", repos: []string{"w"}, perms: []string{"contents"}}, "want PERMISSION=LEVEL"},
 	} {
