@@ -341,7 +341,7 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 	}
 	return intercept.Serve(ctx, client, head, host, port, dial, intercept.Config{
 		CA: ca, RootCAs: ic.m.cfg.RootCAs, Injections: inj, Log: ic.m.log.With("sandbox", ic.b.id),
-		Check: ic.check, UpstreamSessions: ic.b.sessions, PlainHTTP: ic.PlainHTTP(),
+		Check: ic.check, Upstreams: ic.b.upstreams, PlainHTTP: ic.PlainHTTP(),
 		Audit: func(u intercept.Use) {
 			if ic.m.cfg.Audit != nil && u.Injected {
 				ic.m.cfg.Audit(ic.b.id, fmt.Sprintf("%s %s %s://%s%s → %d", u.Secret, u.Method, u.Scheme, u.Host, u.Path, u.Status))

@@ -7,7 +7,6 @@ package egress
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"log/slog"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/moatdev/moat/internal/egress/dns"
+	"github.com/moatdev/moat/internal/egress/intercept"
 	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/egress/proxy"
 	"github.com/moatdev/moat/internal/errdefs"
@@ -128,9 +128,9 @@ type boundary struct {
 	pol    *policy.Policy
 	dnsLog map[string]bool // DNS decisions already logged in this phase
 
-	// sessions lets the interceptor resume its upstream TLS sessions across the
-	// sandbox's connections (never shared between sandboxes; RootCAs never changes).
-	sessions tls.ClientSessionCache
+	// upstreams keeps the interceptor's upstream connections open across the sandbox's
+	// connections (never shared between sandboxes); reset when the policy changes.
+	upstreams *intercept.Upstreams
 }
 
 func (b *boundary) current() (string, *policy.Policy) {
@@ -167,7 +167,7 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 		ls.Close()
 		return "", err
 	}
-	b := &boundary{id: id, table: table, ls: ls, spec: spec, comp: comp, phase: spec.Phase, pol: pol, dnsLog: map[string]bool{}, sessions: tls.NewLRUClientSessionCache(64)}
+	b := &boundary{id: id, table: table, ls: ls, spec: spec, comp: comp, phase: spec.Phase, pol: pol, dnsLog: map[string]bool{}, upstreams: intercept.NewUpstreams(m.cfg.RootCAs)}
 	b.proxy = proxy.New(proxy.Config{
 		Policy: b.current,
 		Name: func(a netip.Addr) (string, bool) {
@@ -246,6 +246,8 @@ func (m *Manager) SetPolicy(id string, spec policy.Spec) (int, error) {
 	}
 	b.spec, b.comp, b.phase, b.pol = spec, comp, spec.Phase, pol
 	b.mu.Unlock()
+	// Upstream connections dialled under the old policy are not reused.
+	b.upstreams.Reset()
 	cut := b.proxy.Recheck()
 	m.log.Info("egress policy set", "sandbox", id, "phase", spec.Phase, "policy", pol.String(), "connections_cut", cut)
 	return cut, nil
@@ -265,6 +267,7 @@ func (m *Manager) Detach(id string) {
 	b.dns.Close()
 	b.ls.Close()
 	b.wg.Wait()
+	b.upstreams.Reset()
 	// The sandbox stopped: its tokens are revoked; a start mints new ones.
 	m.revoke(id, m.provs.set(id, nil))
 	m.log.Debug("egress detached", "sandbox", id)

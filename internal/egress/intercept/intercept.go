@@ -141,8 +141,12 @@ type Config struct {
 	HandshakeTimeout time.Duration
 	// UpstreamSessions, if set, lets upstream TLS sessions be resumed across client
 	// connections. Share one per sandbox, never between sandboxes; make a new one when
-	// RootCAs changes (a resumed session is not verified again).
+	// RootCAs changes (a resumed session is not verified again). Unused with Upstreams.
 	UpstreamSessions tls.ClientSessionCache
+	// Upstreams, if set, is the sandbox's pool of upstream connections, reused across
+	// its client connections (it verifies with its own roots, not RootCAs). Without it
+	// each client connection has its own upstream connection.
+	Upstreams *Upstreams
 }
 
 const (
@@ -222,7 +226,9 @@ func Serve(ctx context.Context, client net.Conn, head []byte, host string, port 
 		}
 		conn = tc
 	}
-	defer s.transport.CloseIdleConnections()
+	if s.own != nil {
+		defer s.own.CloseIdleConnections()
+	}
 
 	l := newOneConnListener(conn)
 	var closed sync.Once
@@ -268,7 +274,12 @@ type session struct {
 	log              *slog.Logger
 	idleTimeout      time.Duration
 	handshakeTimeout time.Duration
-	transport        *http.Transport
+	// own is the session's transport, or nil when it takes them from upstreams (per
+	// request, so that a Reset applies to the next one).
+	own       *http.Transport
+	upstreams *Upstreams
+	key       upstreamKey
+	dial      dialFunc
 	proxy            *httputil.ReverseProxy
 }
 
@@ -315,54 +326,32 @@ func newSession(host string, port int, dial func(context.Context) (net.Conn, err
 	if s.handshakeTimeout <= 0 {
 		s.handshakeTimeout = 10 * time.Second
 	}
-	upstreamTLS := &tls.Config{
-		ServerName:         s.host,
-		RootCAs:            cfg.RootCAs,
-		NextProtos:         []string{"http/1.1"},
-		MinVersion:         tls.VersionTLS12,
-		ClientSessionCache: cfg.UpstreamSessions,
+	key := upstreamKey{host: s.host, port: port, plain: plain}
+	if cfg.Upstreams != nil {
+		s.upstreams = cfg.Upstreams
+	} else {
+		// One client connection sends one request at a time: one upstream connection.
+		s.own = newTransport(key, cfg.RootCAs, cfg.UpstreamSessions, s.handshakeTimeout, 1)
 	}
-	s.transport = &http.Transport{
-		Proxy: nil, // never the environment's proxy
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			if !plain {
-				return nil, errors.New("intercept: a plain dial for a TLS session")
-			}
-			return dial(ctx)
-		},
-		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			raw, err := dial(ctx)
-			if err != nil {
-				return nil, err
-			}
-			tc := tls.Client(raw, upstreamTLS)
-			hctx, cancel := context.WithTimeout(ctx, s.handshakeTimeout)
-			defer cancel()
-			if err := tc.HandshakeContext(hctx); err != nil {
-				raw.Close()
-				return nil, err
-			}
-			return tc, nil
-		},
-		TLSNextProto:       map[string]func(string, *tls.Conn) http.RoundTripper{}, // no h2
-		DisableCompression: true,                                                   // bodies must be readable to be scrubbed
-		// One client connection sends one request at a time: one upstream connection,
-		// waited for rather than raced by a new dial while the last response finishes.
-		MaxConnsPerHost:        1,
-		MaxIdleConns:           1,
-		MaxIdleConnsPerHost:    1,
-		IdleConnTimeout:        upstreamIdleTime,
-		ExpectContinueTimeout:  time.Second,
-		MaxResponseHeaderBytes: 1 << 20,
-	}
+	s.key, s.dial = key, dial
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:        s.rewrite,
-		Transport:      s.transport,
+		Transport:      s,
 		ModifyResponse: s.modifyResponse,
 		ErrorHandler:   s.upstreamError,
 		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	return s, nil
+}
+
+// RoundTrip sends an outbound request over the session's transport, which dials, when it
+// must, through the session's dial.
+func (s *session) RoundTrip(r *http.Request) (*http.Response, error) {
+	t := s.own
+	if t == nil {
+		t = s.upstreams.transport(s.key, s.handshakeTimeout)
+	}
+	return t.RoundTrip(r.WithContext(withDial(r.Context(), s.dial)))
 }
 
 // exchange is the state of one request, shared by the handler, Rewrite and ModifyResponse

@@ -969,3 +969,43 @@ func TestPlaceholderInQuery(t *testing.T) {
 		t.Errorf("uses %+v", uses)
 	}
 }
+
+// TestUpstreamsReused: with a pool, a sandbox's second client connection reuses the
+// upstream connection of the first; after Reset a new one is dialled.
+func TestUpstreamsReused(t *testing.T) {
+	u := newUpstream(t, nil)
+	pool := NewUpstreams(u.roots)
+	h := newHarness(t, u, Config{Injections: []Injection{bearer()}, Upstreams: pool})
+	get := func(path string) {
+		c := h.client()
+		c.Transport.(*http.Transport).DisableKeepAlives = true
+		res, _ := do(t, c, "GET", "https://api.test"+path, "Bearer "+placeholder, nil)
+		if res.StatusCode != 200 {
+			t.Fatalf("%s: status %d", path, res.StatusCode)
+		}
+	}
+	conns := func() int {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		return u.conns
+	}
+	get("/one")
+	get("/two")
+	if n := conns(); n != 1 {
+		t.Errorf("two client connections made %d upstream connections, want 1", n)
+	}
+	pool.Reset()
+	get("/three")
+	if n := conns(); n != 2 {
+		t.Errorf("after Reset: %d upstream connections, want 2", n)
+	}
+	seen := u.seen()
+	if len(seen) != 3 {
+		t.Fatalf("upstream saw %d requests", len(seen))
+	}
+	for _, r := range seen {
+		if r.Header.Get("Authorization") != "Bearer "+value {
+			t.Errorf("%s: Authorization %q", r.Path, r.Header.Get("Authorization"))
+		}
+	}
+}
