@@ -280,7 +280,7 @@ type session struct {
 	upstreams *Upstreams
 	key       upstreamKey
 	dial      dialFunc
-	proxy            *httputil.ReverseProxy
+	proxy     *httputil.ReverseProxy
 }
 
 func newSession(host string, port int, dial func(context.Context) (net.Conn, error), cfg Config, plain bool) (*session, error) {
