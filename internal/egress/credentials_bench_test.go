@@ -24,7 +24,9 @@ import (
 // BenchmarkCredentials compares, in one run, HTTPS requests from a sandbox namespace to a
 // host with a credential binding (TLS terminated, the placeholder swapped), to a host
 // covered by an HTTP rule (TLS terminated, each request checked), to a host with neither
-// (TLS passed through), and from the host directly to the same loopback server. Every client socket is made in its client's namespace.
+// (TLS passed through), and from the host directly to the same loopback server. A new
+// connection to an intercepted host reuses the sandbox's pooled upstream connection;
+// first-connection measures one that cannot. Every client socket is made in its client's namespace.
 func BenchmarkCredentials(b *testing.B) {
 	const secret = "bench-secret-value-42"
 	ph := "moat-placeholder-" + strings.Repeat("ab", 24)
@@ -59,8 +61,9 @@ func BenchmarkCredentials(b *testing.B) {
 		b.Fatal(err)
 	}
 	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	spec := policy.Single(policy.Rules{Allow: []string{"bound.test", "pass.test"}, HTTP: []string{"l7.test GET /"}})
 	r := newRigWith(b, egress.Hosts{"bound.test": lo, "pass.test": lo, "l7.test": lo},
-		policy.Single(policy.Rules{Allow: []string{"bound.test", "pass.test"}, HTTP: []string{"l7.test GET /"}}),
+		spec,
 		[]sandbox.Credential{{Secret: "TOK", Hosts: []string{fmt.Sprintf("bound.test:%d", port)}, Placeholder: ph}},
 		func(c *egress.Config) { c.Secrets, c.CADir, c.RootCAs = store, dir+"/ca", roots })
 	clientRoots := roots.Clone()
@@ -126,6 +129,23 @@ func BenchmarkCredentials(b *testing.B) {
 			})
 			reportLatency(b, lat)
 		})
+		if p.name == "intercepted" {
+			// The first connection to a host: the pool of upstream connections is reset
+			// (by setting the same policy again) before each one.
+			b.Run("first-connection/"+p.name, func(b *testing.B) {
+				var lat []time.Duration
+				for b.Loop() {
+					if _, err := r.m.SetPolicy(r.id, spec); err != nil {
+						b.Fatal(err)
+					}
+					c := client(false)
+					t0 := time.Now()
+					get(b, c, "/small")
+					lat = append(lat, time.Since(t0))
+				}
+				reportLatency(b, lat)
+			})
+		}
 		b.Run("reused-connection/"+p.name, func(b *testing.B) {
 			c := client(true)
 			var lat []time.Duration
