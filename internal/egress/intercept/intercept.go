@@ -330,8 +330,9 @@ func newSession(host string, port int, dial func(context.Context) (net.Conn, err
 	if cfg.Upstreams != nil {
 		s.upstreams = cfg.Upstreams
 	} else {
-		// One client connection sends one request at a time: one upstream connection.
-		s.own = newTransport(key, cfg.RootCAs, cfg.UpstreamSessions, s.handshakeTimeout, 1)
+		// One client connection sends one request at a time: one upstream connection,
+		// waited for rather than raced by a new dial while the last response finishes.
+		s.own = newTransport(key, cfg.RootCAs, cfg.UpstreamSessions, s.handshakeTimeout, 1, 1)
 	}
 	s.key, s.dial = key, dial
 	s.proxy = &httputil.ReverseProxy{

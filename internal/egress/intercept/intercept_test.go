@@ -1009,3 +1009,40 @@ func TestUpstreamsReused(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamsConcurrent: the pool does not cap a sandbox's concurrent requests to one
+// host: ten held open at once all reach the upstream.
+func TestUpstreamsConcurrent(t *testing.T) {
+	const n = 10
+	var arrived sync.WaitGroup
+	arrived.Add(n)
+	all := make(chan struct{})
+	go func() { arrived.Wait(); close(all) }()
+	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived.Done()
+		select {
+		case <-all:
+		case <-time.After(5 * time.Second):
+			http.Error(w, "not all requests arrived", http.StatusGatewayTimeout)
+		}
+	})
+	pool := NewUpstreams(u.roots)
+	h := newHarness(t, u, Config{Upstreams: pool, Check: func(string, string) (bool, string) { return true, "" }})
+	var wg sync.WaitGroup
+	codes := make(chan int, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, _ := do(t, h.client(), "GET", "https://api.test/", "", nil)
+			codes <- res.StatusCode
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		if c != 200 {
+			t.Errorf("status %d: the pool held requests back", c)
+		}
+	}
+}

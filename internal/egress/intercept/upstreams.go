@@ -54,7 +54,9 @@ func (u *Upstreams) transport(k upstreamKey, handshakeTimeout time.Duration) *ht
 	defer u.mu.Unlock()
 	t := u.m[k]
 	if t == nil {
-		t = newTransport(k, u.rootCAs, u.sessions, handshakeTimeout, 8)
+		// As many connections as the sandbox's client connections need at once (the
+		// proxy caps those), 8 of them kept idle.
+		t = newTransport(k, u.rootCAs, u.sessions, handshakeTimeout, 0, 8)
 		u.m[k] = t
 	}
 	return t
@@ -81,8 +83,9 @@ func dialFrom(ctx context.Context) (dialFunc, error) {
 
 // newTransport makes the transport to the upstream k: HTTP/1.1 only, uncompressed,
 // never through the environment's proxy, dialling through the request's dial, over TLS
-// verified for k.host unless k.plain. maxConns bounds its connections (idle and in use).
-func newTransport(k upstreamKey, rootCAs *x509.CertPool, sessions tls.ClientSessionCache, handshakeTimeout time.Duration, maxConns int) *http.Transport {
+// verified for k.host unless k.plain. maxConns bounds its connections (0: no bound),
+// maxIdle those it keeps idle.
+func newTransport(k upstreamKey, rootCAs *x509.CertPool, sessions tls.ClientSessionCache, handshakeTimeout time.Duration, maxConns, maxIdle int) *http.Transport {
 	upstreamTLS := &tls.Config{
 		ServerName:         k.host,
 		RootCAs:            rootCAs,
@@ -122,11 +125,9 @@ func newTransport(k upstreamKey, rootCAs *x509.CertPool, sessions tls.ClientSess
 		},
 		TLSNextProto:       map[string]func(string, *tls.Conn) http.RoundTripper{}, // no h2
 		DisableCompression: true,                                                   // bodies must be readable to be scrubbed
-		// A request waits for a connection rather than racing a new dial while the last
-		// response finishes.
 		MaxConnsPerHost:        maxConns,
-		MaxIdleConns:           maxConns,
-		MaxIdleConnsPerHost:    maxConns,
+		MaxIdleConns:           maxIdle,
+		MaxIdleConnsPerHost:    maxIdle,
 		IdleConnTimeout:        upstreamIdleTime,
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: 1 << 20,
