@@ -123,8 +123,8 @@ func newTransport(k upstreamKey, rootCAs *x509.CertPool, sessions tls.ClientSess
 			}
 			return tc, nil
 		},
-		TLSNextProto:       map[string]func(string, *tls.Conn) http.RoundTripper{}, // no h2
-		DisableCompression: true,                                                   // bodies must be readable to be scrubbed
+		TLSNextProto:           map[string]func(string, *tls.Conn) http.RoundTripper{}, // no h2
+		DisableCompression:     true,                                                   // bodies must be readable to be scrubbed
 		MaxConnsPerHost:        maxConns,
 		MaxIdleConns:           maxIdle,
 		MaxIdleConnsPerHost:    maxIdle,
