@@ -136,8 +136,13 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", cfg.DataDir, err)
 	}
-	// The run directory holds sandbox root filesystems: traversable by every sandbox's
-	// host uid, listable by root only.
+	if err := os.Chmod(cfg.DataDir, 0o700); err != nil {
+		return nil, err
+	}
+	// The run directory holds sandbox root filesystems: searchable by every sandbox's host
+	// root (runc sets up the root filesystem as that uid), listable by root only. Each
+	// sandbox's own directory inside is closed to every other host account (see
+	// internal/sandbox/rundir.go).
 	if err := os.MkdirAll(cfg.RunDir, 0o711); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", cfg.RunDir, err)
 	}

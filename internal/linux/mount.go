@@ -11,10 +11,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// IDMapMount mounts a read-only view of the directory src at dst (created if missing),
-// with ownership mapped through the user namespace file usernsPath: a file owned by host
-// uid 0 in src appears as the namespace's root (its first mapped host uid). With usernsPath
-// empty it is a plain read-only bind mount. Submounts of src are not included.
+// IDMapMount mounts a read-only, nodev, nosuid view of the directory src at dst (created if
+// missing), with ownership mapped through the user namespace file usernsPath: a file owned
+// by host uid 0 in src appears as the namespace's root (its first mapped host uid). With
+// usernsPath empty it is a plain bind mount. Submounts of src are not included.
+//
+// nosuid here does not keep set-id programs of src from working in an overlay that has dst
+// as a lower: exec honours the flags of the mount the program is run from (the overlay's).
+// No host path through dst itself ever runs one with raised privileges.
 func IDMapMount(src, dst, usernsPath string) error {
 	if err := os.MkdirAll(dst, 0o700); err != nil {
 		return err
@@ -33,8 +37,6 @@ func IDMapMount(src, dst, usernsPath string) error {
 		defer unix.Close(ns)
 		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
 		attr.Userns_fd = uint64(ns)
-		// setuid binaries (sudo) must keep working inside the sandbox's own namespace.
-		attr.Attr_set &^= unix.MOUNT_ATTR_NOSUID
 	}
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
 		return fmt.Errorf("mount_setattr %s: %w", src, err)
@@ -45,9 +47,10 @@ func IDMapMount(src, dst, usernsPath string) error {
 	return nil
 }
 
-// Overlay mounts an overlay filesystem at target: lowers (first = topmost), with upper and
-// work directories on the same filesystem. target is created if missing.
-func Overlay(target string, lowers []string, upper, work string) error {
+// Overlay mounts an overlay filesystem at target with the mount flags flags (MS_NODEV,
+// MS_NOSUID, ...): lowers (first = topmost), with upper and work directories on the same
+// filesystem. target is created if missing.
+func Overlay(target string, lowers []string, upper, work string, flags uintptr) error {
 	if err := os.MkdirAll(target, 0o755); err != nil {
 		return err
 	}
@@ -58,7 +61,7 @@ func Overlay(target string, lowers []string, upper, work string) error {
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,redirect_dir=off,metacopy=off",
 		strings.Join(lowers, ":"), upper, work)
-	if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
+	if err := unix.Mount("overlay", target, "overlay", flags, opts); err != nil {
 		return fmt.Errorf("mounting overlay at %s: %w", target, err)
 	}
 	return nil

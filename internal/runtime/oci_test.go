@@ -125,9 +125,10 @@ func newTestSandbox(t *testing.T, runtimeName string) *testSandbox {
 	writeFile(t, filepath.Join(synth, "etc/passwd"), "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n")
 	writeFile(t, filepath.Join(synth, "etc/group"), "root:x:0:\ntty:x:5:\nuser:x:1000:\n")
 
-	idmap, rootUID := userns, int(ids.Host)
+	// As the daemon mounts them (internal/storage): set-id works only through idmapped lowers.
+	idmap, rootUID, flags := userns, int(ids.Host), uintptr(unix.MS_NODEV)
 	if runtimeName == "runsc" {
-		idmap, rootUID = "", 0
+		idmap, rootUID, flags = "", 0, unix.MS_NODEV|unix.MS_NOSUID
 	}
 	lower0, lower1 := filepath.Join(dir, "lower/0"), filepath.Join(dir, "lower/1")
 	t.Cleanup(func() { _ = linux.UnmountAll(filepath.Join(dir, "lower")) })
@@ -164,10 +165,10 @@ func newTestSandbox(t *testing.T, runtimeName string) *testSandbox {
 	}
 	rootfs := filepath.Join(dir, "rootfs")
 	t.Cleanup(func() { _ = linux.UnmountAll(rootfs) })
-	if err := linux.Overlay(rootfs, []string{lower0}, filepath.Join(drive, "root/upper"), filepath.Join(drive, "root/work")); err != nil {
+	if err := linux.Overlay(rootfs, []string{lower0}, filepath.Join(drive, "root/upper"), filepath.Join(drive, "root/work"), flags); err != nil {
 		t.Fatal(err)
 	}
-	if err := linux.Overlay(filepath.Join(rootfs, "usr"), []string{lower1}, filepath.Join(drive, "usr/upper"), filepath.Join(drive, "usr/work")); err != nil {
+	if err := linux.Overlay(filepath.Join(rootfs, "usr"), []string{lower1}, filepath.Join(drive, "usr/upper"), filepath.Join(drive, "usr/work"), flags); err != nil {
 		t.Fatal(err)
 	}
 	bundle := filepath.Join(dir, "bundle")

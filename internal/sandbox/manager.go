@@ -319,15 +319,11 @@ func (m *Manager) LogPath(id string) string {
 // container, and a healthy moat-init. On error the caller tears down with down.
 func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []Layer) error {
 	p := m.paths(sb.ID)
-	// Every directory on the way to the rootfs must be traversable (not readable) by the
-	// sandbox's host root uid; the bundle with the spec stays private.
-	for _, dir := range []string{filepath.Dir(p.dir), p.dir} {
-		if err := os.MkdirAll(dir, 0o711); err != nil {
-			return err
-		}
-		if err := os.Chmod(dir, 0o711); err != nil {
-			return err
-		}
+	ids := sb.HostIDs()
+	// Only the sandbox's own root (runc) may pass through to its root filesystem (rundir.go);
+	// the bundle with the spec stays private.
+	if err := prepareSandboxDir(p.dir, sb.Runtime, ids); err != nil {
+		return fmt.Errorf("preparing the sandbox directory: %w", err)
 	}
 	if err := os.MkdirAll(p.bundle, 0o700); err != nil {
 		return err
@@ -335,7 +331,6 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 	if err := os.MkdirAll(filepath.Dir(m.LogPath(sb.ID)), 0o700); err != nil {
 		return err
 	}
-	ids := sb.HostIDs()
 	t0 := time.Now()
 	step := func(name string) {
 		m.log.Debug("create step", "sandbox", sb.ID, "step", name, "took", time.Since(t0))

@@ -21,10 +21,14 @@ import (
 // filepath.Dir(req.Target) (the sandbox's run directory):
 //
 //	run/drive      the sandbox's drive (ext4 image on a loop device), mounted nodev,nosuid
-//	run/lower/N    each layer, read-only, idmapped through req.UserNS (plain without one)
+//	run/lower/N    each layer, read-only, nodev,nosuid, idmapped through req.UserNS (plain
+//	               without one)
 //	req.Target     overlay of part "/": lowers = req.Extra then the template's "/" layers,
 //	               upper and work in drive/root/
 //	req.Target/P   overlay of each other part P, upper and work in drive/<P>/
+//
+// The overlays are nodev, and nosuid unless req.UserNS is set (see overlayFlags). run is
+// created root-only if missing; who may enter it is the caller's decision.
 //
 // Upper directories are created on first use, owned by req.RootUID (the sandbox's root as
 // the host sees it); later mounts find them, and the data written before, again. Part mount
@@ -66,7 +70,7 @@ func (s *Store) Mount(ctx context.Context, req sandbox.MountRequest) (err error)
 			_ = unmountStorage(run, req.Target)
 		}
 	}()
-	if err := os.MkdirAll(run, 0o711); err != nil {
+	if err := os.MkdirAll(run, 0o700); err != nil {
 		return err
 	}
 	driveDir := filepath.Join(run, "drive")
@@ -81,6 +85,7 @@ func (s *Store) Mount(ctx context.Context, req sandbox.MountRequest) (err error)
 	defer drive.Close()
 
 	n := 0
+	flags := overlayFlags(req.UserNS != "")
 	for _, p := range parts {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -99,9 +104,9 @@ func (s *Store) Mount(ctx context.Context, req sandbox.MountRequest) (err error)
 			lowers = append(lowers, dst)
 		}
 		if p.target == "/" {
-			err = linux.Overlay(req.Target, lowers, upper, work)
+			err = linux.Overlay(req.Target, lowers, upper, work, flags)
 		} else {
-			err = overlayInside(req.Target, p.target, int(req.RootUID), lowers, upper, work)
+			err = overlayInside(req.Target, p.target, int(req.RootUID), lowers, upper, work, flags)
 		}
 		if err != nil {
 			return err
@@ -277,11 +282,29 @@ func partDirs(drive *os.Root, driveDir string, p mountPart, rootUID uint32) (upp
 	return filepath.Join(driveDir, name, "upper"), filepath.Join(driveDir, name, "work"), nil
 }
 
+// overlayFlags are the mount flags of a sandbox's overlays on the host. They never carry
+// device nodes (the sandbox's /dev is its own tmpfs). They honour set-id bits and file
+// capabilities only when the sandbox has its own user namespace (idmapped, runc and crun):
+// there every file of the overlay belongs to the sandbox's host uid range (its lowers are
+// idmapped into it, its upper is written from inside it), so a set-id program raises no
+// one above the sandbox's own root; and this mount must allow set-id, because the runtime
+// copies it into the sandbox's mount namespace with its flags locked (a user namespace
+// cannot clear nosuid), and sudo inside needs it. Without one (runsc), files made inside
+// belong to host root and lowers keep host root's ownership: set-id must never work here.
+// Either way the mount is reachable only through the sandbox's run directory, which no
+// other host account may enter.
+func overlayFlags(idmapped bool) uintptr {
+	if idmapped {
+		return syscall.MS_NODEV
+	}
+	return syscall.MS_NODEV | syscall.MS_NOSUID
+}
+
 // overlayInside mounts an overlay at target inside the root filesystem rootfs. Every
 // component of target must be a real directory within rootfs (missing ones are made,
 // owned by uid); the mount goes onto the directory opened that way, so no symlink in the
 // sandbox-writable root can redirect it.
-func overlayInside(rootfs, target string, uid int, lowers []string, upper, work string) error {
+func overlayInside(rootfs, target string, uid int, lowers []string, upper, work string, flags uintptr) error {
 	cur, err := os.OpenRoot(rootfs)
 	if err != nil {
 		return err
@@ -318,5 +341,5 @@ func overlayInside(rootfs, target string, uid int, lowers []string, upper, work 
 	if err != nil || !fi.IsDir() {
 		return fmt.Errorf("mount point %s in the root filesystem: %w", target, errdefs.ErrConflict)
 	}
-	return linux.Overlay(fmt.Sprintf("/proc/self/fd/%d", dir.Fd()), lowers, upper, work)
+	return linux.Overlay(fmt.Sprintf("/proc/self/fd/%d", dir.Fd()), lowers, upper, work, flags)
 }

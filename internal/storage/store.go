@@ -80,6 +80,12 @@ func New(dataDir, runDir string, log *slog.Logger) (*Store, error) {
 		if err := os.MkdirAll(p, 0o700); err != nil {
 			return nil, fmt.Errorf("creating %s: %w", p, err)
 		}
+		// Layers keep their set-id programs and file capabilities (sudo inside runc
+		// sandboxes needs them), and a runsc sandbox's drive holds files of host root:
+		// closed to every other host account, also when the directory existed before.
+		if err := os.Chmod(p, 0o700); err != nil {
+			return nil, fmt.Errorf("closing %s: %w", p, err)
+		}
 		if *sub.root, err = os.OpenRoot(p); err != nil {
 			s.Close()
 			return nil, err

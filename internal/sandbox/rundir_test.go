@@ -1,0 +1,83 @@
+package sandbox
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+func TestSandboxDirAccess(t *testing.T) {
+	ids := IDRange{Host: 0x40010000, Size: 65536}
+	for _, c := range []struct {
+		runtime string
+		gid     int
+		mode    fs.FileMode
+	}{
+		{"runsc", 0, 0o700},          // the Sentry and gofer are host root
+		{"runc", 0x40010000, 0o710},  // the sandbox's root passes through, nobody else
+		{"crun", 0x40010000, 0o710},  // the same user-namespace set-up as runc
+		{"other", 0x40010000, 0o710}, // never wider than runc
+	} {
+		gid, mode := sandboxDirAccess(c.runtime, ids)
+		if gid != c.gid || mode != c.mode {
+			t.Errorf("%s: gid %d mode %v, want %d %v", c.runtime, gid, mode, c.gid, c.mode)
+		}
+		if mode&0o007 != 0 || mode&0o060 != 0 {
+			t.Errorf("%s: mode %v gives others access or the group more than search", c.runtime, mode)
+		}
+	}
+}
+
+// TestPrepareSandboxDir creates and repairs sandbox directories on disk: a directory left
+// open (0711, as before) is closed, its parent is searchable but not listable.
+func TestPrepareSandboxDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (chown)")
+	}
+	run := t.TempDir()
+	ids := IDRange{Host: 0x40010000, Size: 65536}
+	check := func(p string, gid uint32, mode fs.FileMode) {
+		t.Helper()
+		fi, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if !fi.IsDir() || st.Uid != 0 || st.Gid != gid || fi.Mode().Perm() != mode {
+			t.Errorf("%s: %v %d:%d, want a directory 0:%d %v", p, fi.Mode(), st.Uid, st.Gid, gid, mode)
+		}
+	}
+	runc := filepath.Join(run, "sandboxes", "sb-1")
+	if err := prepareSandboxDir(runc, "runc", ids); err != nil {
+		t.Fatal(err)
+	}
+	check(filepath.Join(run, "sandboxes"), 0, 0o711)
+	check(runc, ids.Host, 0o710)
+
+	old := filepath.Join(run, "sandboxes", "sb-2")
+	if err := os.Mkdir(old, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(old, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := prepareSandboxDir(old, "runsc", ids); err != nil {
+		t.Fatal(err)
+	}
+	check(old, 0, 0o700)
+	// A runtime change on restart cannot happen, but the group follows the runtime anyway.
+	if err := prepareSandboxDir(runc, "runsc", ids); err != nil {
+		t.Fatal(err)
+	}
+	check(runc, 0, 0o700)
+
+	link := filepath.Join(run, "sandboxes", "sb-3")
+	if err := os.Symlink(t.TempDir(), link); err != nil {
+		t.Fatal(err)
+	}
+	if err := prepareSandboxDir(link, "runc", ids); err == nil {
+		t.Error("a symlink was accepted as a sandbox directory")
+	}
+}
