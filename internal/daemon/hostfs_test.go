@@ -58,6 +58,19 @@ func hostUsers(t *testing.T, e *env, rt string) {
 	if r := e.sh(host.ID, "root", "cp /usr/bin/id /opt/suid-id && chmod 4755 /opt/suid-id"); r.code != 0 {
 		t.Fatalf("making a setuid program inside: %+v", r)
 	}
+	// The host template hides the configuration trees of the host's /usr (npm's global
+	// npmrc lives in /usr/etc or /usr/local/etc) and keeps its tools.
+	for _, p := range []string{"/usr/etc", "/usr/local/etc"} {
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		if r := e.sh(host.ID, "root", "ls -A "+p); r.code == 0 {
+			t.Errorf("the host's %s is visible inside: %q", p, r.stdout)
+		}
+	}
+	if _, err := os.Stat("/usr/local/bin"); err == nil {
+		e.mustSh(host.ID, "test -d /usr/local/bin")
+	}
 	// A restart closes the file (runsc's gofer keeps it open for writing, so exec would
 	// fail with ETXTBSY for that reason alone) and mounts everything anew.
 	ctx := context.Background()

@@ -15,3 +15,14 @@ func SetXattr(f *os.File, name string, value []byte) error {
 	}
 	return nil
 }
+
+// Whiteout makes name, in the directory dir, an overlayfs whiteout (a character device
+// 0:0): in an overlay's lower layer it hides whatever the layers below have at that path.
+// name must be a single path component; dir is an open directory, so nothing is resolved
+// by path above it.
+func Whiteout(dir *os.File, name string) error {
+	if err := unix.Mknodat(int(dir.Fd()), name, unix.S_IFCHR, 0); err != nil {
+		return fmt.Errorf("mknod whiteout %s in %s: %w", name, dir.Name(), err)
+	}
+	return nil
+}

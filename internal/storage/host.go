@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/moatdev/moat/internal/linux"
 	"github.com/moatdev/moat/internal/sandbox"
 )
 
@@ -33,6 +34,13 @@ import (
 // that only root may read becomes readable by the sandbox's root (a Debian /usr has none but
 // a polkit rules directory), and set-uid programs (sudo) are set-uid to the sandbox's root.
 // Filesystems mounted below the host's /usr are not included.
+//
+// Configuration under /usr is hidden like the host's /etc (see hostUsrHidden): the
+// synthesized layer's usr/ directory is the topmost lower of part "/usr" and holds
+// overlayfs whiteouts for those paths, so the sandbox does not see them, nor anything the
+// host adds there later. Programs and libraries under /usr/local (/usr/local/bin,
+// /usr/local/go, /usr/local/lib/node_modules, ...) stay visible: they are the tools agents
+// are run with.
 //
 // The layer is named after a hash of its content (layers/host-etc-<hash>), built once per
 // content on first use by a process and reused afterwards.
@@ -66,12 +74,27 @@ var hostEtcNever = []string{
 	"resolv.conf", "nsswitch.conf", "environment", "ld.so.preload", "gitconfig",
 }
 
+// hostUsrHidden are paths below the host's /usr that sandboxes never see: the configuration
+// trees of tools installed with prefix /usr or /usr/local (npm's global npmrc, git's system
+// gitconfig, gemrc, yarnrc and the like live in <prefix>/etc and often carry registry
+// tokens), pip's site-wide configuration (<sys.prefix>/pip.conf, index URLs with
+// credentials), and cargo's credentials in the CARGO_HOME that Rust images put under
+// /usr/local. A path is hidden whenever its parent directory exists on the host when the
+// layer is built; a path whose parent is a symbolic link is left alone (it resolves outside
+// the host's /usr, where the sandbox sees only the synthesized layer, or to another place
+// in /usr).
+var hostUsrHidden = []string{
+	"etc", "local/etc",
+	"pip.conf", "local/pip.conf",
+	"local/cargo/credentials", "local/cargo/credentials.toml",
+}
+
 // usrMergeDirs become symlinks into usr (as on the host) or, on a host without usr-merge,
 // extra parts bind-mounted from the host.
 var usrMergeDirs = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
 
 const (
-	hostLayerFormat = "moat host layer v1"
+	hostLayerFormat = "moat host layer v2"
 	maxHostFile     = 8 << 20
 	userUID         = 1000
 )
@@ -112,7 +135,8 @@ func (s *Store) hostTemplate() (sandbox.Template, error) {
 		Name: HostTemplate,
 		Parts: append([]sandbox.Part{
 			{Target: "/", Layers: []string{s.layerPath(id)}},
-			{Target: "/usr", Layers: []string{filepath.Join(s.hostRoot, "usr")}},
+			// The layer's usr/ hides configuration of the host's /usr (hostUsrHidden).
+			{Target: "/usr", Layers: []string{filepath.Join(s.layerPath(id), "usr"), filepath.Join(s.hostRoot, "usr")}},
 		}, extraParts...),
 	}
 	s.mu.Lock()
@@ -234,6 +258,26 @@ func (s *Store) hostEntries() ([]hostEntry, []sandbox.Part, error) {
 			return nil, nil, err
 		}
 	}
+	// Configuration under the host's /usr is whited out in the layer's usr/.
+	for _, rel := range hostUsrHidden {
+		parents, ok, err := hostUsrParents(filepath.Join(s.hostRoot, "usr"), rel)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ok {
+			continue
+		}
+		for _, p := range parents {
+			if !have[p.path] {
+				have[p.path] = true
+				es = append(es, p)
+			}
+		}
+		if p := "usr/" + rel; !have[p] {
+			have[p] = true
+			es = append(es, hostEntry{path: p, mode: fs.ModeDevice | fs.ModeCharDevice})
+		}
+	}
 	// The users' homes start from the skeleton.
 	for _, e := range slicesClone(es) {
 		rest, ok := strings.CutPrefix(e.path, "etc/skel/")
@@ -267,6 +311,35 @@ func neverCopy(rel string) bool {
 	return strings.Contains(base, "secret") || strings.Contains(base, "private") ||
 		strings.HasSuffix(base, ".key") || strings.Contains(base, "credential") ||
 		strings.HasPrefix(base, "auth.conf")
+}
+
+// hostUsrParents returns the directories of the layer that lead to usr/<rel>, mirroring the
+// mode and owner of the host's (usr/ itself is the synthesized one). ok is false when a
+// parent is missing on the host or is not a real directory: then there is nothing to hide.
+func hostUsrParents(usr, rel string) (parents []hostEntry, ok bool, err error) {
+	dir := path.Dir(rel)
+	if dir == "." {
+		return nil, true, nil
+	}
+	cur := ""
+	for _, c := range strings.Split(dir, "/") {
+		cur = path.Join(cur, c)
+		fi, err := os.Lstat(filepath.Join(usr, filepath.FromSlash(cur)))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		st, isStat := fi.Sys().(*syscall.Stat_t)
+		if !fi.IsDir() || !isStat {
+			return nil, false, nil
+		}
+		parents = append(parents, hostEntry{path: "usr/" + cur,
+			mode: fs.ModeDir | fi.Mode()&(fs.ModePerm|fs.ModeSetgid|fs.ModeSticky),
+			uid:  int(st.Uid), gid: int(st.Gid)})
+	}
+	return parents, true, nil
 }
 
 // readHostEntry reads /etc/<rel> without following a final symlink. Files that are not
@@ -357,6 +430,14 @@ func writeEntry(r *os.Root, e hostEntry) error {
 		}
 	case e.mode&fs.ModeSymlink != 0:
 		return errors.Join(r.Symlink(e.link, e.path), r.Lchown(e.path, e.uid, e.gid))
+	case e.mode&fs.ModeCharDevice != 0:
+		// An overlayfs whiteout, the only device the layer has.
+		dir, err := r.Open(path.Dir(e.path))
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		return linux.Whiteout(dir, path.Base(e.path))
 	default:
 		f, err := r.OpenFile(e.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/linux"
+	"github.com/moatdev/moat/internal/sandbox"
 )
 
 // TestHostTemplate checks the built-in template on the real host: ready at once, accounts
@@ -38,7 +39,8 @@ func TestHostTemplate(t *testing.T) {
 	if again.Parts[0].Layers[0] != tmpl.Parts[0].Layers[0] {
 		t.Error("host layer rebuilt under another name")
 	}
-	if len(tmpl.Parts) < 2 || tmpl.Parts[0].Target != "/" || tmpl.Parts[1].Target != "/usr" || tmpl.Parts[1].Layers[0] != "/usr" {
+	if len(tmpl.Parts) < 2 || tmpl.Parts[0].Target != "/" || tmpl.Parts[1].Target != "/usr" ||
+		len(tmpl.Parts[1].Layers) != 2 || tmpl.Parts[1].Layers[0] != tmpl.Parts[0].Layers[0]+"/usr" || tmpl.Parts[1].Layers[1] != "/usr" {
 		t.Fatalf("parts: %+v", tmpl.Parts)
 	}
 	layer := tmpl.Parts[0].Layers[0]
@@ -202,7 +204,7 @@ func TestHostTemplateFakeHost(t *testing.T) {
 	for _, p := range tmpl.Parts {
 		parts = append(parts, p.Target+"="+strings.Join(p.Layers, ","))
 	}
-	want := []string{"/=" + layer, "/usr=" + host + "/usr", "/bin=" + host + "/bin"}
+	want := []string{"/=" + layer, "/usr=" + layer + "/usr," + host + "/usr", "/bin=" + host + "/bin"}
 	if strings.Join(parts, " ") != strings.Join(want, " ") {
 		t.Errorf("parts %v, want %v", parts, want)
 	}
@@ -340,4 +342,144 @@ func TestCleanup(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(s.dir, "layers/img-used")); err == nil {
 		t.Error("layer of a deleted template kept")
 	}
+}
+
+// TestHostTemplateHidesUsrConfig mounts the host template of a fake host whose /usr holds
+// tool configuration with tokens: the sandbox's root filesystem shows the tools under
+// /usr/local but none of the configuration, not even what the host adds after the mount.
+func TestHostTemplateHidesUsrConfig(t *testing.T) {
+	s, run := newTestStore(t)
+	ctx := ctxT(t)
+	host := t.TempDir()
+	const canary = "MOAT-CANARY-USR-TOKEN"
+	hidden := map[string]string{
+		"usr/local/etc/npmrc":                    "//registry.npmjs.org/:_authToken=" + canary,
+		"usr/local/etc/gitconfig":                "[http]\n\textraheader = AUTHORIZATION: " + canary,
+		"usr/etc/npmrc":                          "_authToken=" + canary,
+		"usr/pip.conf":                           "[global]\nindex-url = https://u:" + canary + "@pypi.example.test/simple",
+		"usr/local/pip.conf":                     "[global]\nindex-url = https://u:" + canary + "@pypi.example.test/simple",
+		"usr/local/cargo/credentials.toml":       "[registry]\ntoken = \"" + canary + "\"",
+		"usr/local/cargo/credentials":            "[registry]\ntoken = \"" + canary + "\"",
+		"usr/local/etc/deeper/dir/config.json":   canary,
+		"usr/local/etc/.hidden-token":            canary,
+		"usr/etc/ssh/ssh_config.d/private-notes": canary,
+	}
+	kept := map[string]string{
+		"usr/bin/env":                       "#!fake env",
+		"usr/local/bin/tool":                "#!fake tool",
+		"usr/local/go/bin/go":               "#!fake go",
+		"usr/local/cargo/bin/cargo":         "#!fake cargo",
+		"usr/local/lib/node_modules/x/a.js": "module.exports = 1",
+		"usr/share/doc/etc/README":          "not the etc you are looking for",
+	}
+	for p, data := range mapsJoin(hidden, kept) {
+		full := filepath.Join(host, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// /usr/local as some distributions have it: setgid, group staff.
+	if err := os.Chown(filepath.Join(host, "usr/local"), 0, 50); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(host, "usr/local"), fs.ModeSetgid|0o775); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"bin", "lib"} {
+		if err := os.Symlink("usr/"+d, filepath.Join(host, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(host, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s.hostRoot = host
+	tmpl, err := s.Template(ctx, HostTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing of the hidden files is in the layer itself.
+	layer := tmpl.Parts[0].Layers[0]
+	filepath.WalkDir(layer, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Type().IsRegular() {
+			if data, _ := os.ReadFile(p); bytes.Contains(data, []byte(canary)) {
+				t.Errorf("canary in %s", p)
+			}
+		}
+		return nil
+	})
+
+	const id = "sb-000000000021"
+	_, rootfs := sandboxDirs(t, run, id)
+	if err := s.CreateDrive(ctx, id, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Mount(ctx, sandbox.MountRequest{ID: id, Template: tmpl, Target: rootfs}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Unmount(ctx, id, rootfs)
+	// Added on the host after the sandbox started.
+	late := filepath.Join(host, "usr/local/etc/late-npmrc")
+	if err := os.WriteFile(late, []byte(canary), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hidden["usr/local/etc/late-npmrc"] = canary
+	for p := range hidden {
+		if _, err := os.Lstat(filepath.Join(rootfs, p)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("/%s visible in the sandbox: %v", p, err)
+		}
+	}
+	for _, dir := range []string{"usr/etc", "usr/local/etc"} {
+		if _, err := os.Lstat(filepath.Join(rootfs, dir)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("/%s visible in the sandbox: %v", dir, err)
+		}
+	}
+	filepath.WalkDir(rootfs, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.Type().IsRegular() {
+			if data, _ := os.ReadFile(p); bytes.Contains(data, []byte(canary)) {
+				t.Errorf("canary readable at %s", p)
+			}
+		}
+		return nil
+	})
+	for p, want := range kept {
+		if data, err := os.ReadFile(filepath.Join(rootfs, p)); err != nil || string(data) != want {
+			t.Errorf("/%s: %q, %v (want the host's)", p, data, err)
+		}
+	}
+	// The merged /usr/local keeps the host's mode and owner.
+	fi, err := os.Stat(filepath.Join(rootfs, "usr/local"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); fi.Mode()&(fs.ModePerm|fs.ModeSetgid) != 0o775|fs.ModeSetgid || st.Uid != 0 || st.Gid != 50 {
+		t.Errorf("/usr/local: %v %d:%d, want the host's drwxrwsr-x 0:50", fi.Mode(), st.Uid, st.Gid)
+	}
+	// The sandbox may make its own /usr/local/etc (in its upper).
+	if err := os.MkdirAll(filepath.Join(rootfs, "usr/local/etc"), 0o755); err != nil {
+		t.Errorf("creating /usr/local/etc inside: %v", err)
+	}
+	if entries, err := os.ReadDir(filepath.Join(rootfs, "usr/local/etc")); err != nil || len(entries) != 0 {
+		t.Errorf("a new /usr/local/etc shows %v, %v", entries, err)
+	}
+}
+
+func mapsJoin(a, b map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
 }
