@@ -72,7 +72,15 @@ type extractOptions struct {
 
 // extractTar unpacks the tar stream r into root, which must be a directory only the caller
 // writes to. It keeps ownership, permission bits (set-id included) and the xattrs
-// security.capability and user.*; it skips device nodes, FIFOs and sockets; runs of zeroes
+// security.capability and user.* — they are the image's meaning inside a sandbox: under
+// runc and crun the layer is idmapped into the sandbox's user namespace, so a set-uid-root
+// program is set-uid to the sandbox's own root (sudo, su and passwd work) and a file
+// capability counts only there. They are never honoured on the host: layers/ is root's
+// alone, every mount of a layer is nosuid, and the one mount that honours set-id, a runc
+// sandbox's root overlay, holds only files of that sandbox's uid range and is reachable by
+// its root alone (see Mount). Dropping them would break sudo in imported images under
+// runc; refusing them would refuse nearly every distribution image (passwd, su and mount
+// are set-uid). It skips device nodes, FIFOs and sockets; runs of zeroes
 // in files become holes. It refuses (ErrInvalidArgument, stopping) entries with absolute
 // names or ".." components, hard links whose target is outside, any entry that would be
 // written through a symbolic link (a parent component must be a real directory), and
@@ -124,7 +132,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		hdr.Typeflag = tar.TypeReg // the reader expands old GNU sparse files
 	}
 	switch hdr.Typeflag {
-	case tar.TypeReg, tar.TypeRegA, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
+	case tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeLink: // the reader turns TypeRegA into these
 	default: // devices, FIFOs, and anything unknown
 		x.stats.Skipped++
 		return nil
@@ -155,7 +163,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		x.seen[rel] = true
 		return x.meta(rel, hdr)
 
-	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeReg:
 		if err := x.remove(rel); err != nil {
 			return err
 		}
