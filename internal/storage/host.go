@@ -78,8 +78,10 @@ var hostEtcNever = []string{
 // trees of tools installed with prefix /usr or /usr/local (npm's global npmrc, git's system
 // gitconfig, gemrc, yarnrc and the like live in <prefix>/etc and often carry registry
 // tokens), pip's site-wide configuration (<sys.prefix>/pip.conf, index URLs with
-// credentials), and cargo's credentials in the CARGO_HOME that Rust images put under
-// /usr/local. A path is hidden whenever its parent directory exists on the host when the
+// credentials), cargo's credentials in the CARGO_HOME that Rust images put under /usr/local,
+// and bundler's configuration (gem server credentials) in the BUNDLE_APP_CONFIG that Ruby
+// images put there. npm's builtin npmrc (in npm's own directory) is left: installers put
+// the prefix there, and hiding it would move npm's global configuration. A path is hidden whenever its parent directory exists on the host when the
 // layer is built; a path whose parent is a symbolic link is left alone (it resolves outside
 // the host's /usr, where the sandbox sees only the synthesized layer, or to another place
 // in /usr).
@@ -87,6 +89,7 @@ var hostUsrHidden = []string{
 	"etc", "local/etc",
 	"pip.conf", "local/pip.conf",
 	"local/cargo/credentials", "local/cargo/credentials.toml",
+	"local/bundle/config",
 }
 
 // usrMergeDirs become symlinks into usr (as on the host) or, on a host without usr-merge,

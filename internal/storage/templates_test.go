@@ -360,6 +360,7 @@ func TestHostTemplateHidesUsrConfig(t *testing.T) {
 		"usr/local/pip.conf":                     "[global]\nindex-url = https://u:" + canary + "@pypi.example.test/simple",
 		"usr/local/cargo/credentials.toml":       "[registry]\ntoken = \"" + canary + "\"",
 		"usr/local/cargo/credentials":            "[registry]\ntoken = \"" + canary + "\"",
+		"usr/local/bundle/config":                "BUNDLE_GEMS__EXAMPLE__TEST: \"u:" + canary + "\"",
 		"usr/local/etc/deeper/dir/config.json":   canary,
 		"usr/local/etc/.hidden-token":            canary,
 		"usr/etc/ssh/ssh_config.d/private-notes": canary,
@@ -370,6 +371,7 @@ func TestHostTemplateHidesUsrConfig(t *testing.T) {
 		"usr/local/go/bin/go":               "#!fake go",
 		"usr/local/cargo/bin/cargo":         "#!fake cargo",
 		"usr/local/lib/node_modules/x/a.js": "module.exports = 1",
+		"usr/local/bundle/gems/x/x.rb":      "# a gem",
 		"usr/share/doc/etc/README":          "not the etc you are looking for",
 	}
 	for p, data := range mapsJoin(hidden, kept) {
