@@ -81,10 +81,11 @@ var hostEtcNever = []string{
 // credentials), cargo's credentials in the CARGO_HOME that Rust images put under /usr/local,
 // and bundler's configuration (gem server credentials) in the BUNDLE_APP_CONFIG that Ruby
 // images put there. npm's builtin npmrc (in npm's own directory) is left: installers put
-// the prefix there, and hiding it would move npm's global configuration. A path is hidden whenever its parent directory exists on the host when the
-// layer is built; a path whose parent is a symbolic link is left alone (it resolves outside
-// the host's /usr, where the sandbox sees only the synthesized layer, or to another place
-// in /usr).
+// the prefix there, and hiding it would move npm's global configuration. A path is hidden
+// whenever its parent directory exists on the host when the layer is built (the daemon
+// builds it at its first use of the template); a path whose parent is a symbolic link is
+// left alone (it resolves outside the host's /usr, where the sandbox sees only the
+// synthesized layer, or to another place in /usr).
 var hostUsrHidden = []string{
 	"etc", "local/etc",
 	"pip.conf", "local/pip.conf",
