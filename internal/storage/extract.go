@@ -124,7 +124,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		hdr.Typeflag = tar.TypeReg // the reader expands old GNU sparse files
 	}
 	switch hdr.Typeflag {
-	case tar.TypeReg, tar.TypeRegA, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
+	case tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
 	default: // devices, FIFOs, and anything unknown
 		x.stats.Skipped++
 		return nil
@@ -155,7 +155,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		x.seen[rel] = true
 		return x.meta(rel, hdr)
 
-	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeReg:
 		if err := x.remove(rel); err != nil {
 			return err
 		}

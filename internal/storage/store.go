@@ -98,9 +98,8 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func (s *Store) layerPath(id string) string   { return filepath.Join(s.dir, "layers", id) }
-func (s *Store) drivePath(id string) string   { return filepath.Join(s.dir, "drives", id+".img") }
-func (s *Store) templatePath(n string) string { return filepath.Join(s.dir, "templates", n+".json") }
+func (s *Store) layerPath(id string) string { return filepath.Join(s.dir, "layers", id) }
+func (s *Store) drivePath(id string) string { return filepath.Join(s.dir, "drives", id+".img") }
 
 var (
 	templateNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
