@@ -157,7 +157,7 @@ destinations and blocked attempts.`,
 				}
 				if !keep {
 					if err := c.Delete(context.WithoutCancel(ctx), sb.ID); err != nil {
-						fmt.Fprintf(os.Stderr, "moat: deleting sandbox %s: %v\n", sb.ID, err)
+						fmt.Fprintf(os.Stderr, "moat: deleting sandbox %s: %s\n", sb.ID, termSafe(err.Error()))
 					}
 				}
 			}()
@@ -366,8 +366,8 @@ func (a *app) lsCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATE\tRUNTIME\tTEMPLATE\tCREATED\tNOTE")
 			for _, sb := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.State, sb.Runtime, sb.Template,
-					sb.CreatedAt.Local().Format("2006-01-02 15:04:05"), sb.Error)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(sb.ID), termSafe(sb.State), termSafe(sb.Runtime), termSafe(sb.Template),
+					sb.CreatedAt.Local().Format("2006-01-02 15:04:05"), termSafe(sb.Error))
 			}
 			return tw.Flush()
 		},
@@ -414,7 +414,7 @@ func (a *app) eventsCmd() *cobra.Command {
 				return printJSON(evs)
 			}
 			for _, e := range evs {
-				fmt.Printf("%s  %-10s %s\n", e.Time.Local().Format(time.RFC3339), e.Kind, e.Detail)
+				fmt.Printf("%s  %-10s %s\n", e.Time.Local().Format(time.RFC3339), termSafe(e.Kind), termSafe(e.Detail))
 			}
 			return nil
 		},
@@ -604,8 +604,13 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 	return cmd
 }
 
+// printJSON prints v as indented JSON, with every non-printable rune in its strings
+// escaped (jsonSafe).
 func printJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = os.Stdout.Write(append(jsonSafe(b), '\n'))
+	return err
 }
