@@ -122,6 +122,13 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	return c.sendRequest(req)
+}
+
+// sendRequest performs req with the client's credentials and turns non-2xx answers into
+// *Error.
+func (c *Client) sendRequest(req *http.Request) (*http.Response, error) {
+	method, path := req.Method, strings.TrimPrefix(req.URL.String(), c.base)
 	c.authorize(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -135,7 +142,11 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 		defer resp.Body.Close()
 		var e v1.Error
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if json.Unmarshal(data, &e) != nil || e.Message == "" {
+		// The daemon answers {"code": "<class>", "message": ...}; a sandbox's moat-init,
+		// through the envd gateway, {"code": <status>, "message": ...}: the message is
+		// kept either way (a mistyped code is only skipped).
+		_ = json.Unmarshal(data, &e)
+		if e.Message == "" {
 			e.Message = fmt.Sprintf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(data)))
 		}
 		if e.Code == "" {

@@ -245,17 +245,47 @@ func orDiscard(w io.Writer) io.Writer {
 	return w
 }
 
-// ReadFile opens path in sandbox id (as user) for reading.
-func (c *Client) ReadFile(ctx context.Context, id, path, user string) (io.ReadCloser, error) {
+// File is a file being read from a sandbox. Reading yields at most Size bytes.
+type File struct {
+	io.Reader
+	// Size is the file's length as the sandbox announced it.
+	Size   int64
+	closer io.Closer
+}
+
+// Close ends the download.
+func (f *File) Close() error { return f.closer.Close() }
+
+// ReadFile opens path in sandbox id (as user) for reading. The sandbox (its moat-init)
+// is not trusted, so the answer must be uncompressed and announce its length
+// (Content-Length), and no more than that length is ever read: check File.Size before
+// writing the content anywhere. Only regular files can be read; moat-init refuses
+// devices, FIFOs and directories (ErrInvalidArgument).
+func (c *Client) ReadFile(ctx context.Context, id, path, user string) (*File, error) {
 	q := url.Values{"path": {path}}
 	if user != "" {
 		q.Set("username", user)
 	}
-	resp, err := c.send(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id)+"/envd/files?"+q.Encode(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/sandboxes/"+url.PathEscape(id)+"/envd/files?"+q.Encode(), nil)
 	if err != nil {
 		return nil, err
 	}
-	return resp.Body, nil
+	// Asked explicitly, identity also turns off the transport's transparent gzip, which
+	// would hide the length.
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := c.sendRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	if enc := resp.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		resp.Body.Close()
+		return nil, fmt.Errorf("reading %s: the sandbox answered with content encoding %.40q, not the identity asked for", path, enc)
+	}
+	if resp.ContentLength < 0 {
+		resp.Body.Close()
+		return nil, fmt.Errorf("reading %s: the sandbox did not announce the file's length", path)
+	}
+	return &File{Reader: io.LimitReader(resp.Body, resp.ContentLength), Size: resp.ContentLength, closer: resp.Body}, nil
 }
 
 // WriteFile writes r to path in sandbox id (as user), creating parent directories.

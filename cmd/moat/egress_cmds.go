@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"slices"
@@ -120,7 +121,7 @@ func runSetup(ctx context.Context, c *sdk.Client, id, workdir, line string, quie
 		return err
 	}
 	if changes := diffChecksums(before, after); len(changes) > 0 && !quiet {
-		fmt.Fprintf(os.Stderr, "moat: setup changed lockfiles: %s\n", strings.Join(changes, ", "))
+		fmt.Fprintf(os.Stderr, "moat: setup changed lockfiles: %s\n", termSafe(strings.Join(changes, ", ")))
 	}
 	res, err := c.SetPolicy(ctx, id, v1.SetPolicyRequest{Phase: "run"})
 	if err != nil {
@@ -214,11 +215,11 @@ func describeRules(r v1.PolicyRules) string {
 	return strings.Join(parts, "; ")
 }
 
-// destination is how a log entry names where the sandbox tried to go.
+// destination is how a log entry names where the sandbox tried to go, safe to print.
 func destination(e v1.EgressEntry) string {
-	host := e.Name
+	host := termSafe(e.Name)
 	if host == "" {
-		host = e.Addr
+		host = termSafe(e.Addr)
 	}
 	switch e.Proto {
 	case "dns":
@@ -235,6 +236,11 @@ func printEgressSummary(ctx context.Context, c *sdk.Client, id string) {
 	if err != nil || len(entries) == 0 {
 		return
 	}
+	writeEgressSummary(os.Stderr, entries)
+}
+
+// writeEgressSummary writes the summary of entries printEgressSummary prints.
+func writeEgressSummary(w io.Writer, entries []v1.EgressEntry) {
 	type agg struct {
 		n        int
 		up, down int64
@@ -251,7 +257,7 @@ func printEgressSummary(ctx context.Context, c *sdk.Client, id string) {
 		if e.Allowed {
 			nAllowed++
 		} else {
-			m, why = blocked, e.Reason
+			m, why = blocked, termSafe(e.Reason)
 			nBlocked++
 			key += "\x00" + why
 		}
@@ -267,8 +273,8 @@ func printEgressSummary(ctx context.Context, c *sdk.Client, id string) {
 	if nAllowed+nBlocked == 0 {
 		return
 	}
-	fmt.Fprintf(os.Stderr, "moat: egress: %d allowed, %d blocked\n", nAllowed, nBlocked)
-	tw := tabwriter.NewWriter(os.Stderr, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "moat: egress: %d allowed, %d blocked\n", nAllowed, nBlocked)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, k := range slices.Sorted(maps.Keys(allowed)) {
 		a := allowed[k]
 		fmt.Fprintf(tw, "  allowed\t%s\t×%d\t%s up, %s down\n", k, a.n, humanBytes(a.up), humanBytes(a.down))
@@ -351,9 +357,9 @@ printing new decisions (an open connection is printed again when it ends).`,
 
 func printEgressRow(tw *tabwriter.Writer, e v1.EgressEntry) {
 	verdict := "allowed"
-	detail := e.Rule
+	detail := termSafe(e.Rule)
 	if !e.Allowed {
-		verdict, detail = "BLOCKED", e.Reason
+		verdict, detail = "BLOCKED", termSafe(e.Reason)
 	} else if e.Proto == "tcp" {
 		state := fmt.Sprintf("%s up, %s down, %s", humanBytes(e.BytesUp), humanBytes(e.BytesDown), (time.Duration(e.DurationMS * float64(time.Millisecond))).Round(time.Millisecond))
 		if e.Open {
@@ -361,10 +367,10 @@ func printEgressRow(tw *tabwriter.Writer, e v1.EgressEntry) {
 		}
 		detail = strings.TrimSpace(detail + "  " + state)
 		if e.Error != "" {
-			detail += "  (" + e.Error + ")"
+			detail += "  (" + termSafe(e.Error) + ")"
 		}
 	}
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("15:04:05.000"), e.Phase, verdict, destination(e), detail)
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("15:04:05.000"), termSafe(e.Phase), verdict, destination(e), detail)
 }
 
 func (a *app) policyCmd() *cobra.Command {
@@ -447,6 +453,12 @@ allow are cut. --phase switches phase within the current policy (or the new one)
 	return cmd
 }
 
+// printJSONLine prints v as one line of JSON (jsonSafe).
 func printJSONLine(v any) error {
-	return json.NewEncoder(os.Stdout).Encode(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = os.Stdout.Write(append(jsonSafe(b), '\n'))
+	return err
 }

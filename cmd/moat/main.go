@@ -58,7 +58,8 @@ func main() {
 	case errors.As(err, &ee):
 		os.Exit(ee.code)
 	case err != nil:
-		fmt.Fprintln(os.Stderr, "moat:", err)
+		// Errors may quote what a sandbox chose (paths, names, moat-init's messages).
+		fmt.Fprintln(os.Stderr, "moat:", termSafe(err.Error()))
 		os.Exit(1)
 	}
 }

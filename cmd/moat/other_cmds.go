@@ -74,7 +74,7 @@ func (a *app) templateCmd() *cobra.Command {
 				if !t.Created.IsZero() {
 					created = t.Created.Local().Format("2006-01-02 15:04")
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", t.Name, t.Source, t.Layers, created)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", termSafe(t.Name), termSafe(t.Source), t.Layers, created)
 			}
 			return tw.Flush()
 		},
@@ -150,7 +150,7 @@ func (a *app) templateOp(ctx context.Context, op string, req v1.TemplateRequest)
 	if err != nil {
 		return err
 	}
-	t, err := c.TemplateOp(ctx, op, req, func(msg string) { fmt.Fprintln(os.Stderr, msg) })
+	t, err := c.TemplateOp(ctx, op, req, func(msg string) { fmt.Fprintln(os.Stderr, termSafe(msg)) })
 	if err != nil {
 		return err
 	}
@@ -376,7 +376,7 @@ host memory taken per idle sandbox and the burst create rate. Needs root on the 
 			fmt.Fprintln(tw, "RUNTIME\tPATH\tp50\tp99\tRATIO p50 (to raw)\tRUNS")
 			for _, r := range res.Runtimes {
 				if r.Error != "" {
-					fmt.Fprintf(tw, "%s\terror: %s\n", r.Runtime, r.Error)
+					fmt.Fprintf(tw, "%s\terror: %s\n", r.Runtime, termSafe(r.Error))
 					continue
 				}
 				fmt.Fprintf(tw, "%s\traw runtime (create + first exec)\t%.1f ms\t%.1f ms\t1.00\t%d\n", r.Runtime, r.Raw.P50, r.Raw.P99, r.Raw.N)

@@ -157,7 +157,7 @@ destinations and blocked attempts.`,
 				}
 				if !keep {
 					if err := c.Delete(context.WithoutCancel(ctx), sb.ID); err != nil {
-						fmt.Fprintf(os.Stderr, "moat: deleting sandbox %s: %v\n", sb.ID, err)
+						fmt.Fprintf(os.Stderr, "moat: deleting sandbox %s: %s\n", sb.ID, termSafe(err.Error()))
 					}
 				}
 			}()
@@ -366,8 +366,8 @@ func (a *app) lsCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATE\tRUNTIME\tTEMPLATE\tCREATED\tNOTE")
 			for _, sb := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.State, sb.Runtime, sb.Template,
-					sb.CreatedAt.Local().Format("2006-01-02 15:04:05"), sb.Error)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(sb.ID), termSafe(sb.State), termSafe(sb.Runtime), termSafe(sb.Template),
+					sb.CreatedAt.Local().Format("2006-01-02 15:04:05"), termSafe(sb.Error))
 			}
 			return tw.Flush()
 		},
@@ -414,7 +414,7 @@ func (a *app) eventsCmd() *cobra.Command {
 				return printJSON(evs)
 			}
 			for _, e := range evs {
-				fmt.Printf("%s  %-10s %s\n", e.Time.Local().Format(time.RFC3339), e.Kind, e.Detail)
+				fmt.Printf("%s  %-10s %s\n", e.Time.Local().Format(time.RFC3339), termSafe(e.Kind), termSafe(e.Detail))
 			}
 			return nil
 		},
@@ -481,13 +481,17 @@ func (a *app) rmCmd() *cobra.Command {
 }
 
 func (a *app) cpCmd() *cobra.Command {
-	var user string
+	var user, maxSize string
 	cmd := &cobra.Command{
 		Use:   "cp SRC DST",
 		Short: "Copy a file into or out of a sandbox (ID:PATH on one side; - is stdin/stdout)",
 		Long: `cp copies one file. Exactly one of SRC and DST is ID:PATH in a sandbox. The path inside is
 resolved by the sandbox's own moat-init, in the sandbox's mount namespace: it can never reach
-host files. A relative path inside is relative to the user's home.`,
+host files. A relative path inside is relative to the user's home.
+
+Only regular files come out of a sandbox (devices, FIFOs and directories are refused, also
+behind a symlink), and never more than the length the sandbox announces nor more than
+--max-size: a file over the limit is refused before anything is written.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			srcID, srcPath, srcRemote := splitRemote(args[0])
@@ -501,11 +505,18 @@ host files. A relative path inside is relative to the user's home.`,
 			}
 			ctx := cmd.Context()
 			if srcRemote {
+				limit, err := parseSize(maxSize)
+				if err != nil {
+					return fmt.Errorf("--max-size: %w", err)
+				}
 				rc, err := c.ReadFile(ctx, srcID, srcPath, user)
 				if err != nil {
-					return err
+					return fmt.Errorf("cp: %w", err)
 				}
 				defer rc.Close()
+				if limit > 0 && rc.Size > limit {
+					return fmt.Errorf("cp: %s is %d bytes, more than --max-size %s; nothing was written (raise --max-size, 0: no limit)", srcPath, rc.Size, maxSize)
+				}
 				if dstPath == "-" {
 					_, err = io.Copy(os.Stdout, rc)
 					return err
@@ -519,7 +530,8 @@ host files. A relative path inside is relative to the user's home.`,
 				}
 				if _, err := io.Copy(f, rc); err != nil {
 					f.Close()
-					return err
+					os.Remove(dstPath)
+					return fmt.Errorf("cp: reading %s: %w", srcPath, err)
 				}
 				return f.Close()
 			}
@@ -542,6 +554,7 @@ host files. A relative path inside is relative to the user's home.`,
 		},
 	}
 	cmd.Flags().StringVar(&user, "user", "", "user inside whose permissions apply (default: the sandbox's user)")
+	cmd.Flags().StringVar(&maxSize, "max-size", "4G", "largest file to copy out of a sandbox (0: no limit)")
 	return cmd
 }
 
@@ -591,8 +604,13 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 	return cmd
 }
 
+// printJSON prints v as indented JSON, with every non-printable rune in its strings
+// escaped (jsonSafe).
 func printJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = os.Stdout.Write(append(jsonSafe(b), '\n'))
+	return err
 }

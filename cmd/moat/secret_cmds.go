@@ -105,7 +105,7 @@ sandbox that binds it with --github-token, limited to that sandbox's --github-re
 					}
 					bound = strings.Join(parts, "; ")
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, kind, s.Created.Local().Format("2006-01-02 15:04:05"), s.Updated.Local().Format("2006-01-02 15:04:05"), bound)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", termSafe(s.Name), termSafe(kind), s.Created.Local().Format("2006-01-02 15:04:05"), s.Updated.Local().Format("2006-01-02 15:04:05"), termSafe(bound))
 			}
 			return tw.Flush()
 		},

@@ -596,7 +596,7 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
 		sb.ExpiresAt != nil && time.Now().Add(d).After(*sb.ExpiresAt) ||
 		sb.ExpiresAt == nil && req.Timeout != nil
 	if extend {
-		if sb, err = s.sandboxes.SetTimeout(r.Context(), id, d); err != nil {
+		if _, err = s.sandboxes.SetTimeout(r.Context(), id, d); err != nil {
 			writeE2BError(w, err)
 			return
 		}

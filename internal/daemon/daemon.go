@@ -5,6 +5,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -443,7 +444,8 @@ func Start(ctx context.Context, cfg Config) (d *Daemon, stop func(), err error) 
 	}, nil
 }
 
-// stageInit copies the moat-init binary into the run directory (root-owned, 0755, named
+// stageInit refuses a moat-init that is not a static executable (checkStaticELF), then
+// copies it into the run directory (root-owned, 0755, named
 // by size and modification time) and returns the copy's path. Older copies stay: another
 // moat process (a daemon, an in-process `moat run`) may still start sandboxes from one;
 // the run directory is a tmpfs cleared at boot. Sandboxes bind-mount the copy:
@@ -454,17 +456,20 @@ func stageInit(src, runDir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("moat-init: %w", err)
 	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return "", fmt.Errorf("moat-init: %w", err)
+	}
+	if err := checkStaticELF(data); err != nil {
+		return "", fmt.Errorf("moat-init %s is not a static executable: %v; build it with `make build` (CGO_ENABLED=0)", src, err)
+	}
 	dir := filepath.Join(runDir, "bin")
 	dst := filepath.Join(dir, fmt.Sprintf("moat-init-%d-%d", st.Size(), st.ModTime().UnixNano()))
-	if cur, err := os.Stat(dst); err == nil && cur.Size() == st.Size() {
+	if cur, err := os.ReadFile(dst); err == nil && bytes.Equal(cur, data) {
 		return dst, nil
 	}
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return "", err
-	}
-	data, err := os.ReadFile(src)
-	if err != nil {
-		return "", fmt.Errorf("moat-init: %w", err)
 	}
 	tmp, err := os.CreateTemp(dir, ".moat-init-*")
 	if err != nil {

@@ -109,7 +109,7 @@ for p in ("/ok/pka-%s", "/plain-ka-secret-%s"):
 			}
 
 			// A live policy change applies to the next request on a connection that stays open.
-			out = e.mustSh(sb.ID, fmt.Sprintf(`python3 -c '
+			e.mustSh(sb.ID, fmt.Sprintf(`python3 -c '
 import http.client, ssl, sys, time
 c = http.client.HTTPSConnection("api.test", %d, timeout=10, context=ssl.create_default_context())
 c.request("GET", "/allowed/before-%s"); r = c.getresponse(); r.read(); print("before", r.status)

@@ -223,11 +223,6 @@ func readInt(path string) int {
 	return n
 }
 
-func mustRead(path string) []byte {
-	data, _ := os.ReadFile(path)
-	return data
-}
-
 // landlockABI asks the kernel for its Landlock ABI version.
 func landlockABI() (int, error) {
 	const createRulesetVersion = 1 << 0

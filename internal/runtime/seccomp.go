@@ -15,10 +15,11 @@ import (
 // with EPERM/ENOSYS, which is the safe direction), so new system calls can be listed
 // before every host knows them.
 
-// errnoEPERM and errnoENOSYS are the errno values the filter returns.
+// errnoEPERM, errnoENOSYS and errnoEPROTONOSUPPORT are the errno values the filter returns.
 var (
-	errnoEPERM  = uint(unix.EPERM)
-	errnoENOSYS = uint(unix.ENOSYS)
+	errnoEPERM           = uint(unix.EPERM)
+	errnoENOSYS          = uint(unix.ENOSYS)
+	errnoEPROTONOSUPPORT = uint(unix.EPROTONOSUPPORT)
 )
 
 // cloneNamespaceFlags are the clone(2) flags that create namespaces. clone is allowed only
@@ -28,13 +29,60 @@ var (
 const cloneNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
 	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
 
-// socketFamilies are the address families socket(2) may create. AF_PACKET (raw link-layer
-// access, the source of several kernel escapes), AF_VSOCK (the hypervisor channel), AF_ALG,
-// AF_KEY, AF_BLUETOOTH and the other exotic families are refused: a sandbox speaks TCP/UDP,
-// local sockets and netlink (iproute2, glibc's getaddrinfo) only. This is an allowlist
-// by value because runc ORs several comparisons of one argument, so a list of "!=" rules
-// would allow everything.
-var socketFamilies = []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
+// socketRules are the (family, type, protocol) combinations socket(2) may create; every
+// other combination fails (EPERM, or EPROTONOSUPPORT for netlink protocols, see
+// seccompProfile). A sandbox speaks TCP, UDP, ICMP echo (ping sockets, where the network
+// namespace's ping_group_range allows them), local sockets and routing netlink (iproute2,
+// glibc's getaddrinfo) only:
+//   - AF_PACKET (raw link-layer access, the source of several kernel escapes), AF_VSOCK
+//     (the hypervisor channel), AF_ALG, AF_KEY, AF_BLUETOOTH and the other exotic
+//     families are refused;
+//   - within AF_INET/AF_INET6, MPTCP, SCTP, DCCP, UDP-Lite, raw sockets and every other
+//     protocol are refused: each is kernel code (often a loadable module the kernel would
+//     load on demand) the sandbox has no use for;
+//   - within AF_NETLINK, only NETLINK_ROUTE: audit, uevents, sock_diag, netfilter,
+//     generic netlink and the rest reach host-wide or rarely-audited kernel code.
+//
+// The type is compared as type & SOCK_TYPE_MASK, so SOCK_NONBLOCK and SOCK_CLOEXEC may be
+// set (the kernel refuses any other flag). This is an allowlist by value because runc ORs
+// several comparisons of one argument, so a list of "!=" rules would allow everything.
+var socketRules = []socketRule{
+	{family: unix.AF_UNIX, anyType: true, anyProtocol: true},
+	{family: unix.AF_INET, sockType: unix.SOCK_STREAM, protocol: 0},
+	{family: unix.AF_INET, sockType: unix.SOCK_STREAM, protocol: unix.IPPROTO_TCP},
+	{family: unix.AF_INET, sockType: unix.SOCK_DGRAM, protocol: 0},
+	{family: unix.AF_INET, sockType: unix.SOCK_DGRAM, protocol: unix.IPPROTO_UDP},
+	{family: unix.AF_INET, sockType: unix.SOCK_DGRAM, protocol: unix.IPPROTO_ICMP},
+	{family: unix.AF_INET6, sockType: unix.SOCK_STREAM, protocol: 0},
+	{family: unix.AF_INET6, sockType: unix.SOCK_STREAM, protocol: unix.IPPROTO_TCP},
+	{family: unix.AF_INET6, sockType: unix.SOCK_DGRAM, protocol: 0},
+	{family: unix.AF_INET6, sockType: unix.SOCK_DGRAM, protocol: unix.IPPROTO_UDP},
+	{family: unix.AF_INET6, sockType: unix.SOCK_DGRAM, protocol: unix.IPPROTO_ICMPV6},
+	{family: unix.AF_NETLINK, anyType: true, protocol: unix.NETLINK_ROUTE},
+}
+
+// socketRule is one entry of socketRules; anyType and anyProtocol leave that argument
+// unchecked.
+type socketRule struct {
+	family, sockType, protocol uint64
+	anyType, anyProtocol       bool
+}
+
+// sockTypeMask is the kernel's SOCK_TYPE_MASK: the bits of socket(2)'s type argument that
+// hold the type; above them are the SOCK_NONBLOCK and SOCK_CLOEXEC flags.
+const sockTypeMask = 0xf
+
+// args renders r as seccomp comparisons (ANDed: each on its own argument).
+func (r socketRule) args() []specs.LinuxSeccompArg {
+	a := []specs.LinuxSeccompArg{{Index: 0, Value: r.family, Op: specs.OpEqualTo}}
+	if !r.anyType {
+		a = append(a, specs.LinuxSeccompArg{Index: 1, Value: sockTypeMask, ValueTwo: r.sockType, Op: specs.OpMaskedEqual})
+	}
+	if !r.anyProtocol {
+		a = append(a, specs.LinuxSeccompArg{Index: 2, Value: r.protocol, Op: specs.OpEqualTo})
+	}
+	return a
+}
 
 // personalities are the personality(2) values a process may set: the Linux default, the
 // same with UNAME26 or ADDR_NO_RANDOMIZE (used by setarch and some debuggers), and the
@@ -113,13 +161,13 @@ var allowedSyscalls = []string{
 	// chroot: CAP_SYS_CHROOT is granted (build tools and package managers use it); it
 	// cannot leave the sandbox's mount namespace.
 	"chroot",
-	// sockets. socket itself is in argumentRules (family allowlist). socketcall, the
+	// sockets. socket and socketpair are allowed by argument (socketRules). socketcall, the
 	// 32-bit multiplexer, is left out: its arguments live in memory where seccomp cannot
 	// see them, so it would bypass the family allowlist (32-bit libcs use the direct
 	// calls on kernels >= 4.3).
 	"accept", "accept4", "bind", "connect", "getpeername", "getsockname", "getsockopt",
 	"listen", "recv", "recvfrom", "recvmmsg", "recvmmsg_time64", "recvmsg", "send",
-	"sendmmsg", "sendmsg", "sendto", "setsockopt", "shutdown", "socketpair",
+	"sendmmsg", "sendmsg", "sendto", "setsockopt", "shutdown",
 	// System V and POSIX IPC: private to the sandbox's IPC namespace
 	"ipc", "msgctl", "msgget", "msgrcv", "msgsnd", "semctl", "semget", "semop", "semtimedop",
 	"semtimedop_time64", "shmat", "shmctl", "shmdt", "shmget", "mq_getsetattr", "mq_notify",
@@ -211,14 +259,28 @@ func seccompProfile(runtimeName string) *specs.LinuxSeccomp {
 		clone3 = specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActAllow}
 	}
 	p.Syscalls = append(p.Syscalls, clone3)
-	// One rule per allowed value: separate rules are ORed.
-	for _, fam := range socketFamilies {
+	// One rule per allowed combination: separate rules are ORed.
+	for _, r := range socketRules {
 		p.Syscalls = append(p.Syscalls, specs.LinuxSyscall{
-			Names:  []string{"socket"},
-			Action: specs.ActAllow,
-			Args:   []specs.LinuxSeccompArg{{Index: 0, Value: fam, Op: specs.OpEqualTo}},
+			Names: []string{"socket"}, Action: specs.ActAllow, Args: r.args(),
 		})
 	}
+	// Other netlink protocols fail as on a kernel without them: libaudit (sudo, PAM) then
+	// treats audit as not configured instead of warning about EPERM. The rule cannot
+	// overlap the NETLINK_ROUTE rule above.
+	p.Syscalls = append(p.Syscalls, specs.LinuxSyscall{
+		Names: []string{"socket"}, Action: specs.ActErrno, ErrnoRet: &errnoEPROTONOSUPPORT,
+		Args: []specs.LinuxSeccompArg{
+			{Index: 0, Value: unix.AF_NETLINK, Op: specs.OpEqualTo},
+			{Index: 2, Value: unix.NETLINK_ROUTE, Op: specs.OpNotEqual},
+		},
+	})
+	// socketpair creates sockets of its family too (loading a protocol's module before
+	// failing with EOPNOTSUPP): only AF_UNIX implements it.
+	p.Syscalls = append(p.Syscalls, specs.LinuxSyscall{
+		Names: []string{"socketpair"}, Action: specs.ActAllow,
+		Args: []specs.LinuxSeccompArg{{Index: 0, Value: unix.AF_UNIX, Op: specs.OpEqualTo}},
+	})
 	for _, v := range personalities {
 		p.Syscalls = append(p.Syscalls, specs.LinuxSyscall{
 			Names:  []string{"personality"},

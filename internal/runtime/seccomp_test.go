@@ -122,22 +122,14 @@ func TestSeccompShape(t *testing.T) {
 			t.Errorf("%s: clone3 %+v", rt, clone3[0])
 		}
 
-		// socket: only the listed families, each by equality.
-		var fams []uint64
-		for _, r := range allowRules(p, "socket") {
-			if len(r.Args) != 1 || r.Args[0].Index != 0 || r.Args[0].Op != specs.OpEqualTo {
-				t.Errorf("%s: socket rule %+v", rt, r)
+		// socket and socketpair: see TestSeccompSockets. Every socket rule compares the
+		// family by equality.
+		for _, r := range p.Syscalls {
+			if !slices.Contains(r.Names, "socket") && !slices.Contains(r.Names, "socketpair") {
 				continue
 			}
-			fams = append(fams, r.Args[0].Value)
-		}
-		slices.Sort(fams)
-		if !slices.Equal(fams, []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}) {
-			t.Errorf("%s: socket families %v", rt, fams)
-		}
-		for _, bad := range []uint64{unix.AF_PACKET, unix.AF_VSOCK, unix.AF_ALG, unix.AF_KEY} {
-			if slices.Contains(fams, bad) {
-				t.Errorf("%s: socket family %d allowed", rt, bad)
+			if len(r.Names) != 1 || len(r.Args) == 0 || r.Args[0].Index != 0 || r.Args[0].Op != specs.OpEqualTo {
+				t.Errorf("%s: socket rule %+v", rt, r)
 			}
 		}
 
@@ -190,4 +182,120 @@ func TestSeccompJSON(t *testing.T) {
 	if seccompProfile("runc").Syscalls[0].Names[0] == "mount" {
 		t.Fatal("seccompProfile shares its slices")
 	}
+}
+
+// TestSeccompSockets evaluates the generated profile (rules ORed, a rule's comparisons
+// ANDed, as runc, crun and gVisor apply them) for socket(2) and socketpair(2) calls: TCP,
+// UDP, ping sockets, AF_UNIX and routing netlink pass, with or without SOCK_NONBLOCK and
+// SOCK_CLOEXEC; other protocols and families fail, the netlink ones with EPROTONOSUPPORT.
+func TestSeccompSockets(t *testing.T) {
+	const (
+		flags         = unix.SOCK_NONBLOCK | unix.SOCK_CLOEXEC
+		ipprotoMPTCP  = 262
+		netlinkAudit  = 9
+		netlinkUevent = 15
+	)
+	eperm, enoproto := int(unix.EPERM), int(unix.EPROTONOSUPPORT)
+	cases := []struct {
+		call                  string
+		family, typ, protocol uint64
+		want                  int // 0: allowed, else the errno
+	}{
+		{"socket", unix.AF_INET, unix.SOCK_STREAM, 0, 0},
+		{"socket", unix.AF_INET, unix.SOCK_STREAM | flags, unix.IPPROTO_TCP, 0},
+		{"socket", unix.AF_INET, unix.SOCK_STREAM | unix.SOCK_CLOEXEC, 0, 0},
+		{"socket", unix.AF_INET6, unix.SOCK_STREAM | unix.SOCK_NONBLOCK, unix.IPPROTO_TCP, 0},
+		{"socket", unix.AF_INET, unix.SOCK_DGRAM, 0, 0},
+		{"socket", unix.AF_INET, unix.SOCK_DGRAM | flags, unix.IPPROTO_UDP, 0},
+		{"socket", unix.AF_INET6, unix.SOCK_DGRAM | flags, unix.IPPROTO_UDP, 0},
+		{"socket", unix.AF_INET, unix.SOCK_DGRAM, unix.IPPROTO_ICMP, 0},
+		{"socket", unix.AF_INET6, unix.SOCK_DGRAM | flags, unix.IPPROTO_ICMPV6, 0},
+		{"socket", unix.AF_UNIX, unix.SOCK_STREAM, 0, 0},
+		{"socket", unix.AF_UNIX, unix.SOCK_SEQPACKET | flags, 0, 0},
+		{"socket", unix.AF_NETLINK, unix.SOCK_RAW | flags, unix.NETLINK_ROUTE, 0},
+		{"socket", unix.AF_NETLINK, unix.SOCK_DGRAM, unix.NETLINK_ROUTE, 0},
+		{"socketpair", unix.AF_UNIX, unix.SOCK_STREAM | flags, 0, 0},
+
+		{"socket", unix.AF_INET, unix.SOCK_STREAM, ipprotoMPTCP, eperm},
+		{"socket", unix.AF_INET6, unix.SOCK_STREAM | flags, ipprotoMPTCP, eperm},
+		{"socket", unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_SCTP, eperm},
+		{"socket", unix.AF_INET, unix.SOCK_SEQPACKET, unix.IPPROTO_SCTP, eperm},
+		{"socket", unix.AF_INET, unix.SOCK_SEQPACKET, 0, eperm},
+		{"socket", unix.AF_INET6, unix.SOCK_DGRAM, unix.IPPROTO_UDPLITE, eperm},
+		{"socket", unix.AF_INET, unix.SOCK_DCCP, unix.IPPROTO_DCCP, eperm},
+		{"socket", unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP, eperm},
+		{"socket", unix.AF_INET, unix.SOCK_RAW, 0, eperm},
+		{"socket", unix.AF_INET, unix.SOCK_DGRAM, unix.IPPROTO_TCP, eperm},
+		{"socket", unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_UDP, eperm},
+		{"socket", unix.AF_INET, unix.SOCK_DGRAM, unix.IPPROTO_ICMPV6, eperm},
+		{"socket", unix.AF_INET, unix.SOCK_STREAM, 1<<32 | unix.IPPROTO_TCP, eperm},
+		{"socket", unix.AF_PACKET, unix.SOCK_RAW, 0, eperm},
+		{"socket", unix.AF_VSOCK, unix.SOCK_STREAM, 0, eperm},
+		{"socket", unix.AF_ALG, unix.SOCK_SEQPACKET, 0, eperm},
+		{"socket", unix.AF_KEY, unix.SOCK_RAW, 2, eperm},
+		{"socket", unix.AF_NETLINK, unix.SOCK_RAW, netlinkAudit, enoproto},
+		{"socket", unix.AF_NETLINK, unix.SOCK_DGRAM | flags, netlinkUevent, enoproto},
+		{"socket", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_SOCK_DIAG, enoproto},
+		{"socket", unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_GENERIC, enoproto},
+		{"socketpair", unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_SCTP, eperm},
+		{"socketpair", unix.AF_NETLINK, unix.SOCK_RAW, 0, eperm},
+	}
+	for _, rt := range Names {
+		p := seccompProfile(rt)
+		for _, c := range cases {
+			if got := evalSeccomp(t, p, c.call, c.family, c.typ, c.protocol); got != c.want {
+				t.Errorf("%s: %s(%d, %#x, %d) = %d, want %d", rt, c.call, c.family, c.typ, c.protocol, got, c.want)
+			}
+		}
+	}
+}
+
+// evalSeccomp answers a call as the profile does: 0 if allowed, else its errno. It fails
+// the test if a call matches several rules of which one does not allow it (the profile
+// keeps such rules disjoint rather than rely on libseccomp's precedence).
+func evalSeccomp(t *testing.T, p *specs.LinuxSeccomp, name string, args ...uint64) int {
+	t.Helper()
+	var matched []specs.LinuxSyscall
+	for _, r := range p.Syscalls {
+		if !slices.Contains(r.Names, name) {
+			continue
+		}
+		ok := true
+		for _, a := range r.Args {
+			v := args[a.Index]
+			switch a.Op {
+			case specs.OpEqualTo:
+				ok = ok && v == a.Value
+			case specs.OpNotEqual:
+				ok = ok && v != a.Value
+			case specs.OpMaskedEqual:
+				ok = ok && v&a.Value == a.ValueTwo
+			default:
+				t.Fatalf("rule %+v: operator %s not evaluated here", r, a.Op)
+			}
+		}
+		if ok {
+			matched = append(matched, r)
+		}
+	}
+	r := specs.LinuxSyscall{Action: p.DefaultAction, ErrnoRet: p.DefaultErrnoRet}
+	switch len(matched) {
+	case 0:
+	case 1:
+		r = matched[0]
+	default:
+		for _, m := range matched {
+			if m.Action != specs.ActAllow {
+				t.Fatalf("%s%v matches several rules, not all allowing: %+v", name, args, matched)
+			}
+		}
+		r = matched[0]
+	}
+	if r.Action == specs.ActAllow {
+		return 0
+	}
+	if r.ErrnoRet == nil {
+		return int(unix.EPERM)
+	}
+	return int(*r.ErrnoRet)
 }

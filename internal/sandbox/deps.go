@@ -127,6 +127,7 @@ type Egress interface {
 	// Attach starts serving sandbox id's boundary, in its gateway namespace, with spec and
 	// the credential bindings creds. With bindings it returns the PEM certificate of the
 	// sandbox's interception CA (the same across daemon restarts) for its trust store.
+	// Attaching an attached sandbox sets its policy (as SetPolicy) and returns the same.
 	Attach(id string, spec policy.Spec, creds []Credential) (caPEM string, err error)
 	// SetPolicy replaces the policy of an attached sandbox at once and cuts the open
 	// connections it no longer allows, returning how many; a detached sandbox is no error.

@@ -16,7 +16,8 @@ import (
 // size) created, started and healthy, hidden from List and Get. A Create that fits a pool's
 // kind and asks for no repository claims one and hands it over instead of building a
 // sandbox: its limits are set with the runtime's Update (runsc cannot change limits, so its
-// pool serves default limits only), its environment and default user with
+// pool serves default limits only), its policy with the egress boundary, its environment
+// (the same as a cold create's, trust variables included) and default user with
 // moat-init's POST /init, and its record takes the caller's options. Nothing but moat-init
 // has run in a warm sandbox before it is handed over, so it is as fresh as a new one. The
 // pool refills in the background; a daemon that stops deletes its warm sandboxes, and one
@@ -167,12 +168,16 @@ func (m *Manager) handOver(ctx context.Context, id string, opts CreateOptions, t
 	if err != nil {
 		return nil, err
 	}
-	if opts.Policy != nil {
-		if _, err := m.egress.SetPolicy(id, *opts.Policy); err != nil {
-			return nil, err
-		}
+	// Attaching an attached sandbox sets its policy and returns its CA as for a cold
+	// create; moat-init installed that same CA (one per sandbox ID) when it started.
+	owned := &Sandbox{Policy: opts.Policy}
+	caPEM, err := m.egress.Attach(id, owned.EgressPolicy(), nil)
+	if err != nil {
+		return nil, err
 	}
-	body, _ := json.Marshal(map[string]any{"envVars": mergeEnv(tmpl.Env, opts.Env), "defaultUser": user})
+	// The environment a cold create gives moat-init, trust variables included.
+	env := credentialEnv(mergeEnv(tmpl.Env, opts.Env), nil, caPEM != "")
+	body, _ := json.Marshal(map[string]any{"envVars": env, "defaultUser": user})
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+id+"/init", bytes.NewReader(body))
 	req.Header.Set("X-Access-Token", sb.AccessToken)
 	req.Header.Set("Content-Type", "application/json")

@@ -59,31 +59,31 @@ func signAppJWT(key *rsa.PrivateKey, iss string, now time.Time) (string, error) 
 func parseRSAKey(data []byte) (*rsa.PrivateKey, error) {
 	block, _ := pem.Decode(data)
 	if block == nil {
-		return nil, fmt.Errorf("App private key: no PEM block: %w", errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("github app private key: no PEM block: %w", errdefs.ErrInvalidArgument)
 	}
 	var key *rsa.PrivateKey
 	switch block.Type {
 	case "RSA PRIVATE KEY":
 		k, err := x509.ParsePKCS1PrivateKey(block.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("App private key: PKCS#1: %v: %w", err, errdefs.ErrInvalidArgument)
+			return nil, fmt.Errorf("github app private key: PKCS#1: %v: %w", err, errdefs.ErrInvalidArgument)
 		}
 		key = k
 	case "PRIVATE KEY":
 		k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("App private key: PKCS#8: %v: %w", err, errdefs.ErrInvalidArgument)
+			return nil, fmt.Errorf("github app private key: PKCS#8: %v: %w", err, errdefs.ErrInvalidArgument)
 		}
 		rk, ok := k.(*rsa.PrivateKey)
 		if !ok {
-			return nil, fmt.Errorf("App private key: a %T, not RSA: %w", k, errdefs.ErrInvalidArgument)
+			return nil, fmt.Errorf("github app private key: a %T, not RSA: %w", k, errdefs.ErrInvalidArgument)
 		}
 		key = rk
 	default:
-		return nil, fmt.Errorf("App private key: PEM block %.40q is not an RSA private key: %w", block.Type, errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("github app private key: PEM block %.40q is not an RSA private key: %w", block.Type, errdefs.ErrInvalidArgument)
 	}
 	if bits := key.N.BitLen(); bits < minKeyBits {
-		return nil, fmt.Errorf("App private key: %d bits, need at least %d: %w", bits, minKeyBits, errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("github app private key: %d bits, need at least %d: %w", bits, minKeyBits, errdefs.ErrInvalidArgument)
 	}
 	return key, nil
 }

@@ -590,7 +590,10 @@ func TestCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := ca.key.D.Bytes()
+	d, err := ca.key.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, b := range [][]byte{ca.CertPEM(), block.Bytes} {
 		if bytes.Contains(b, keyDER) || bytes.Contains(b, d) || bytes.Contains(b, []byte("PRIVATE")) {
 			t.Fatal("the CA key is in CertPEM")

@@ -106,7 +106,6 @@ type upstream struct {
 	ln    net.Listener
 	mu    sync.Mutex
 	conns int
-	got   []string
 }
 
 func newUpstream(t testing.TB, handle func(net.Conn)) *upstream {

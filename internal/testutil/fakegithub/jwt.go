@@ -47,38 +47,38 @@ type Claims struct {
 func VerifyAppJWT(tok string, pub *rsa.PublicKey) (Claims, error) {
 	parts := strings.Split(tok, ".")
 	if len(parts) != 3 {
-		return Claims{}, fmt.Errorf("App JWT: %d parts", len(parts))
+		return Claims{}, fmt.Errorf("app JWT: %d parts", len(parts))
 	}
 	enc := base64.RawURLEncoding.Strict()
 	var raw [3][]byte
 	for i, p := range parts {
 		b, err := enc.DecodeString(p)
 		if err != nil {
-			return Claims{}, fmt.Errorf("App JWT part %d: %w", i, err)
+			return Claims{}, fmt.Errorf("app JWT part %d: %w", i, err)
 		}
 		raw[i] = b
 	}
 	var hdr map[string]any
 	if err := json.Unmarshal(raw[0], &hdr); err != nil {
-		return Claims{}, fmt.Errorf("App JWT header: %w", err)
+		return Claims{}, fmt.Errorf("app JWT header: %w", err)
 	}
 	if len(hdr) != 2 || hdr["alg"] != "RS256" || hdr["typ"] != "JWT" {
-		return Claims{}, fmt.Errorf("App JWT header %s is not {alg: RS256, typ: JWT}", raw[0])
+		return Claims{}, fmt.Errorf("app JWT header %s is not {alg: RS256, typ: JWT}", raw[0])
 	}
 	sum := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
 	if err := rsa.VerifyPKCS1v15(pub, crypto.SHA256, sum[:], raw[2]); err != nil {
-		return Claims{}, fmt.Errorf("App JWT signature: %w", err)
+		return Claims{}, fmt.Errorf("app JWT signature: %w", err)
 	}
 	var all map[string]json.RawMessage
 	if err := json.Unmarshal(raw[1], &all); err != nil {
-		return Claims{}, fmt.Errorf("App JWT claims: %w", err)
+		return Claims{}, fmt.Errorf("app JWT claims: %w", err)
 	}
 	if len(all) != 3 {
-		return Claims{}, fmt.Errorf("App JWT has %d claims, want exactly iat, exp and iss", len(all))
+		return Claims{}, fmt.Errorf("app JWT has %d claims, want exactly iat, exp and iss", len(all))
 	}
 	var c Claims
 	if err := json.Unmarshal(raw[1], &c); err != nil {
-		return Claims{}, fmt.Errorf("App JWT claims: %w", err)
+		return Claims{}, fmt.Errorf("app JWT claims: %w", err)
 	}
 	return c, nil
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/moatdev/moat/cmd/moat-init/internal/linux"
 	"github.com/moatdev/moat/cmd/moat-init/internal/users"
@@ -42,7 +43,10 @@ func (s *Server) fileUser(r *http.Request) (*users.User, error) {
 }
 
 // download serves GET /files: the file's bytes, gzip-compressed when the
-// client accepts gzip. A directory is 400, a missing file 404.
+// client accepts gzip. A directory, a device, a FIFO or a socket (also behind a
+// symlink) is 400, a missing file 404. At most the size the file had when it was
+// opened is sent, with that Content-Length when uncompressed: a file that grows
+// while it is read cannot stream forever.
 func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 	u, err := s.fileUser(r)
 	if err != nil {
@@ -55,25 +59,18 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var f *os.File
+	var fi os.FileInfo
 	err = linux.RunAs(credOf(u), func() error {
 		var err error
-		f, err = os.Open(path)
+		f, fi, err = openRegular(path)
 		return err
 	})
 	if err != nil {
-		writeError(w, httpStatus(err), fmt.Errorf("opening %s: %w", path, err))
+		writeError(w, httpStatus(err), err)
 		return
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		writeError(w, httpStatus(err), fmt.Errorf("stat %s: %w", path, err))
-		return
-	}
-	if fi.IsDir() {
-		writeError(w, http.StatusBadRequest, fmt.Errorf("path %s is a directory", path))
-		return
-	}
+	content := io.NewSectionReader(f, 0, fi.Size())
 	gz, ok := chooseEncoding(r.Header.Get("Accept-Encoding"))
 	if !ok {
 		writeError(w, http.StatusNotAcceptable, errors.New("no acceptable content encoding: gzip and identity are supported"))
@@ -84,16 +81,51 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": filepath.Base(path)}))
 	h.Add("Vary", "Accept-Encoding")
 	if !gz {
-		http.ServeContent(w, r, "", fi.ModTime(), f)
+		http.ServeContent(w, r, "", fi.ModTime(), content)
 		return
 	}
 	h.Set("Content-Encoding", "gzip")
 	zw := gzip.NewWriter(w)
-	if _, err := io.Copy(zw, f); err != nil {
+	if _, err := io.Copy(zw, content); err != nil {
 		s.cfg.Log.Warn("download failed", "path", path, "err", err)
 		return
 	}
 	_ = zw.Close()
+}
+
+// openRegular opens path (symlinks resolved, inside the sandbox) for a download and
+// returns it with its metadata, or an error of class InvalidArgument when it is not a
+// regular file. The check is on the opened file (fstat), so a path swapped after a check
+// cannot slip a device through; O_NONBLOCK keeps a FIFO from blocking the open and
+// O_NOCTTY keeps a terminal from becoming moat-init's controlling terminal.
+func openRegular(path string) (*os.File, os.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		what := "a directory"
+		switch t := fi.Mode().Type(); {
+		case t&os.ModeCharDevice != 0:
+			what = "a character device"
+		case t&os.ModeDevice != 0:
+			what = "a block device"
+		case t&os.ModeNamedPipe != 0:
+			what = "a FIFO"
+		case t&os.ModeSocket != 0:
+			what = "a socket"
+		case !fi.IsDir():
+			what = "not a regular file"
+		}
+		return nil, nil, invalidArgument("path %s is %s: only regular files can be downloaded", path, what)
+	}
+	return f, fi, nil
 }
 
 // chooseEncoding picks gzip when the client accepts it, else identity; ok
