@@ -134,10 +134,7 @@ type secretStore struct {
 }
 
 func (a secretStore) SetSecret(_ context.Context, name string, v secrets.Value, app *v1.GitHubApp, scope *v1.SecretScope) error {
-	sc, err := fromAPIScope(name, scope)
-	if err != nil {
-		return err
-	}
+	sc := fromAPIScope(scope)
 	if app == nil {
 		return a.s.Put(name, v, nil, sc)
 	}
@@ -148,25 +145,15 @@ func (a secretStore) SetSecret(_ context.Context, name string, v secrets.Value, 
 }
 
 func (a secretStore) SetSecretScope(_ context.Context, name string, scope v1.SecretScope) error {
-	sc, err := fromAPIScope(name, &scope)
-	if err != nil {
-		return err
-	}
-	return a.s.SetScope(name, *sc)
+	return a.s.SetScope(name, *fromAPIScope(&scope))
 }
 
-// fromAPIScope converts a wire scope (nil stays nil), checking its repository names by
-// GitHub's rules; the store checks the rest.
-func fromAPIScope(name string, in *v1.SecretScope) (*secrets.Scope, error) {
+// fromAPIScope converts a wire scope (nil stays nil); the store checks it.
+func fromAPIScope(in *v1.SecretScope) *secrets.Scope {
 	if in == nil {
-		return nil, nil
+		return nil
 	}
-	if len(in.Repositories) > 0 {
-		if err := tokens.CheckScope(in.Repositories, map[string]string{"contents": "read"}); err != nil {
-			return nil, fmt.Errorf("secret %s: scope: %w", name, err)
-		}
-	}
-	return &secrets.Scope{Hosts: in.Hosts, Methods: in.Methods, PathPrefix: in.PathPrefix, PlainHTTP: in.PlainHTTP, Repositories: in.Repositories}, nil
+	return &secrets.Scope{Hosts: in.Hosts, Methods: in.Methods, PathPrefix: in.PathPrefix, PlainHTTP: in.PlainHTTP, Repositories: in.Repositories}
 }
 
 func toAPIScope(sc *secrets.Scope) *v1.SecretScope {

@@ -36,8 +36,8 @@ const maxScopeEntries = 100
 // Normalize returns sc in canonical form (hosts as NormalizeHost gives them, duplicates
 // dropped) or an error of class errdefs.ErrInvalidArgument saying what is wrong: no hosts,
 // a host, method or path prefix a binding could not have, or more than 100 entries in a
-// list. Repository names are checked by whoever knows GitHub's rules (tokens.CheckScope);
-// here only for emptiness.
+// list. Every string it keeps is printable ASCII, so its JSON form (sealed with the value)
+// reads back byte for byte.
 func (sc Scope) Normalize() (Scope, error) {
 	bad := func(format string, args ...any) (Scope, error) {
 		return Scope{}, fmt.Errorf("scope: "+format+": %w", append(args, errdefs.ErrInvalidArgument)...)
@@ -66,18 +66,44 @@ func (sc Scope) Normalize() (Scope, error) {
 			out.Methods = append(out.Methods, m)
 		}
 	}
-	if sc.PathPrefix != "" && !policy.CleanHTTPPath(sc.PathPrefix) {
-		return bad("path prefix %.120q must start with / and have no empty, '.' or '..' segment, backslash or encoded '/', '\\' or '.'", sc.PathPrefix)
+	if sc.PathPrefix != "" && (!policy.CleanHTTPPath(sc.PathPrefix) || !printableASCII(sc.PathPrefix)) {
+		return bad("path prefix %.120q must be a path as sent (printable ASCII, percent-encoded otherwise), start with / and have no empty, '.' or '..' segment, backslash or encoded '/', '\\' or '.'", sc.PathPrefix)
 	}
 	for _, r := range sc.Repositories {
-		if strings.TrimSpace(r) == "" {
-			return bad("an empty repository name")
+		if !repoName(r) {
+			return bad("repository %.120q is not a repository name without owner (letters, digits, '.', '-', '_')", r)
 		}
 		if !slices.ContainsFunc(out.Repositories, func(o string) bool { return strings.EqualFold(o, r) }) {
 			out.Repositories = append(out.Repositories, r)
 		}
 	}
 	return out, nil
+}
+
+// printableASCII reports whether s has only bytes from '!' to '~'.
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// repoName reports whether r is a GitHub repository name (without owner): 1 to 100
+// letters, digits, '.', '-' and '_', not "." or "..".
+func repoName(r string) bool {
+	if r == "" || len(r) > 100 || r == "." || r == ".." {
+		return false
+	}
+	for i := 0; i < len(r); i++ {
+		switch c := r[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '-', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // NormalizeHost returns the canonical form of a host entry of a binding or scope: "HOST",
