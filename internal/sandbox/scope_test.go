@@ -41,6 +41,7 @@ func TestWithinScope(t *testing.T) {
 		{"a wider wildcard", Credential{Hosts: []string{"*.org"}}, scope("*.example.org"), "host *.org", "", ""},
 		{"a wildcard within an exact host", Credential{Hosts: []string{"*.example.org"}}, scope("example.org", "a.example.org"), "host *.example.org", "", ""},
 		{"a wildcard of a sibling", Credential{Hosts: []string{"*.xample.org"}}, scope("*.example.org"), "host *.xample.org", "", ""},
+		{"a wildcard of a suffix that is not a subdomain", Credential{Hosts: []string{"*.evilexample.org"}}, scope("*.example.org"), "host *.evilexample.org", "", ""},
 		{"wildcard port", Credential{Hosts: []string{"*.example.org:8443"}}, scope("*.example.org"), "port 8443", "", ""},
 		{"plain HTTP not in scope", Credential{Hosts: []string{"api.test"}, PlainHTTP: true}, scope("api.test"), "plain HTTP is outside the secret's scope", "", ""},
 		{"plain HTTP in scope", Credential{Hosts: []string{"api.test"}, PlainHTTP: true}, &secrets.Scope{Hosts: []string{"api.test"}, PlainHTTP: true}, "", "", ""},
