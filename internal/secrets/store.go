@@ -331,7 +331,7 @@ func (s *Store) SetScope(name string, sc Scope) error {
 // in f.
 func (s *Store) seal(f *file, name string, e entry, plain []byte, now time.Time) error {
 	if e.Scope != nil && len(e.Scope.Repositories) > 0 && e.GitHubApp == nil {
-		return fmt.Errorf("secret %s: repositories scope a GitHub App key; this secret is not one: %w", name, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("secret %s: repositories scope a GitHub App key, and this secret is not one: give it a scope without them (--hosts without --github-repo): %w", name, errdefs.ErrInvalidArgument)
 	}
 	nonce := make([]byte, s.aead.NonceSize())
 	if _, err := rand.Read(nonce); err != nil {
