@@ -129,8 +129,11 @@ python3 "$work/api.py" "$work" "$work/api.log" &
 api=$!
 trap 'kill $registry $api 2>/dev/null || true; "$MOAT" secret rm DEMO_API_TOKEN 2>/dev/null || true; rm -rf "$work"' EXIT
 echo "127.0.0.3 api.demo.test" >>"$work/hosts"
-printf 'sk-demo-REAL-%s' "$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')" | "$MOAT" secret set DEMO_API_TOKEN
+# The scope, set with the secret, says where its value may ever go: bindings outside it are refused.
+printf 'sk-demo-REAL-%s' "$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')" |
+  "$MOAT" secret set DEMO_API_TOKEN --hosts api.demo.test:18766 --path-prefix /v1/
 "$MOAT" secret ls
+echo "binding it to another host is refused: $("$MOAT" run --credential DEMO_API_TOKEN@elsewhere.demo.test -- true 2>&1 | tail -1)"
 sleep 0.3
 "$MOAT" --egress-hosts "$work/hosts" --egress-ca "$work/ca.pem" run --memory 256M --disk 128M \
   --credential DEMO_API_TOKEN@api.demo.test:18766 --http 'api.demo.test GET /v1/' -- '

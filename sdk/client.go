@@ -74,6 +74,8 @@ func (e *Error) Is(target error) bool {
 		return e.Code == "unavailable"
 	case ErrUnauthenticated:
 		return e.Code == "unauthenticated"
+	case ErrPermissionDenied:
+		return e.Code == "permission_denied"
 	}
 	return false
 }
@@ -85,6 +87,9 @@ var (
 	ErrConflict        = errors.New("conflict")
 	ErrUnavailable     = errors.New("unavailable")
 	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrPermissionDenied: the caller may not do this (e.g. an API key binding a secret it
+	// is not granted, or a binding outside the secret's scope).
+	ErrPermissionDenied = errors.New("permission denied")
 	// ErrNoDaemon: nothing answers at the daemon's address.
 	ErrNoDaemon = errors.New("moat daemon not reachable")
 )
@@ -276,11 +281,29 @@ func (c *Client) Doctor(ctx context.Context, out any) error {
 	return c.do(ctx, http.MethodGet, "/v1/doctor", nil, out)
 }
 
-// CreateAPIKey makes a new API key for the daemon's TCP listener. Only the daemon's unix
+// CreateAPIKey makes a new API key for the daemon's TCP listener, granted the named
+// secrets: the only ones its clients may bind (none by default). Only the daemon's unix
 // socket accepts key management.
-func (c *Client) CreateAPIKey(ctx context.Context) (*v1.APIKey, error) {
+func (c *Client) CreateAPIKey(ctx context.Context, secrets ...string) (*v1.APIKey, error) {
 	var k v1.APIKey
-	if err := c.do(ctx, http.MethodPost, "/v1/apikeys", nil, &k); err != nil {
+	var body any
+	if len(secrets) > 0 {
+		body = v1.APIKeyRequest{Secrets: secrets}
+	}
+	if err := c.do(ctx, http.MethodPost, "/v1/apikeys", body, &k); err != nil {
+		return nil, err
+	}
+	return &k, nil
+}
+
+// SetAPIKeySecrets makes secrets the grants of API key id, replacing those it had (none:
+// it may bind no secret).
+func (c *Client) SetAPIKeySecrets(ctx context.Context, id string, secrets []string) (*v1.APIKey, error) {
+	if secrets == nil {
+		secrets = []string{}
+	}
+	var k v1.APIKey
+	if err := c.do(ctx, http.MethodPut, "/v1/apikeys/"+url.PathEscape(id)+"/secrets", v1.APIKeyRequest{Secrets: secrets}, &k); err != nil {
 		return nil, err
 	}
 	return &k, nil

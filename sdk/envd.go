@@ -323,6 +323,8 @@ func codeForStatus(status int) string {
 		return "conflict"
 	case http.StatusUnauthorized:
 		return "unauthenticated"
+	case http.StatusForbidden:
+		return "permission_denied"
 	}
 	return "status_" + strconv.Itoa(status)
 }

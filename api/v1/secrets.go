@@ -9,6 +9,26 @@ type SetSecretRequest struct {
 	// GitHubApp, if set, says Value is this GitHub App's private key (PEM): moat then mints
 	// short-lived installation tokens from it for bindings that name their repositories.
 	GitHubApp *GitHubApp `json:"github_app,omitempty"`
+	// Scope is where the secret may be sent. Absent: the secret keeps the scope it has (a
+	// new secret then has none, and cannot be bound until PUT /v1/secrets/{name}/scope).
+	Scope *SecretScope `json:"scope,omitempty"`
+}
+
+// SecretScope is where a secret may be sent, set by whoever stores it: every credential
+// binding of the secret must lie within it, or the sandbox create is refused (403).
+type SecretScope struct {
+	// Hosts: "HOST", "*.DOMAIN" or either with ":PORT", as in bindings (no port: 443, and
+	// 80 with PlainHTTP). A binding's hosts must each be within one of these.
+	Hosts []string `json:"hosts"`
+	// Methods, if any, bound a binding's methods; a binding without methods gets these.
+	Methods []string `json:"methods,omitempty"`
+	// PathPrefix, if set, must start a binding's path prefix; a binding without one gets it.
+	PathPrefix string `json:"path_prefix,omitempty"`
+	// PlainHTTP lets bindings send the value in plain HTTP (plain_http) too.
+	PlainHTTP bool `json:"plain_http,omitempty"`
+	// Repositories, for a GitHub App key only, are the repositories its tokens may be minted
+	// for (none: any the binding names).
+	Repositories []string `json:"repositories,omitempty"`
 }
 
 // GitHubApp identifies a GitHub App installation.
@@ -25,6 +45,9 @@ type SecretInfo struct {
 	Updated time.Time `json:"updated"`
 	// GitHubApp is set for a GitHub App's private key.
 	GitHubApp *GitHubApp `json:"github_app,omitempty"`
+	// Scope is where the secret may be sent; null: nowhere, it cannot be bound (a secret
+	// stored before moat kept scopes, or without one).
+	Scope *SecretScope `json:"scope"`
 	// Bindings are the sandboxes (not deleted) that bind the secret, and to which hosts.
 	Bindings []SecretBinding `json:"bindings"`
 }

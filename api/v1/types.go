@@ -107,7 +107,7 @@ type Progress struct {
 
 // Error is the body of every non-2xx response.
 type Error struct {
-	Code    string `json:"code"` // not_found, invalid_argument, conflict, unavailable, unauthenticated, internal
+	Code    string `json:"code"` // not_found, invalid_argument, conflict, unavailable, unauthenticated, permission_denied, internal
 	Message string `json:"message"`
 }
 
@@ -124,6 +124,15 @@ type APIKey struct {
 	ID      string    `json:"id"`
 	Key     string    `json:"key,omitempty"`
 	Created time.Time `json:"created"`
+	// Secrets are the secrets the key may bind in credential bindings (its grants); a
+	// binding of any other secret over this key is refused (403).
+	Secrets []string `json:"secrets"`
+}
+
+// APIKeyRequest is the body of POST /v1/apikeys (optional) and of
+// PUT /v1/apikeys/{id}/secrets: the secrets the key may bind (none by default).
+type APIKeyRequest struct {
+	Secrets []string `json:"secrets"`
 }
 
 // PolicyRules is one phase of an egress policy.

@@ -394,36 +394,86 @@ func TestCLISecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	keyPEM := string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}))
-	if _, errOut, code := c.run(keyPEM, "secret", "set", "GH_APP", "--github-app", "123", "--installation", "456"); code != 0 {
+	if _, errOut, code := c.run(keyPEM, "secret", "set", "GH_APP", "--github-app", "123", "--installation", "456", "--hosts", "github.com,api.github.com", "--github-repo", "widget"); code != 0 {
 		t.Fatalf("secret set --github-app: %d %s", code, errOut)
 	}
-	if _, errOut, code := c.run("plain-value-1", "secret", "set", "PLAIN"); code != 0 {
+	if _, errOut, code := c.run("plain-value-1", "secret", "set", "PLAIN", "--hosts", "API.test,*.example.org:8443", "--methods", "GET,POST"); code != 0 {
 		t.Fatalf("secret set: %d %s", code, errOut)
+	}
+	// A new value without scope flags keeps the scope.
+	if _, errOut, code := c.run("plain-value-2", "secret", "set", "PLAIN"); code != 0 {
+		t.Fatalf("secret set of a new value: %d %s", code, errOut)
 	}
 	for _, tc := range []struct {
 		stdin string
 		args  []string
 		want  string
 	}{
-		{"not-a-key-value", []string{"secret", "set", "BAD", "--github-app", "123", "--installation", "456"}, "PEM"},
+		{"not-a-key-value", []string{"secret", "set", "BAD", "--github-app", "123", "--installation", "456", "--hosts", "github.com"}, "PEM"},
 		{keyPEM, []string{"secret", "set", "BAD", "--installation", "456"}, "give its ID"},
 		{keyPEM, []string{"secret", "set", "BAD", "--github-app", "123"}, "needs --installation"},
+		{"not-a-key-value", []string{"secret", "set", "BAD"}, "BAD is a new secret: give --hosts"},
+		{"not-a-key-value", []string{"secret", "set", "BAD", "--methods", "GET"}, "give it too"},
+		{"not-a-key-value", []string{"secret", "set", "BAD", "--hosts", "https://api.test/"}, "host \"https://api.test/\""},
+		{"not-a-key-value", []string{"secret", "set", "BAD", "--hosts", "api.test", "--github-repo", "widget"}, "repositories scope a GitHub App key"},
+		{"", []string{"secret", "scope", "PLAIN", "--path-prefix", "/v1/"}, "give it too"},
+		{"", []string{"secret", "scope", "PLAIN"}, "give --hosts"},
+		{"", []string{"secret", "scope", "NOPE", "--hosts", "api.test"}, "not found"},
 		{"", []string{"run", "--github-repo", "widget", "--", "true"}, "give one"},
 		{"", []string{"run", "--github-token", "GH_APP@github.com", "--", "true"}, "needs --github-repo"},
 		{"", []string{"run", "--http", "api.test get", "--", "true"}, "not an HTTP method"},
+		// Bindings outside a secret's scope are refused, for the operator too.
+		{"", []string{"run", "--credential", "PLAIN@evil.test", "--", "true"}, "host evil.test (port 443) is outside the secret's scope (api.test, *.example.org:8443)"},
+		{"", []string{"run", "--github-token", "GH_APP@github.com", "--github-repo", "gadget", "--", "true"}, "repository gadget is outside the GitHub App key's scope (widget)"},
 	} {
 		out, errOut, code := c.run(tc.stdin, tc.args...)
 		if code == 0 || !strings.Contains(errOut, tc.want) || strings.Contains(out+errOut, "not-a-key-value") {
 			t.Errorf("moat %v: code %d, stderr %q; want a failure naming %q (and never the value)", tc.args, code, errOut, tc.want)
 		}
 	}
+	// Within the scope: the sandbox runs.
+	if _, errOut, code := c.run("", "run", "--credential", "PLAIN@a.example.org:8443/v1/", "--", "true"); code != 0 {
+		t.Errorf("run with a binding within the scope: %d %s", code, errOut)
+	}
+	if _, errOut, code := c.run("", "secret", "scope", "PLAIN", "--hosts", "api.test,*.example.org:8443", "--methods", "GET,POST", "--path-prefix", "/v1/"); code != 0 {
+		t.Fatalf("secret scope: %d %s", code, errOut)
+	}
 	out, _, code := c.run("", "secret", "ls")
-	if code != 0 || !strings.Contains(out, "github-app 123 installation 456") || !strings.Contains(out, "PLAIN") || strings.Contains(out, "BAD") || strings.Contains(out, "PRIVATE") {
+	if code != 0 || !strings.Contains(out, "github-app 123 installation 456") || !strings.Contains(out, "github.com,api.github.com repos widget") ||
+		!strings.Contains(out, "api.test,*.example.org:8443 GET,POST /v1/") || strings.Contains(out, "BAD") || strings.Contains(out, "PRIVATE") {
 		t.Errorf("secret ls:\n%s", out)
 	}
 	out, _, _ = c.run("", "secret", "ls", "--json")
 	var list []v1.SecretInfo
-	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 2 || list[0].GitHubApp == nil || list[0].GitHubApp.InstallationID != 456 || list[0].Bindings == nil {
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 2 || list[0].GitHubApp == nil || list[0].GitHubApp.InstallationID != 456 || list[0].Bindings == nil ||
+		list[1].Scope == nil || list[1].Scope.PathPrefix != "/v1/" || strings.Join(list[0].Scope.Repositories, ",") != "widget" {
 		t.Errorf("secret ls --json: %v\n%s", err, out)
+	}
+
+	// API keys: created with grants, changed by grant and revoke, listed with them.
+	apiKey, errOut, code := c.run("", "apikey", "create", "--secrets", "PLAIN")
+	if code != 0 || !strings.HasPrefix(apiKey, "e2b_") {
+		t.Fatalf("apikey create: %d %q %s", code, apiKey, errOut)
+	}
+	out, _, _ = c.run("", "apikey", "ls", "--json")
+	var keys []v1.APIKey
+	if err := json.Unmarshal([]byte(out), &keys); err != nil || len(keys) != 1 || strings.Join(keys[0].Secrets, ",") != "PLAIN" {
+		t.Fatalf("apikey ls --json: %v\n%s", err, out)
+	}
+	id := keys[0].ID
+	if out, errOut, code := c.run("", "apikey", "grant", id, "GH_APP"); code != 0 || !strings.Contains(out, id+" may bind: GH_APP,PLAIN") {
+		t.Errorf("apikey grant: %d %q %s", code, out, errOut)
+	}
+	if out, errOut, code := c.run("", "apikey", "revoke", id, "PLAIN", "GH_APP"); code != 0 || !strings.Contains(out, id+" may bind: no secrets") {
+		t.Errorf("apikey revoke: %d %q %s", code, out, errOut)
+	}
+	if _, errOut, code := c.run("", "apikey", "grant", "key-nope", "PLAIN"); code == 0 || !strings.Contains(errOut, "not found") {
+		t.Errorf("apikey grant of an unknown key: %d %s", code, errOut)
+	}
+	if _, errOut, code := c.run("", "apikey", "grant", id, "bad name"); code == 0 || !strings.Contains(errOut, "invalid secret name") {
+		t.Errorf("apikey grant of an invalid name: %d %s", code, errOut)
+	}
+	if out, _, _ := c.run("", "apikey", "ls"); !strings.Contains(out, id) || !strings.Contains(out, "no secrets") {
+		t.Errorf("apikey ls:\n%s", out)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -267,17 +268,21 @@ func printDoctor(r doctor.Report) {
 }
 
 func (a *app) apikeyCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "apikey", Short: "Manage API keys for the daemon's TCP listener"}
+	cmd := &cobra.Command{Use: "apikey", Short: "Manage API keys for the daemon's TCP listener and the secrets they may bind"}
+	var grants []string
 	create := &cobra.Command{
-		Use:   "create",
+		Use:   "create [--secrets NAME,...]",
 		Short: "Create an API key; prints the key alone on stdout (it is stored hashed)",
-		Args:  cobra.NoArgs,
+		Long: `create makes an API key for the daemon's TCP listener (--listen) and prints it. Its clients
+may bind only the secrets it is granted, none by default: --secrets, or later
+'moat apikey grant'. Each binding must also lie within the secret's scope.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
-			k, err := c.CreateAPIKey(cmd.Context())
+			k, err := c.CreateAPIKey(cmd.Context(), grants...)
 			if err != nil {
 				return err
 			}
@@ -285,10 +290,53 @@ func (a *app) apikeyCmd() *cobra.Command {
 			return nil
 		},
 	}
+	create.Flags().StringSliceVar(&grants, "secrets", nil, "secrets the key's clients may bind (comma-separated or repeated)")
+	// change adds (or removes) names to a key's grants.
+	change := func(add bool) func(cmd *cobra.Command, args []string) error {
+		return func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			keys, err := c.APIKeys(cmd.Context())
+			if err != nil {
+				return err
+			}
+			i := slices.IndexFunc(keys, func(k v1.APIKey) bool { return k.ID == args[0] })
+			if i < 0 {
+				return fmt.Errorf("API key %s: not found (moat apikey ls lists them)", args[0])
+			}
+			names := keys[i].Secrets
+			for _, n := range args[1:] {
+				names = slices.DeleteFunc(names, func(s string) bool { return s == n })
+				if add {
+					names = append(names, n)
+				}
+			}
+			k, err := c.SetAPIKeySecrets(cmd.Context(), args[0], names)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%s may bind: %s\n", k.ID, grantText(k.Secrets))
+			return nil
+		}
+	}
+	grant := &cobra.Command{
+		Use:   "grant ID SECRET...",
+		Short: "Let an API key's clients bind these secrets (each within its scope)",
+		Args:  cobra.MinimumNArgs(2),
+		RunE:  change(true),
+	}
+	revoke := &cobra.Command{
+		Use:   "revoke ID SECRET...",
+		Short: "Take secrets from an API key's grants (running sandboxes keep their bindings)",
+		Args:  cobra.MinimumNArgs(2),
+		RunE:  change(false),
+	}
 	var asJSON bool
 	ls := &cobra.Command{
 		Use:   "ls",
-		Short: "List API keys (ids only)",
+		Short: "List API keys: ids, creation times and the secrets they may bind",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(cmd.Context())
@@ -306,7 +354,7 @@ func (a *app) apikeyCmd() *cobra.Command {
 				return printJSON(keys)
 			}
 			for _, k := range keys {
-				fmt.Printf("%s\t%s\n", k.ID, k.Created.Local().Format("2006-01-02 15:04:05"))
+				fmt.Printf("%s\t%s\t%s\n", k.ID, k.Created.Local().Format("2006-01-02 15:04:05"), grantText(k.Secrets))
 			}
 			return nil
 		},
@@ -324,8 +372,16 @@ func (a *app) apikeyCmd() *cobra.Command {
 			return c.DeleteAPIKey(cmd.Context(), args[0])
 		},
 	}
-	cmd.AddCommand(create, ls, rm)
+	cmd.AddCommand(create, grant, revoke, ls, rm)
 	return cmd
+}
+
+// grantText renders an API key's grants.
+func grantText(names []string) string {
+	if len(names) == 0 {
+		return "no secrets"
+	}
+	return strings.Join(names, ",")
 }
 
 func (a *app) benchCmd() *cobra.Command {

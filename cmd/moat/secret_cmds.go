@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -21,23 +22,38 @@ import (
 func (a *app) secretCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "secret", Short: "Manage secrets (kept encrypted by the daemon; values are never shown again)"}
 	var ghApp v1.GitHubApp
+	var setScope scopeFlags
 	set := &cobra.Command{
-		Use:   "set NAME",
-		Short: "Store a secret, reading its value from stdin",
+		Use:   "set NAME --hosts HOST[,HOST...]",
+		Short: "Store a secret and where it may be sent, reading its value from stdin",
 		Long: `set stores a secret under NAME (upper-case letters, digits and underscores), replacing
 any value it had. The value is read from stdin, never from the command line: typed at a
 hidden prompt when stdin is a terminal, else piped, e.g.
 
-  printf %s "$GITHUB_TOKEN" | moat secret set GITHUB_TOKEN
+  printf %s "$GITHUB_TOKEN" | moat secret set GITHUB_TOKEN --hosts api.github.com,github.com
 
 One trailing newline is dropped. Values are 1 byte to 64 KiB.
+
+The scope says where the value may ever be sent; every sandbox's binding of the secret
+must lie within it, or the sandbox is refused:
+
+  --hosts        HOST, *.DOMAIN (its subdomains), either with :PORT (default 443)
+  --methods      only these HTTP methods (bindings without methods get these)
+  --path-prefix  only request paths under this prefix (bindings without one get it)
+  --plain-http   bindings may send it in plain HTTP too (default: TLS only)
+  --github-repo  for a GitHub App key: the only repositories tokens may be minted for
+
+A new secret needs --hosts. Without scope flags, replacing a value keeps the scope;
+'moat secret scope' changes the scope without the value. API keys bind only the secrets
+they are granted (moat apikey grant).
 
 With --github-app, the value is a GitHub App's private key (PEM) and the secret stands for
 the App's installation: moat mints short-lived installation tokens from it for each
 sandbox that binds it with --github-token, limited to that sandbox's --github-repo and
 --github-permission, and revokes them when the sandbox stops:
 
-  moat secret set GITHUB_TOKEN --github-app 123456 --installation 7890 < app.private-key.pem`,
+  moat secret set GITHUB_TOKEN --github-app 123456 --installation 7890 \
+      --hosts github.com,api.github.com --github-repo widget < app.private-key.pem`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
@@ -50,27 +66,68 @@ sandbox that binds it with --github-token, limited to that sandbox's --github-re
 			if ghApp.AppID != "" && ghApp.InstallationID <= 0 {
 				return errors.New("--github-app needs --installation ID (the number in the App installation's settings URL)")
 			}
+			scope, err := setScope.scope(false)
+			if err != nil {
+				return err
+			}
 			c, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if scope == nil {
+				// Before the value is typed: a new secret without a scope could not be bound.
+				list, err := c.Secrets(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if !slices.ContainsFunc(list, func(s v1.SecretInfo) bool { return s.Name == name }) {
+					return fmt.Errorf("%s is a new secret: give --hosts, the hosts its value may be sent to (e.g. --hosts api.example.com,*.example.org)", name)
+				}
 			}
 			value, err := readSecret(cmd.Context(), name, os.Stdin, os.Stderr)
 			if err != nil {
 				return err
 			}
 			if ghApp.AppID != "" {
-				return c.SetGitHubApp(cmd.Context(), name, value, ghApp)
+				return c.SetGitHubApp(cmd.Context(), name, value, ghApp, scope)
 			}
-			return c.SetSecret(cmd.Context(), name, value)
+			return c.SetSecret(cmd.Context(), name, value, scope)
 		},
 	}
 	set.Flags().StringVar(&ghApp.AppID, "github-app", "", "the value is this GitHub App's private key (App ID or client ID)")
 	set.Flags().Int64Var(&ghApp.InstallationID, "installation", 0, "the App installation tokens are minted for (with --github-app)")
 	set.Flags().StringVar(&ghApp.APIURL, "github-api", "", "GitHub REST API base (default https://api.github.com; GitHub Enterprise: https://HOST/api/v3)")
+	setScope.register(set)
+	var newScope scopeFlags
+	scopeCmd := &cobra.Command{
+		Use:   "scope NAME --hosts HOST[,HOST...]",
+		Short: "Replace where a stored secret may be sent, keeping its value",
+		Long: `scope replaces the scope of the secret NAME (see 'moat secret set --help' for the flags);
+the value stays. New sandboxes' bindings must lie within the new scope; running sandboxes'
+bindings outside it are no longer injected from their next connection on.
+
+  moat secret scope API_TOKEN --hosts api.example.com --methods GET,POST --path-prefix /v1/`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := secrets.CheckName(args[0]); err != nil {
+				return err
+			}
+			scope, err := newScope.scope(true)
+			if err != nil {
+				return err
+			}
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return c.SetSecretScope(cmd.Context(), args[0], *scope)
+		},
+	}
+	newScope.register(scopeCmd)
 	var asJSON bool
 	ls := &cobra.Command{
 		Use:   "ls",
-		Short: "List secrets: names, kinds, dates and the sandboxes that bind them (never values)",
+		Short: "List secrets: names, kinds, scopes, dates and the sandboxes that bind them (never values)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(cmd.Context())
@@ -88,7 +145,7 @@ sandbox that binds it with --github-token, limited to that sandbox's --github-re
 				return printJSON(list)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tKIND\tCREATED\tUPDATED\tBOUND IN")
+			fmt.Fprintln(tw, "NAME\tKIND\tSCOPE\tCREATED\tUPDATED\tBOUND IN")
 			for _, s := range list {
 				kind := "static"
 				if g := s.GitHubApp; g != nil {
@@ -105,7 +162,7 @@ sandbox that binds it with --github-token, limited to that sandbox's --github-re
 					}
 					bound = strings.Join(parts, "; ")
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", termSafe(s.Name), termSafe(kind), s.Created.Local().Format("2006-01-02 15:04:05"), s.Updated.Local().Format("2006-01-02 15:04:05"), termSafe(bound))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(s.Name), termSafe(kind), termSafe(scopeText(s.Scope)), s.Created.Local().Format("2006-01-02 15:04:05"), s.Updated.Local().Format("2006-01-02 15:04:05"), termSafe(bound))
 			}
 			return tw.Flush()
 		},
@@ -123,8 +180,59 @@ sandbox that binds it with --github-token, limited to that sandbox's --github-re
 			return c.DeleteSecret(cmd.Context(), args[0])
 		},
 	}
-	cmd.AddCommand(set, ls, rm)
+	cmd.AddCommand(set, scopeCmd, ls, rm)
 	return cmd
+}
+
+// scopeFlags are the flags of a secret's scope, for moat secret set and scope.
+type scopeFlags struct {
+	hosts, methods, repos []string
+	prefix                string
+	plain                 bool
+}
+
+func (f *scopeFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringSliceVar(&f.hosts, "hosts", nil, "where the value may be sent: HOST, *.DOMAIN, either with :PORT (default 443) (comma-separated or repeated)")
+	fl.StringSliceVar(&f.methods, "methods", nil, "the only HTTP methods requests carrying the value may have, e.g. GET,POST")
+	fl.StringVar(&f.prefix, "path-prefix", "", "the path prefix of every request carrying the value, e.g. /v1/")
+	fl.BoolVar(&f.plain, "plain-http", false, "bindings may send the value in plain HTTP too (default: TLS only)")
+	fl.StringSliceVar(&f.repos, "github-repo", nil, "for a GitHub App key: the only repositories (without owner) tokens may be minted for")
+}
+
+// scope returns the scope the flags give; nil when none is given and none is required.
+func (f *scopeFlags) scope(required bool) (*v1.SecretScope, error) {
+	if len(f.hosts) == 0 {
+		if len(f.methods) > 0 || f.prefix != "" || f.plain || len(f.repos) > 0 {
+			return nil, errors.New("--methods, --path-prefix, --plain-http and --github-repo narrow --hosts; give it too (the scope is replaced whole)")
+		}
+		if required {
+			return nil, errors.New("give --hosts: the hosts the value may be sent to (e.g. --hosts api.example.com,*.example.org)")
+		}
+		return nil, nil
+	}
+	return &v1.SecretScope{Hosts: f.hosts, Methods: f.methods, PathPrefix: f.prefix, PlainHTTP: f.plain, Repositories: f.repos}, nil
+}
+
+// scopeText renders a secret's scope for moat secret ls.
+func scopeText(sc *v1.SecretScope) string {
+	if sc == nil {
+		return "none (cannot be bound)"
+	}
+	parts := []string{strings.Join(sc.Hosts, ",")}
+	if len(sc.Methods) > 0 {
+		parts = append(parts, strings.Join(sc.Methods, ","))
+	}
+	if sc.PathPrefix != "" {
+		parts = append(parts, sc.PathPrefix)
+	}
+	if sc.PlainHTTP {
+		parts = append(parts, "plain-http")
+	}
+	if len(sc.Repositories) > 0 {
+		parts = append(parts, "repos "+strings.Join(sc.Repositories, ","))
+	}
+	return strings.Join(parts, " ")
 }
 
 // readSecret reads the value of secret name from in: at a prompt on prompt, without echo,

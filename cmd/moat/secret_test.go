@@ -84,6 +84,10 @@ func TestSecretSetRefusesBeforeConnecting(t *testing.T) {
 		{"set", "NAME=x"},
 		{"rm"},
 		{"ls", "extra"},
+		{"set", "A", "--methods", "GET"},
+		{"scope", "A"},
+		{"scope", "a-bad", "--hosts", "api.test"},
+		{"scope", "A", "--path-prefix", "/v1/"},
 	} {
 		a := &app{socket: filepath.Join(t.TempDir(), "none.sock")}
 		cmd := a.secretCmd()

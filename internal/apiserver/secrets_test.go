@@ -33,12 +33,16 @@ func newMemSecrets() *memSecrets {
 	return &memSecrets{vals: map[string]secrets.Value{}, info: map[string]v1.SecretInfo{}}
 }
 
-func (m *memSecrets) SetSecret(ctx context.Context, name string, v secrets.Value, _ *v1.GitHubApp) error {
+func (m *memSecrets) SetSecret(ctx context.Context, name string, v secrets.Value, _ *v1.GitHubApp, scope *v1.SecretScope) error {
 	if err := secrets.CheckName(name); err != nil {
 		return err
 	}
 	if v.Empty() || len(v.Reveal()) > secrets.MaxValueBytes {
 		return fmt.Errorf("secret %s: the value is empty or too large: %w", name, errdefs.ErrInvalidArgument)
+	}
+	sc, err := memScope(scope)
+	if err != nil {
+		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -47,9 +51,40 @@ func (m *memSecrets) SetSecret(ctx context.Context, name string, v secrets.Value
 	if !ok {
 		in = v1.SecretInfo{Name: name, Created: now}
 	}
+	if sc != nil {
+		in.Scope = sc
+	}
 	in.Updated = now
 	m.info[name], m.vals[name] = in, v
 	return nil
+}
+
+func (m *memSecrets) SetSecretScope(ctx context.Context, name string, scope v1.SecretScope) error {
+	sc, err := memScope(&scope)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	in, ok := m.info[name]
+	if !ok {
+		return fmt.Errorf("secret %s: %w", name, errdefs.ErrNotFound)
+	}
+	in.Scope = sc
+	m.info[name] = in
+	return nil
+}
+
+// memScope checks a scope as the real store does.
+func memScope(in *v1.SecretScope) (*v1.SecretScope, error) {
+	if in == nil {
+		return nil, nil
+	}
+	n, err := secrets.Scope{Hosts: in.Hosts, Methods: in.Methods, PathPrefix: in.PathPrefix, PlainHTTP: in.PlainHTTP, Repositories: in.Repositories}.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	return &v1.SecretScope{Hosts: n.Hosts, Methods: n.Methods, PathPrefix: n.PathPrefix, PlainHTTP: n.PlainHTTP, Repositories: n.Repositories}, nil
 }
 
 func (m *memSecrets) ListSecrets(ctx context.Context) ([]v1.SecretInfo, error) {
@@ -231,7 +266,7 @@ func TestSetSecretBadInput(t *testing.T) {
 // nor delete secrets.
 func TestSecretsUnixSocketOnly(t *testing.T) {
 	sec := newMemSecrets()
-	_ = sec.SetSecret(context.Background(), "KEEP", secrets.NewValue("v"), nil)
+	_ = sec.SetSecret(context.Background(), "KEEP", secrets.NewValue("v"), nil, nil)
 	_, tcp, _ := secretsServer(t, sec)
 	for _, key := range []string{"good", "", "bad"} {
 		for _, req := range [][3]string{
@@ -239,6 +274,7 @@ func TestSecretsUnixSocketOnly(t *testing.T) {
 			{"PUT", "/v1/secrets/NEW", `{"value":"x"}`},
 			{"PUT", "/v1/secrets/KEEP", `{"value":"x"}`},
 			{"DELETE", "/v1/secrets/KEEP", ""},
+			{"PUT", "/v1/secrets/KEEP/scope", `{"hosts":["evil.test"]}`},
 		} {
 			code, body := secretCall(t, req[0], tcp.URL+req[1], key, req[2])
 			if code != 401 || strings.Contains(body, "KEEP") {
@@ -248,6 +284,9 @@ func TestSecretsUnixSocketOnly(t *testing.T) {
 	}
 	if v, ok := sec.value("KEEP"); !ok || v != "v" {
 		t.Fatal("a TCP client changed a secret")
+	}
+	if list, _ := sec.ListSecrets(context.Background()); list[0].Scope != nil {
+		t.Fatalf("a TCP client gave a secret a scope: %+v", list[0].Scope)
 	}
 	if _, ok := sec.value("NEW"); ok {
 		t.Fatal("a TCP client made a secret")
@@ -263,19 +302,41 @@ func TestSecretsSDK(t *testing.T) {
 	if list, err := c.Secrets(ctx); err != nil || len(list) != 0 || list == nil {
 		t.Fatalf("Secrets: %#v, %v", list, err)
 	}
-	if err := c.SetSecret(ctx, "NPM_TOKEN", "npm_/?#%value"); err != nil {
+	if err := c.SetSecret(ctx, "NPM_TOKEN", "npm_/?#%value", &v1.SecretScope{Hosts: []string{"registry.npmjs.org"}}); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := sec.value("NPM_TOKEN"); v != "npm_/?#%value" {
 		t.Fatalf("stored %q", v)
 	}
-	if list, err := c.Secrets(ctx); err != nil || len(list) != 1 || list[0].Name != "NPM_TOKEN" {
+	if list, err := c.Secrets(ctx); err != nil || len(list) != 1 || list[0].Name != "NPM_TOKEN" || list[0].Scope == nil || list[0].Scope.Hosts[0] != "registry.npmjs.org" {
 		t.Fatalf("Secrets: %+v, %v", list, err)
 	}
-	if err := c.SetSecret(ctx, "../apikeys", "x"); !errors.Is(err, sdk.ErrInvalidArgument) {
+	// A new value without a scope keeps the scope; SetSecretScope replaces it.
+	if err := c.SetSecret(ctx, "NPM_TOKEN", "npm_second", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetSecretScope(ctx, "NPM_TOKEN", v1.SecretScope{Hosts: []string{"*.NPMJS.org:8443"}, Methods: []string{"GET"}, PathPrefix: "/v1/"}); err != nil {
+		t.Fatal(err)
+	}
+	list, _ := c.Secrets(ctx)
+	if sc := list[0].Scope; sc == nil || strings.Join(sc.Hosts, ",") != "*.npmjs.org:8443" || strings.Join(sc.Methods, ",") != "GET" || sc.PathPrefix != "/v1/" {
+		t.Fatalf("scope after SetSecretScope: %+v", list[0].Scope)
+	}
+	if v, _ := sec.value("NPM_TOKEN"); v != "npm_second" {
+		t.Fatalf("SetSecretScope changed the value to %q", v)
+	}
+	for _, bad := range []v1.SecretScope{{}, {Hosts: []string{"https://x.test/"}}, {Hosts: []string{"*"}}, {Hosts: []string{"x.test"}, Methods: []string{"get"}}, {Hosts: []string{"x.test"}, PathPrefix: "/a/../b"}} {
+		if err := c.SetSecretScope(ctx, "NPM_TOKEN", bad); !errors.Is(err, sdk.ErrInvalidArgument) {
+			t.Errorf("SetSecretScope(%+v): %v, want invalid argument", bad, err)
+		}
+	}
+	if err := c.SetSecretScope(ctx, "NOPE", v1.SecretScope{Hosts: []string{"x.test"}}); !errors.Is(err, sdk.ErrNotFound) {
+		t.Errorf("SetSecretScope of an unknown secret: %v", err)
+	}
+	if err := c.SetSecret(ctx, "../apikeys", "x", nil); !errors.Is(err, sdk.ErrInvalidArgument) {
 		t.Fatalf("SetSecret with a path in the name: %v", err)
 	}
-	if err := c.SetSecret(ctx, "EMPTY", ""); !errors.Is(err, sdk.ErrInvalidArgument) {
+	if err := c.SetSecret(ctx, "EMPTY", "", nil); !errors.Is(err, sdk.ErrInvalidArgument) {
 		t.Fatalf("SetSecret of an empty value: %v", err)
 	}
 	if err := c.DeleteSecret(ctx, "NPM_TOKEN"); err != nil {

@@ -21,6 +21,7 @@ import (
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/sandbox"
+	"github.com/moatdev/moat/internal/secrets"
 )
 
 // Sandboxes is the lifecycle surface the API needs. Implemented by *sandbox.Manager.
@@ -55,14 +56,19 @@ type Templates interface {
 // Authenticator checks API keys on TCP listeners. The unix socket (mode 0600, root) needs
 // none.
 type Authenticator interface {
-	CheckAPIKey(ctx context.Context, key string) error
+	// Authenticate returns who key belongs to: the API key's id and the secrets it is
+	// granted. An unknown key is an errdefs.ErrUnauthenticated error.
+	Authenticate(ctx context.Context, key string) (sandbox.Caller, error)
 }
 
 // APIKeys manages API keys. Only the unix socket serves these routes.
 type APIKeys interface {
-	CreateAPIKey(ctx context.Context) (v1.APIKey, error)
+	// CreateAPIKey makes a key granted the named secrets (names checked by the caller).
+	CreateAPIKey(ctx context.Context, secrets []string) (v1.APIKey, error)
 	ListAPIKeys(ctx context.Context) ([]v1.APIKey, error)
 	DeleteAPIKey(ctx context.Context, id string) error
+	// SetAPIKeySecrets replaces the grants of key id (errdefs.ErrNotFound if none).
+	SetAPIKeySecrets(ctx context.Context, id string, secrets []string) (v1.APIKey, error)
 }
 
 // Events reads a sandbox's logs: lifecycle events and egress decisions.
@@ -149,8 +155,10 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 		{"POST /v1/apikeys", s.createKey},
 		{"GET /v1/apikeys", s.listKeys},
 		{"DELETE /v1/apikeys/{id}", s.deleteKey},
+		{"PUT /v1/apikeys/{id}/secrets", s.setKeySecrets},
 		{"GET /v1/secrets", s.listSecrets},
 		{"PUT /v1/secrets/{name}", s.setSecret},
+		{"PUT /v1/secrets/{name}/scope", s.setSecretScope},
 		{"DELETE /v1/secrets/{name}", s.deleteSecret},
 	}
 	routes = append(routes, s.e2bRoutes()...)
@@ -168,10 +176,12 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 }
 
 // Handler returns the API with the authentication gate: when auth is nil (the unix
-// socket) every request passes; otherwise an API key must be given, as
-// `Authorization: Bearer <key>` (native clients) or `X-API-KEY: <key>` (E2B SDKs). Requests
-// for a sandbox's envd (E2B's E2b-Sandbox-Id header, or a signed /files URL) need no API
-// key: moat-init checks their access token or signature itself. GET /health is open.
+// socket) every request passes, as the operator; otherwise an API key must be given, as
+// `Authorization: Bearer <key>` (native clients) or `X-API-KEY: <key>` (E2B SDKs), and the
+// request acts as that key (with its grants). The gate is the one place that says who the
+// caller is: it puts it in the request's context (sandbox.WithCaller). Requests for a
+// sandbox's envd (E2B's E2b-Sandbox-Id header, or a signed /files URL) need no API key:
+// moat-init checks their access token or signature itself. GET /health is open.
 func (s *Server) Handler(auth Authenticator) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get(e2bSandboxHeader) != "" {
@@ -182,7 +192,11 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 			s.e2bSignedFiles(w, r)
 			return
 		}
-		if auth == nil || r.Method == http.MethodGet && r.URL.Path == "/health" {
+		if auth == nil {
+			s.mux.ServeHTTP(w, r.WithContext(sandbox.WithCaller(r.Context(), sandbox.Caller{Operator: true})))
+			return
+		}
+		if r.Method == http.MethodGet && r.URL.Path == "/health" {
 			s.mux.ServeHTTP(w, r)
 			return
 		}
@@ -198,10 +212,12 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 			fail(w, fmt.Errorf("an API key is required (Authorization: Bearer <key>, or X-API-KEY): %w", errdefs.ErrUnauthenticated))
 			return
 		}
-		if err := auth.CheckAPIKey(r.Context(), key); err != nil {
+		caller, err := auth.Authenticate(r.Context(), key)
+		if err != nil {
 			fail(w, err)
 			return
 		}
+		caller.Operator = false
 		if strings.HasPrefix(r.URL.Path, "/v1/apikeys") {
 			writeError(w, fmt.Errorf("API keys are managed on the daemon's unix socket only: %w", errdefs.ErrUnauthenticated))
 			return
@@ -210,7 +226,7 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 			writeError(w, fmt.Errorf("secrets are managed on the daemon's unix socket only: %w", errdefs.ErrUnauthenticated))
 			return
 		}
-		s.mux.ServeHTTP(w, r)
+		s.mux.ServeHTTP(w, r.WithContext(sandbox.WithCaller(r.Context(), caller)))
 	})
 }
 
@@ -413,8 +429,19 @@ func (s *Server) templateOp(op func(Templates, context.Context, v1.TemplateReque
 	}
 }
 
+// createKey serves POST /v1/apikeys, with an optional body {"secrets": [...]}: the
+// secrets the key may bind.
 func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
-	k, err := s.keys.CreateAPIKey(r.Context())
+	var req v1.APIKeyRequest
+	if err := decodeOptional(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := checkSecretNames(req.Secrets); err != nil {
+		writeError(w, err)
+		return
+	}
+	k, err := s.keys.CreateAPIKey(r.Context(), req.Secrets)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -429,6 +456,36 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, keys)
+}
+
+// setKeySecrets serves PUT /v1/apikeys/{id}/secrets {"secrets": [...]}: the key's grants
+// become exactly these.
+func (s *Server) setKeySecrets(w http.ResponseWriter, r *http.Request) {
+	var req v1.APIKeyRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := checkSecretNames(req.Secrets); err != nil {
+		writeError(w, err)
+		return
+	}
+	k, err := s.keys.SetAPIKeySecrets(r.Context(), r.PathValue("id"), req.Secrets)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, k)
+}
+
+// checkSecretNames checks the names an API key is granted.
+func checkSecretNames(names []string) error {
+	for _, n := range names {
+		if err := secrets.CheckName(n); err != nil {
+			return fmt.Errorf("granting secrets: %w", err)
+		}
+	}
+	return nil
 }
 
 func (s *Server) deleteKey(w http.ResponseWriter, r *http.Request) {
@@ -465,6 +522,19 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 	return out
 }
 
+// decodeOptional is decode for a body that may be absent (empty): v stays as it is.
+func decodeOptional(r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("request body: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return decode(r, v)
+}
+
 func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
@@ -492,6 +562,7 @@ var classes = []struct {
 	{errdefs.ErrConflict, http.StatusConflict, "conflict"},
 	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 	{errdefs.ErrUnauthenticated, http.StatusUnauthorized, "unauthenticated"},
+	{errdefs.ErrPermissionDenied, http.StatusForbidden, "permission_denied"},
 	{errdefs.ErrNotImplemented, http.StatusNotImplemented, "unimplemented"},
 }
 

@@ -85,11 +85,11 @@ func (f *fakeSandboxes) EnvdTransport() http.RoundTripper {
 
 type keys map[string]bool
 
-func (k keys) CheckAPIKey(ctx context.Context, key string) error {
+func (k keys) Authenticate(ctx context.Context, key string) (sandbox.Caller, error) {
 	if k[key] {
-		return nil
+		return sandbox.Caller{APIKey: "key-" + key}, nil
 	}
-	return fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
+	return sandbox.Caller{}, fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
 }
 
 func newTestServer(t *testing.T) (*httptest.Server, *httptest.Server, chan http.Header) {

@@ -6,12 +6,18 @@ import (
 	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/apiserver"
 	"github.com/moatdev/moat/internal/egress"
 	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/secrets"
 	"github.com/moatdev/moat/internal/storage"
 	"github.com/moatdev/moat/internal/store"
 	"github.com/moatdev/moat/internal/tokens"
+)
+
+var (
+	_ sandbox.Secrets         = (*secrets.Store)(nil)
+	_ apiserver.Authenticator = (*store.Store)(nil)
 )
 
 // events adapts the store's event and egress logs to the API.
@@ -55,12 +61,20 @@ func (e events) Egress(ctx context.Context, id string, after int64, limit int) (
 // apiKeys adapts the store's API keys to the API.
 type apiKeys struct{ st *store.Store }
 
-func (a apiKeys) CreateAPIKey(ctx context.Context) (v1.APIKey, error) {
-	key, k, err := a.st.CreateAPIKey(ctx)
+func (a apiKeys) CreateAPIKey(ctx context.Context, secrets []string) (v1.APIKey, error) {
+	key, k, err := a.st.CreateAPIKey(ctx, secrets)
 	if err != nil {
 		return v1.APIKey{}, err
 	}
-	return v1.APIKey{ID: k.ID, Key: key, Created: k.Created}, nil
+	return v1.APIKey{ID: k.ID, Key: key, Created: k.Created, Secrets: k.Secrets}, nil
+}
+
+func (a apiKeys) SetAPIKeySecrets(ctx context.Context, id string, secrets []string) (v1.APIKey, error) {
+	k, err := a.st.SetAPIKeySecrets(ctx, id, secrets)
+	if err != nil {
+		return v1.APIKey{}, err
+	}
+	return v1.APIKey{ID: k.ID, Created: k.Created, Secrets: k.Secrets}, nil
 }
 
 func (a apiKeys) ListAPIKeys(ctx context.Context) ([]v1.APIKey, error) {
@@ -70,7 +84,7 @@ func (a apiKeys) ListAPIKeys(ctx context.Context) ([]v1.APIKey, error) {
 	}
 	out := make([]v1.APIKey, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, v1.APIKey{ID: k.ID, Created: k.Created})
+		out = append(out, v1.APIKey{ID: k.ID, Created: k.Created, Secrets: k.Secrets})
 	}
 	return out, nil
 }
@@ -119,14 +133,34 @@ type secretStore struct {
 	sandboxes *sandbox.Manager
 }
 
-func (a secretStore) SetSecret(_ context.Context, name string, v secrets.Value, app *v1.GitHubApp) error {
+func (a secretStore) SetSecret(_ context.Context, name string, v secrets.Value, app *v1.GitHubApp, scope *v1.SecretScope) error {
+	sc := fromAPIScope(scope)
 	if app == nil {
-		return a.s.Set(name, v)
+		return a.s.Put(name, v, nil, sc)
 	}
 	if err := tokens.CheckApp(app.AppID, app.InstallationID, []byte(v.Reveal()), app.APIURL); err != nil {
 		return fmt.Errorf("secret %s: %w", name, err)
 	}
-	return a.s.SetGitHubApp(name, v, secrets.GitHubApp{AppID: app.AppID, InstallationID: app.InstallationID, APIURL: app.APIURL})
+	return a.s.Put(name, v, &secrets.GitHubApp{AppID: app.AppID, InstallationID: app.InstallationID, APIURL: app.APIURL}, sc)
+}
+
+func (a secretStore) SetSecretScope(_ context.Context, name string, scope v1.SecretScope) error {
+	return a.s.SetScope(name, *fromAPIScope(&scope))
+}
+
+// fromAPIScope converts a wire scope (nil stays nil); the store checks it.
+func fromAPIScope(in *v1.SecretScope) *secrets.Scope {
+	if in == nil {
+		return nil
+	}
+	return &secrets.Scope{Hosts: in.Hosts, Methods: in.Methods, PathPrefix: in.PathPrefix, PlainHTTP: in.PlainHTTP, Repositories: in.Repositories}
+}
+
+func toAPIScope(sc *secrets.Scope) *v1.SecretScope {
+	if sc == nil {
+		return nil
+	}
+	return &v1.SecretScope{Hosts: sc.Hosts, Methods: sc.Methods, PathPrefix: sc.PathPrefix, PlainHTTP: sc.PlainHTTP, Repositories: sc.Repositories}
 }
 
 func (a secretStore) ListSecrets(ctx context.Context) ([]v1.SecretInfo, error) {
@@ -153,7 +187,7 @@ func (a secretStore) ListSecrets(ctx context.Context) ([]v1.SecretInfo, error) {
 	}
 	out := make([]v1.SecretInfo, 0, len(list))
 	for _, in := range list {
-		info := v1.SecretInfo{Name: in.Name, Created: in.Created, Updated: in.Updated, Bindings: bindings[in.Name]}
+		info := v1.SecretInfo{Name: in.Name, Created: in.Created, Updated: in.Updated, Scope: toAPIScope(in.Scope), Bindings: bindings[in.Name]}
 		if info.Bindings == nil {
 			info.Bindings = []v1.SecretBinding{}
 		}

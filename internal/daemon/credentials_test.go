@@ -61,7 +61,7 @@ func TestCredentialBrokering(t *testing.T) {
 		c.Log = slog.New(slog.NewTextHandler(&daemonLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 	ctx := context.Background()
-	if err := e.c.SetSecret(ctx, "API_TOKEN", secret); err != nil {
+	if err := e.c.SetSecret(ctx, "API_TOKEN", secret, &v1.SecretScope{Hosts: []string{fmt.Sprintf("api.test:%d", port)}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, rt := range runtimesUnderTest(t) {
@@ -222,7 +222,8 @@ func TestCredentialBrokering(t *testing.T) {
 			return e.mustSh(sb.ID, fmt.Sprintf(`curl -sS --max-time 10 -H "Authorization: Bearer $API_TOKEN" https://api.test:%d/rot-%s`, port, tag))
 		}
 		call("before")
-		if err := e.c.SetSecret(ctx, "API_TOKEN", rotated); err != nil {
+		// A new value keeps the secret's scope (nil: unchanged), or it would not be sent.
+		if err := e.c.SetSecret(ctx, "API_TOKEN", rotated, nil); err != nil {
 			t.Fatal(err)
 		}
 		out := call("after")
@@ -232,7 +233,7 @@ func TestCredentialBrokering(t *testing.T) {
 		if strings.Contains(out, rotated) || !strings.Contains(out, "you sent Bearer moat-placeholder-") {
 			t.Errorf("the echo of the rotated value reached the sandbox: %q", out)
 		}
-		if err := e.c.SetSecret(ctx, "API_TOKEN", secret); err != nil {
+		if err := e.c.SetSecret(ctx, "API_TOKEN", secret, nil); err != nil {
 			t.Fatal(err)
 		}
 	})

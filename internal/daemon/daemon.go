@@ -233,6 +233,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Unusable:      unusable,
 		Warm:          cfg.Warm,
 		IDBase:        cfg.IDBase,
+		Secrets:       sec,
 	}, st, runtimes, stor, net, d.Egress, namespaces{}, d.log.With("component", "sandbox"))
 	d.addCloser("background work", func() error { d.Manager.Wait(); return nil })
 

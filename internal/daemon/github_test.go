@@ -58,17 +58,18 @@ func TestGitHubAppTokens(t *testing.T) {
 	})
 	ctx := context.Background()
 	app := v1.GitHubApp{AppID: gh.AppID(), InstallationID: gh.InstallationID(), APIURL: gh.URL()}
-	if err := e.c.SetGitHubApp(ctx, "GH_TOKEN", string(gh.PrivateKeyPEM()), app); err != nil {
+	gitHosts := []string{"git.test", fmt.Sprintf("git.test:%d", port)}
+	if err := e.c.SetGitHubApp(ctx, "GH_TOKEN", string(gh.PrivateKeyPEM()), app, &v1.SecretScope{Hosts: gitHosts, Repositories: []string{"widget", "gadget"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.c.SetGitHubApp(ctx, "BAD_APP", "not a key", app); err == nil || strings.Contains(err.Error(), "not a key") {
+	if err := e.c.SetGitHubApp(ctx, "BAD_APP", "not a key", app, &v1.SecretScope{Hosts: gitHosts}); err == nil || strings.Contains(err.Error(), "not a key") {
 		t.Errorf("a bad App key was stored, or the error quotes it: %v", err)
 	}
 	list, _ := e.c.Secrets(ctx)
 	if i := slices.IndexFunc(list, func(s v1.SecretInfo) bool { return s.Name == "GH_TOKEN" }); i < 0 || list[i].GitHubApp == nil || list[i].GitHubApp.AppID != gh.AppID() {
 		t.Errorf("secret ls: %+v", list)
 	}
-	if err := e.c.SetSecret(ctx, "STATIC", "static-value-123456"); err != nil {
+	if err := e.c.SetSecret(ctx, "STATIC", "static-value-123456", &v1.SecretScope{Hosts: gitHosts}); err != nil {
 		t.Fatal(err)
 	}
 	scope := &v1.GitHubScope{Repositories: []string{"widget"}, Permissions: map[string]string{"contents": "write"}}
@@ -83,6 +84,9 @@ func TestGitHubAppTokens(t *testing.T) {
 		{v1.Credential{Secret: "STATIC", Hosts: []string{"git.test"}, GitHub: scope}, "not a GitHub App key"},
 		{v1.Credential{Secret: "GH_TOKEN", Hosts: []string{"git.test"}, GitHub: &v1.GitHubScope{}}, "no repositories"},
 		{v1.Credential{Secret: "GH_TOKEN", Hosts: []string{"git.test"}, GitHub: &v1.GitHubScope{Repositories: []string{"widget"}, Permissions: map[string]string{"contents": "owner"}}}, "not read, write or admin"},
+		// Outside the App key's scope: a repository it does not name, a host it does not.
+		{v1.Credential{Secret: "GH_TOKEN", Hosts: []string{"git.test"}, GitHub: &v1.GitHubScope{Repositories: []string{"widget", "other"}}}, "repository other is outside the GitHub App key's scope (widget, gadget)"},
+		{v1.Credential{Secret: "GH_TOKEN", Hosts: []string{"git.test", "evil.test"}, GitHub: scope}, "host evil.test (port 443) is outside the secret's scope"},
 	} {
 		if _, err := e.c.Create(ctx, v1.CreateSandboxRequest{Policy: pol, Credentials: []v1.Credential{c.cred}}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("create with %+v: %v, want an error naming %q", c.cred, err, c.want)
@@ -190,7 +194,7 @@ func TestGitHubAppTokens(t *testing.T) {
 	// A static secret replaced by an App key while a sandbox binds it is never sent as is.
 	e.run("static secret replaced by an App key", func(t *testing.T, e *env) {
 		sb := e.create(v1.CreateSandboxRequest{Policy: pol, Credentials: []v1.Credential{{Secret: "STATIC", Hosts: []string{fmt.Sprintf("git.test:%d", port)}}}})
-		if err := e.c.SetGitHubApp(ctx, "STATIC", string(gh.PrivateKeyPEM()), app); err != nil {
+		if err := e.c.SetGitHubApp(ctx, "STATIC", string(gh.PrivateKeyPEM()), app, nil); err != nil {
 			t.Fatal(err)
 		}
 		r := e.sh(sb.ID, "", fmt.Sprintf(`curl -sS --max-time 10 -H "Authorization: Bearer $STATIC" https://git.test:%d/git/widget.git/info/refs?service=git-upload-pack`, port))

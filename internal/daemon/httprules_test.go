@@ -29,7 +29,7 @@ func TestHTTPRules(t *testing.T) {
 	})
 	ctx := context.Background()
 	const plainSecret = "plain-secret-value-5521"
-	if err := e.c.SetSecret(ctx, "PLAIN_TOKEN", plainSecret); err != nil {
+	if err := e.c.SetSecret(ctx, "PLAIN_TOKEN", plainSecret, &v1.SecretScope{Hosts: []string{fmt.Sprintf("allowed.test:%d", in.httpPort)}, PlainHTTP: true}); err != nil {
 		t.Fatal(err)
 	}
 	for _, rt := range runtimesUnderTest(t) {

@@ -319,16 +319,24 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 	}
 	var inj []intercept.Injection
 	for _, c := range ic.creds {
+		// Read for each connection, so a new value or scope applies to the next one. A
+		// binding the secret's scope no longer covers is not injected; within it, it takes
+		// the scope's limits.
+		sv, info, err := ic.m.cfg.Secrets.Lookup(c.Secret)
+		if err != nil {
+			return 0, 0, fmt.Errorf("credential %s: %w", c.Secret, err)
+		}
+		scoped, err := sandbox.WithinScope(c.Credential, info.Scope)
+		if err != nil {
+			ic.m.log.Warn("credential not injected", "sandbox", ic.b.id, "host", ic.host, "err", err)
+			continue
+		}
 		var v intercept.Secret
 		if c.GitHub != nil {
 			v = tokenSecret{m: ic.m, id: ic.b.id, index: c.index}
 		} else {
-			// Read for each connection, so a new value applies to the next one. A secret
-			// replaced by a GitHub App key since the sandbox started is never sent as is.
-			sv, info, err := ic.m.cfg.Secrets.Lookup(c.Secret)
-			if err != nil {
-				return 0, 0, fmt.Errorf("credential %s: %w", c.Secret, err)
-			}
+			// A secret replaced by a GitHub App key since the sandbox started is never sent
+			// as is.
 			if info.GitHubApp != nil {
 				return 0, 0, fmt.Errorf("credential %s: the secret is now a GitHub App key; restart the sandbox with --github-token to use it", c.Secret)
 			}
@@ -336,7 +344,7 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 		}
 		inj = append(inj, intercept.Injection{
 			Secret: c.Secret, Value: v, Placeholder: c.Placeholder, Header: c.Header, Template: c.Template,
-			PathPrefix: c.PathPrefix, Methods: c.Methods, PlainHTTP: c.PlainHTTP,
+			PathPrefix: scoped.PathPrefix, Methods: scoped.Methods, PlainHTTP: c.PlainHTTP,
 		})
 	}
 	return intercept.Serve(ctx, client, head, host, port, dial, intercept.Config{

@@ -57,7 +57,7 @@ func BenchmarkCredentials(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := store.Set("TOK", secrets.NewValue(secret)); err != nil {
+	if err := store.Put("TOK", secrets.NewValue(secret), nil, &secrets.Scope{Hosts: []string{fmt.Sprintf("bound.test:%d", port)}}); err != nil {
 		b.Fatal(err)
 	}
 	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}

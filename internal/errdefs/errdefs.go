@@ -19,6 +19,9 @@ var (
 	ErrUnavailable = errors.New("unavailable")
 	// ErrUnauthenticated: missing or wrong credentials.
 	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrPermissionDenied: the caller is known but may not do this (e.g. bind a secret it
+	// is not granted, or send a secret outside its scope).
+	ErrPermissionDenied = errors.New("permission denied")
 	// ErrNotImplemented: a route or option moat does not provide (yet).
 	ErrNotImplemented = errors.New("not implemented")
 )

@@ -5,6 +5,7 @@ import (
 	"net"
 
 	"github.com/moatdev/moat/internal/egress/policy"
+	"github.com/moatdev/moat/internal/secrets"
 )
 
 // Runtime starts and stops the container of a sandbox with one OCI runtime binary.
@@ -136,4 +137,12 @@ type Egress interface {
 	Detach(id string)
 	// Forget drops what the boundary keeps of a deleted sandbox (its CA). Idempotent.
 	Forget(id string)
+}
+
+// Secrets says what a stored secret is and where it may be sent. Implemented by
+// *secrets.Store.
+type Secrets interface {
+	// Stat returns the kind and scope of secret name, authenticated against its sealed
+	// value (errdefs.ErrNotFound when there is none).
+	Stat(name string) (secrets.Info, error)
 }

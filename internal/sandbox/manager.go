@@ -62,6 +62,9 @@ type Config struct {
 	// IDBase moves the host uid ranges of new sandboxes (0: HostIDBase). Only for several
 	// daemons on one host (tests): a host has one daemon, whose slots never overlap.
 	IDBase uint32
+	// Secrets tells the scopes of stored secrets, which credential bindings must stay
+	// within (scope.go); nil: bindings are refused.
+	Secrets Secrets
 }
 
 // Manager drives sandboxes through their lifecycle. It is safe for concurrent use; operations
@@ -236,13 +239,17 @@ func (l Limits) Validate() error {
 }
 
 // Create makes and starts a sandbox, or hands over a warm one (pool.go). On any error,
-// nothing of it remains.
+// nothing of it remains. Credential bindings must be granted to the caller ctx carries
+// (CallerFrom) and lie within their secrets' scopes (checkBindings).
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
 	return m.create(ctx, opts, false)
 }
 
 func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*Sandbox, error) {
 	if err := m.validate(&opts); err != nil {
+		return nil, err
+	}
+	if err := m.checkBindings(ctx, opts.Credentials); err != nil {
 		return nil, err
 	}
 	tmpl, err := m.storage.Template(ctx, opts.Template)

@@ -1,7 +1,9 @@
 package secrets
 
 import (
+	"encoding/json"
 	"errors"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -30,6 +32,45 @@ func FuzzCheckName(f *testing.F) {
 		}
 		if len(name) == 0 || len(name) > 64 || strings.ContainsAny(name, "=\x00") || name[0] >= '0' && name[0] <= '9' {
 			t.Fatalf("CheckName accepts %q, not a portable environment variable name", name)
+		}
+	})
+}
+
+// FuzzScopeNormalize: Normalize accepts only scopes it leaves unchanged when applied again,
+// whose JSON form (part of the sealed associated data) survives a round trip through the
+// data file byte for byte, and whose hosts each normalize to themselves. Seeds:
+// testdata/fuzz/FuzzScopeNormalize.
+func FuzzScopeNormalize(f *testing.F) {
+	f.Fuzz(func(t *testing.T, hosts, methods, prefix, repos string, plain bool) {
+		split := func(s string) []string {
+			if s == "" {
+				return nil
+			}
+			return strings.Split(s, ",")
+		}
+		sc, err := Scope{Hosts: split(hosts), Methods: split(methods), PathPrefix: prefix, PlainHTTP: plain, Repositories: split(repos)}.Normalize()
+		if err != nil {
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Fatalf("Normalize: %v is not an invalid argument", err)
+			}
+			return
+		}
+		again, err := sc.Normalize()
+		if err != nil || !reflect.DeepEqual(again, sc) {
+			t.Fatalf("Normalize(%+v) = %+v, %v: not a fixed point", sc, again, err)
+		}
+		j, _ := json.Marshal(sc)
+		var back Scope
+		if err := json.Unmarshal(j, &back); err != nil {
+			t.Fatal(err)
+		}
+		if j2, _ := json.Marshal(back); string(j2) != string(j) {
+			t.Fatalf("JSON round trip changed %s to %s", j, j2)
+		}
+		for _, h := range sc.Hosts {
+			if n, err := NormalizeHost(h); err != nil || n != h || strings.ContainsAny(h, "/@ \\") {
+				t.Fatalf("host %q normalizes to %q, %v", h, n, err)
+			}
 		}
 	})
 }

@@ -47,6 +47,9 @@ type Info struct {
 	// GitHubApp is set when the secret is a GitHub App's private key, from which moat
 	// mints short-lived installation tokens; the value itself is then never injected.
 	GitHubApp *GitHubApp
+	// Scope is where the secret may be sent; nil: nowhere (it cannot be bound). From
+	// Lookup and Stat it is authenticated; from List it is as the file says.
+	Scope *Scope
 }
 
 // GitHubApp identifies a GitHub App installation. It is not secret: it is stored in clear
@@ -59,8 +62,9 @@ type GitHubApp struct {
 }
 
 // Store keeps named secrets in a data directory, each value encrypted with AES-256-GCM
-// under the directory's key, with the secret's name as additional authenticated data (a
-// value moved to another name does not decrypt). Safe for concurrent use, also by several
+// under the directory's key, with the secret's name, its GitHub App and its scope as
+// additional authenticated data (a value moved to another name, or given another App or a
+// wider scope in the file, does not decrypt). Safe for concurrent use, also by several
 // processes sharing the directory: every call reads the file afresh, and writes hold an
 // exclusive lock (flock on the key file) and replace the file atomically.
 type Store struct {
@@ -84,6 +88,8 @@ type entry struct {
 	Updated time.Time `json:"updated"`
 	// GitHubApp marks an App private key (see Info).
 	GitHubApp *GitHubApp `json:"github_app,omitempty"`
+	// Scope is where the value may be sent (see Info).
+	Scope *Scope `json:"scope,omitempty"`
 }
 
 // Open opens the store in dir, the daemon's data directory, which must exist, belong to
@@ -236,18 +242,23 @@ func validName(name string) bool {
 	return true
 }
 
-// Set stores v under name, replacing any value (and kind) the name had (its creation time
-// stays). Invalid names, empty values and values over MaxValueBytes are
+// Set stores v under name, replacing any value (and kind) the name had; its creation time
+// and scope stay (a new name has no scope, so cannot be bound until SetScope gives it one).
+// Invalid names, empty values and values over MaxValueBytes are
 // errdefs.ErrInvalidArgument.
-func (s *Store) Set(name string, v Value) error { return s.set(name, v, nil) }
+func (s *Store) Set(name string, v Value) error { return s.Put(name, v, nil, nil) }
 
 // SetGitHubApp stores the private key of the GitHub App installation app under name, as
 // Set does. The caller checks app and the key (tokens.NewGitHubApp).
 func (s *Store) SetGitHubApp(name string, key Value, app GitHubApp) error {
-	return s.set(name, key, &app)
+	return s.Put(name, key, &app, nil)
 }
 
-func (s *Store) set(name string, v Value, app *GitHubApp) error {
+// Put stores v under name, as the key of the GitHub App app when app is set, with scope sc
+// (Normalize'd here); with sc nil the name keeps the scope it has. Errors as Set's, and
+// errdefs.ErrInvalidArgument for a scope that does not normalize or that names
+// repositories for a secret that is not an App key.
+func (s *Store) Put(name string, v Value, app *GitHubApp, sc *Scope) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}
@@ -258,37 +269,113 @@ func (s *Store) set(name string, v Value, app *GitHubApp) error {
 	if len(plain) > MaxValueBytes {
 		return fmt.Errorf("secret %s: the value is larger than %d bytes: %w", name, MaxValueBytes, errdefs.ErrInvalidArgument)
 	}
+	if sc != nil {
+		n, err := sc.Normalize()
+		if err != nil {
+			return fmt.Errorf("secret %s: %w", name, err)
+		}
+		sc = &n
+	}
 	return s.update(func(f *file) error {
 		if err := s.checkKey(f); err != nil {
 			return err
 		}
-		nonce := make([]byte, s.aead.NonceSize())
-		if _, err := rand.Read(nonce); err != nil {
-			return err
-		}
 		now := time.Now().UTC()
-		e := entry{Sealed: s.aead.Seal(nonce, nonce, plain, aad(name, app)), Created: now, Updated: now, GitHubApp: app}
+		e := entry{Created: now, GitHubApp: app, Scope: sc}
 		if old, ok := f.Secrets[name]; ok {
 			e.Created = old.Created
+			if sc == nil {
+				// The old scope is taken over only if it is the one sealed with the old
+				// value: an edit of the file must not become authentic here. An entry that
+				// does not decrypt leaves the name without a scope.
+				if p, err := s.open(name, old); err == nil {
+					clear(p)
+					e.Scope = old.Scope
+				}
+			}
 		}
-		f.Secrets[name] = e
-		return nil
+		return s.seal(f, name, e, plain, now)
 	})
 }
 
-// aad is what a value is sealed with besides itself: its name and, for an App key, the
-// App it belongs to, so that neither can be changed in the clear part of the file without
-// the value failing to decrypt.
-func aad(name string, app *GitHubApp) []byte {
-	if app == nil {
-		return []byte(name)
+// SetScope replaces the scope of the secret name (errdefs.ErrNotFound if there is none),
+// keeping its value and kind: the value is decrypted and sealed again with sc. Errors for
+// sc as Put's.
+func (s *Store) SetScope(name string, sc Scope) error {
+	if err := CheckName(name); err != nil {
+		return err
 	}
-	b, _ := json.Marshal(app)
-	return append([]byte(name+"\x00github-app\x00"), b...)
+	n, err := sc.Normalize()
+	if err != nil {
+		return fmt.Errorf("secret %s: %w", name, err)
+	}
+	return s.update(func(f *file) error {
+		old, ok := f.Secrets[name]
+		if !ok {
+			return fmt.Errorf("secret %s: %w", name, errdefs.ErrNotFound)
+		}
+		if err := s.checkKey(f); err != nil {
+			return err
+		}
+		plain, err := s.open(name, old)
+		if err != nil {
+			return err
+		}
+		defer clear(plain)
+		e := entry{Created: old.Created, GitHubApp: old.GitHubApp, Scope: &n}
+		return s.seal(f, name, e, plain, time.Now().UTC())
+	})
+}
+
+// seal encrypts plain into e, checks that e's scope fits its kind, and stores e as name
+// in f.
+func (s *Store) seal(f *file, name string, e entry, plain []byte, now time.Time) error {
+	if e.Scope != nil && len(e.Scope.Repositories) > 0 && e.GitHubApp == nil {
+		return fmt.Errorf("secret %s: repositories scope a GitHub App key, and this secret is not one: give it a scope without them (--hosts without --github-repo): %w", name, errdefs.ErrInvalidArgument)
+	}
+	nonce := make([]byte, s.aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return err
+	}
+	e.Sealed = s.aead.Seal(nonce, nonce, plain, aad(name, e.GitHubApp, e.Scope))
+	e.Updated = now
+	f.Secrets[name] = e
+	return nil
+}
+
+// aad is what a value is sealed with besides itself: its name, for an App key the App it
+// belongs to, and its scope, so that none of them can be changed in the clear part of the
+// file without the value failing to decrypt. A secret without App or scope has the AAD it
+// had before moat kept either.
+func aad(name string, app *GitHubApp, sc *Scope) []byte {
+	b := []byte(name)
+	if app != nil {
+		j, _ := json.Marshal(app)
+		b = append(append(b, "\x00github-app\x00"...), j...)
+	}
+	if sc != nil {
+		j, _ := json.Marshal(sc)
+		b = append(append(b, "\x00scope\x00"...), j...)
+	}
+	return b
 }
 
 func (e entry) info(name string) Info {
-	return Info{Name: name, Created: e.Created, Updated: e.Updated, GitHubApp: e.GitHubApp}
+	return Info{Name: name, Created: e.Created, Updated: e.Updated, GitHubApp: e.GitHubApp, Scope: e.Scope}
+}
+
+// open decrypts e, the entry of name, checking its name, App and scope with it.
+func (s *Store) open(name string, e entry) ([]byte, error) {
+	ns := s.aead.NonceSize()
+	if len(e.Sealed) < ns+s.aead.Overhead() {
+		return nil, fmt.Errorf("secret %s: the stored value in %s is truncated", name, s.path())
+	}
+	plain, err := s.aead.Open(nil, e.Sealed[:ns], e.Sealed[ns:], aad(name, e.GitHubApp, e.Scope))
+	if err != nil {
+		return nil, fmt.Errorf("secret %s: the stored value does not decrypt: %s was altered, or the value was written with another key than %s",
+			name, s.path(), filepath.Join(s.dir, KeyFile))
+	}
+	return plain, nil
 }
 
 // Get returns the value stored under name: errdefs.ErrNotFound when there is none, and an
@@ -316,19 +403,23 @@ func (s *Store) Lookup(name string) (Value, Info, error) {
 	if err := s.checkKey(f); err != nil {
 		return Value{}, Info{}, err
 	}
-	ns := s.aead.NonceSize()
-	if len(e.Sealed) < ns+s.aead.Overhead() {
-		return Value{}, Info{}, fmt.Errorf("secret %s: the stored value in %s is truncated", name, s.path())
-	}
-	plain, err := s.aead.Open(nil, e.Sealed[:ns], e.Sealed[ns:], aad(name, e.GitHubApp))
+	plain, err := s.open(name, e)
 	if err != nil {
-		return Value{}, Info{}, fmt.Errorf("secret %s: the stored value does not decrypt: %s was altered, or the value was written with another key than %s",
-			name, s.path(), filepath.Join(s.dir, KeyFile))
+		return Value{}, Info{}, err
 	}
+	defer clear(plain)
 	return NewValue(string(plain)), e.info(name), nil
 }
 
-// List returns every secret's name and dates, sorted by name.
+// Stat returns what kind of secret name is and its scope, authenticated like Lookup's
+// (the value is decrypted and dropped), with Get's errors.
+func (s *Store) Stat(name string) (Info, error) {
+	_, info, err := s.Lookup(name)
+	return info, err
+}
+
+// List returns every secret's name, dates, kind and scope, sorted by name, as the data file
+// has them (not authenticated: Stat is).
 func (s *Store) List() ([]Info, error) {
 	f, err := s.read()
 	if err != nil {

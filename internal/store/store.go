@@ -298,42 +298,141 @@ const apiKeySchema = `CREATE TABLE IF NOT EXISTS api_keys (
 	id      TEXT PRIMARY KEY,
 	hash    TEXT NOT NULL UNIQUE,
 	created TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS api_key_secrets (
+	key_id TEXT NOT NULL REFERENCES api_keys(id) ON DELETE CASCADE,
+	secret TEXT NOT NULL,
+	PRIMARY KEY (key_id, secret)
 );`
 
 // APIKey describes a stored key; the key itself is never stored, only its SHA-256.
 type APIKey struct {
 	ID      string    `json:"id"`
 	Created time.Time `json:"created"`
+	// Secrets are the secrets the key may bind (its grants), sorted.
+	Secrets []string `json:"secrets"`
 }
 
 // CreateAPIKey makes a new key of the form e2b_<40 hex> (the shape the E2B SDKs accept),
-// stores its hash and returns the key. The key cannot be recovered later.
-func (s *Store) CreateAPIKey(ctx context.Context) (string, APIKey, error) {
+// granted the named secrets, stores its hash and returns the key. The key cannot be
+// recovered later.
+func (s *Store) CreateAPIKey(ctx context.Context, secrets []string) (string, APIKey, error) {
 	var raw [20]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", APIKey{}, err
 	}
 	key := "e2b_" + hex.EncodeToString(raw[:])
 	k := APIKey{ID: "key-" + hex.EncodeToString(raw[:4]), Created: time.Now().UTC()}
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO api_keys(id, hash, created) VALUES(?,?,?)`,
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return "", APIKey{}, fmt.Errorf("storing API key: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO api_keys(id, hash, created) VALUES(?,?,?)`,
 		k.ID, hashKey(key), k.Created.Format(time.RFC3339Nano)); err != nil {
+		return "", APIKey{}, fmt.Errorf("storing API key: %w", err)
+	}
+	if k.Secrets, err = setGrants(ctx, tx, k.ID, secrets); err != nil {
+		return "", APIKey{}, err
+	}
+	if err := tx.Commit(); err != nil {
 		return "", APIKey{}, fmt.Errorf("storing API key: %w", err)
 	}
 	return key, k, nil
 }
 
-// CheckAPIKey returns nil when key is a stored key, else an ErrUnauthenticated-class error.
-func (s *Store) CheckAPIKey(ctx context.Context, key string) error {
+// setGrants makes secrets (deduplicated) the grants of key id, and returns them sorted.
+func setGrants(ctx context.Context, tx *sql.Tx, id string, secrets []string) ([]string, error) {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM api_key_secrets WHERE key_id = ?`, id); err != nil {
+		return nil, fmt.Errorf("storing the grants of API key %s: %w", id, err)
+	}
+	out := slices.Compact(slices.Sorted(slices.Values(secrets)))
+	for _, name := range out {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO api_key_secrets(key_id, secret) VALUES(?,?)`, id, name); err != nil {
+			return nil, fmt.Errorf("storing the grants of API key %s: %w", id, err)
+		}
+	}
+	if out == nil {
+		out = []string{}
+	}
+	return out, nil
+}
+
+// SetAPIKeySecrets makes secrets the grants of the key with the given id, replacing those
+// it had; errdefs.ErrNotFound when there is no such key.
+func (s *Store) SetAPIKeySecrets(ctx context.Context, id string, secrets []string) (APIKey, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return APIKey{}, err
+	}
+	defer tx.Rollback()
+	k := APIKey{ID: id}
+	var created string
+	err = tx.QueryRowContext(ctx, `SELECT created FROM api_keys WHERE id = ?`, id).Scan(&created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return APIKey{}, fmt.Errorf("API key %q: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return APIKey{}, err
+	}
+	k.Created, _ = time.Parse(time.RFC3339Nano, created)
+	if k.Secrets, err = setGrants(ctx, tx, id, secrets); err != nil {
+		return APIKey{}, err
+	}
+	return k, tx.Commit()
+}
+
+// Authenticate returns the caller key stands for: its id and grants. A key that is not
+// stored is an ErrUnauthenticated-class error.
+func (s *Store) Authenticate(ctx context.Context, key string) (sandbox.Caller, error) {
 	var id string
 	err := s.db.QueryRowContext(ctx, `SELECT id FROM api_keys WHERE hash = ?`, hashKey(key)).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
+		return sandbox.Caller{}, fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
 	}
-	return err
+	if err != nil {
+		return sandbox.Caller{}, err
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT secret FROM api_key_secrets WHERE key_id = ? ORDER BY secret`, id)
+	if err != nil {
+		return sandbox.Caller{}, fmt.Errorf("reading the grants of API key %s: %w", id, err)
+	}
+	defer rows.Close()
+	c := sandbox.Caller{APIKey: id}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return sandbox.Caller{}, err
+		}
+		c.Secrets = append(c.Secrets, name)
+	}
+	return c, rows.Err()
 }
 
-// ListAPIKeys lists the stored keys (ids and creation times only).
+// grants returns every key's grants, sorted, by key id.
+func (s *Store) grants(ctx context.Context) (map[string][]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT key_id, secret FROM api_key_secrets ORDER BY key_id, secret`)
+	if err != nil {
+		return nil, fmt.Errorf("reading API key grants: %w", err)
+	}
+	defer rows.Close()
+	out := map[string][]string{}
+	for rows.Next() {
+		var id, name string
+		if err := rows.Scan(&id, &name); err != nil {
+			return nil, err
+		}
+		out[id] = append(out[id], name)
+	}
+	return out, rows.Err()
+}
+
+// ListAPIKeys lists the stored keys (ids, creation times and grants).
 func (s *Store) ListAPIKeys(ctx context.Context) ([]APIKey, error) {
+	grants, err := s.grants(ctx)
+	if err != nil {
+		return nil, err
+	}
 	rows, err := s.db.QueryContext(ctx, `SELECT id, created FROM api_keys ORDER BY created`)
 	if err != nil {
 		return nil, err
@@ -347,21 +446,33 @@ func (s *Store) ListAPIKeys(ctx context.Context) ([]APIKey, error) {
 			return nil, err
 		}
 		k.Created, _ = time.Parse(time.RFC3339Nano, t)
+		k.Secrets = grants[k.ID]
+		if k.Secrets == nil {
+			k.Secrets = []string{}
+		}
 		out = append(out, k)
 	}
 	return out, rows.Err()
 }
 
-// DeleteAPIKey removes the key with the given id.
+// DeleteAPIKey removes the key with the given id, and its grants.
 func (s *Store) DeleteAPIKey(ctx context.Context, id string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM api_keys WHERE id = ?`, id)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `DELETE FROM api_key_secrets WHERE key_id = ?`, id); err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM api_keys WHERE id = ?`, id)
 	if err != nil {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("API key %q: %w", id, errdefs.ErrNotFound)
 	}
-	return nil
+	return tx.Commit()
 }
 
 func hashKey(key string) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -124,17 +125,17 @@ func TestAPIKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	key, k, err := st.CreateAPIKey(ctx)
+	key, k, err := st.CreateAPIKey(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(key) != 44 || key[:4] != "e2b_" {
 		t.Errorf("key shape %q", key)
 	}
-	if err := st.CheckAPIKey(ctx, key); err != nil {
-		t.Errorf("valid key refused: %v", err)
+	if c, err := st.Authenticate(ctx, key); err != nil || c.APIKey != k.ID || c.Operator || len(c.Secrets) != 0 {
+		t.Errorf("valid key: %+v, %v (want its id, no grants)", c, err)
 	}
-	if err := st.CheckAPIKey(ctx, key+"0"); !errors.Is(err, errdefs.ErrUnauthenticated) {
+	if _, err := st.Authenticate(ctx, key+"0"); !errors.Is(err, errdefs.ErrUnauthenticated) {
 		t.Errorf("wrong key: %v", err)
 	}
 	var stored int
@@ -145,10 +146,77 @@ func TestAPIKeys(t *testing.T) {
 	if err := st.DeleteAPIKey(ctx, k.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.CheckAPIKey(ctx, key); err == nil {
+	if _, err := st.Authenticate(ctx, key); err == nil {
 		t.Errorf("deleted key accepted")
 	}
 	if err := st.DeleteAPIKey(ctx, k.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("delete twice: %v", err)
+	}
+}
+
+// TestAPIKeyGrants: a key is granted exactly the secrets it is created or set with, other
+// keys' grants are not its own, and deleting a key drops its grants.
+func TestAPIKeyGrants(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(filepath.Join(t.TempDir(), "moat.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	keyA, a, err := st.CreateAPIKey(ctx, []string{"B_TOKEN", "A_TOKEN", "B_TOKEN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyB, b, err := st.CreateAPIKey(ctx, []string{"C_TOKEN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(a.Secrets, ",") != "A_TOKEN,B_TOKEN" {
+		t.Errorf("created with %v", a.Secrets)
+	}
+	grants := func(key string) string {
+		c, err := st.Authenticate(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(c.Secrets, ",")
+	}
+	if g := grants(keyA); g != "A_TOKEN,B_TOKEN" {
+		t.Errorf("key A grants %q", g)
+	}
+	if g := grants(keyB); g != "C_TOKEN" {
+		t.Errorf("key B grants %q", g)
+	}
+	if k, err := st.SetAPIKeySecrets(ctx, a.ID, []string{"C_TOKEN"}); err != nil || strings.Join(k.Secrets, ",") != "C_TOKEN" || !k.Created.Equal(a.Created) {
+		t.Errorf("SetAPIKeySecrets = %+v, %v", k, err)
+	}
+	if g := grants(keyA); g != "C_TOKEN" {
+		t.Errorf("key A grants %q after the change", g)
+	}
+	if _, err := st.SetAPIKeySecrets(ctx, a.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if g := grants(keyA); g != "" {
+		t.Errorf("key A grants %q after revoking all", g)
+	}
+	if _, err := st.SetAPIKeySecrets(ctx, "key-nope", []string{"A_TOKEN"}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("grant to an unknown key: %v", err)
+	}
+	list, err := st.ListAPIKeys(ctx)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("ListAPIKeys = %+v, %v", list, err)
+	}
+	for _, k := range list {
+		if want := map[string]string{a.ID: "", b.ID: "C_TOKEN"}[k.ID]; strings.Join(k.Secrets, ",") != want || k.Secrets == nil {
+			t.Errorf("listed %s with %#v, want %q", k.ID, k.Secrets, want)
+		}
+	}
+	if err := st.DeleteAPIKey(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	_ = st.db.QueryRow(`SELECT COUNT(*) FROM api_key_secrets`).Scan(&rows)
+	if rows != 0 {
+		t.Errorf("%d grants left after deleting the keys' grants and key", rows)
 	}
 }
