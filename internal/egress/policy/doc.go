@@ -61,8 +61,11 @@
 // the name counts, and only deny rules covering every port deny. The proxy must still ask
 // again with the real port.
 //
-// IPv4-mapped IPv6 addresses are matched as IPv4. A request name that is not a valid host
-// name (for example an IP literal) is denied; pass addresses in [Request.Addr].
+// IPv4-mapped IPv6 addresses are matched as IPv4. A CIDR deny rule also covers every IPv6
+// address that carries an IPv4 address it covers (NAT64, 6to4, Teredo, ...; see
+// [EmbeddedIPv4]); CIDR allow rules cover only IPv4 addresses. A request name that is not
+// a valid host name (for example an IP literal) is denied; pass addresses in
+// [Request.Addr].
 //
 // [Policy.NamesAddr] answers a separate question for the proxy: does the policy name this
 // (private, loopback, ...) address explicitly with a CIDR allow rule? net allow-all alone

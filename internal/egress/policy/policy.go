@@ -262,7 +262,7 @@ func (p *Policy) Decide(req Request) Decision {
 		if !addr.IsValid() {
 			return Decision{Reason: "request has neither a host name nor an address"}
 		}
-		if d, ok := p.deny.addr(addr, req.Port); ok {
+		if d, ok := p.deny.denyAddr(addr, req.Port); ok {
 			return d
 		}
 		if req.Claimed != "" {
@@ -290,7 +290,7 @@ func (p *Policy) Decide(req Request) Decision {
 		return d
 	}
 	if addr.IsValid() {
-		if d, ok := p.deny.addr(addr, req.Port); ok {
+		if d, ok := p.deny.denyAddr(addr, req.Port); ok {
 			return d
 		}
 	}
@@ -317,7 +317,9 @@ func (p *Policy) AllowsName(name string) Decision {
 // NamesAddr reports whether a CIDR allow rule covers addr and port (0: any port) and no
 // CIDR deny rule does. net allow-all alone never names an address. The proxy uses it to
 // let a sandbox reach private or loopback addresses only when the policy says so
-// explicitly.
+// explicitly. An IPv6 address that carries an IPv4 address (EmbeddedIPv4) is never
+// named (CIDR rules are IPv4), and a deny rule covering the IPv4 address it carries
+// covers it too.
 func (p *Policy) NamesAddr(addr netip.Addr, port uint16) bool {
 	if p == nil || p.net == netDenyAll {
 		return false
@@ -326,7 +328,7 @@ func (p *Policy) NamesAddr(addr netip.Addr, port uint16) bool {
 	if !addr.IsValid() {
 		return false
 	}
-	if _, denied := p.deny.addr(addr, port); denied {
+	if _, denied := p.deny.denyAddr(addr, port); denied {
 		return false
 	}
 	_, ok := p.allow.addr(addr, port)
