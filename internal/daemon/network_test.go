@@ -571,10 +571,11 @@ func TestEgressDefaultDenyAndAllowAll(t *testing.T) {
 	if r := e.sh(def.ID, "", fmt.Sprintf("curl -sS --max-time 5 http://allowed.test:%d/", in.httpPort)); r.code == 0 {
 		t.Errorf("default sandbox reached allowed.test: %+v", r)
 	}
-	// A policy without a phase starts in "setup" when it has one.
+	// A policy without a phase starts in "run", where the main command runs, even when it
+	// has a setup phase (TestPhasesWithoutSetup checks the verdicts).
 	phased := e.create(v1.CreateSandboxRequest{Policy: &v1.Policy{Phases: map[string]v1.PolicyRules{"setup": {Allow: []string{"registries"}}, "run": {}}}})
-	if phased.Policy.Phase != "setup" {
-		t.Errorf("initial phase = %q, want setup", phased.Policy.Phase)
+	if phased.Policy.Phase != "run" {
+		t.Errorf("initial phase = %q, want run", phased.Policy.Phase)
 	}
 	if _, err := e.c.Create(context.Background(), v1.CreateSandboxRequest{Policy: &v1.Policy{Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"https://x.test/"}}}}}); err == nil || !strings.Contains(err.Error(), "https://x.test/") {
 		t.Errorf("a bad rule: %v", err)

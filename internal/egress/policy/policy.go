@@ -120,6 +120,14 @@ func compile(r Rules, sets map[string][]member) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Allowed sets' HTTP members check each request to their hosts (add allowed the hosts).
+	for _, entry := range r.Allow {
+		for _, m := range sets[strings.ToLower(strings.TrimSpace(entry))] {
+			if m.http != nil {
+				p.http.insert(m.http)
+			}
+		}
+	}
 	denied, err := p.deny.add("deny", r.Deny, sets)
 	if err != nil {
 		return nil, err
@@ -161,7 +169,11 @@ func (t *table) add(verb string, entries []string, sets map[string][]member) ([]
 		key := strings.ToLower(strings.TrimSpace(entry))
 		if members, ok := sets[key]; ok {
 			for _, m := range members {
-				t.insert(m.rule, t.decision(verb, key, m.text))
+				d := t.decision(verb, key, m.text)
+				if m.http != nil && !t.strict {
+					d.Reason += "; each request is checked"
+				}
+				t.insert(m.rule, d)
 			}
 			texts = append(texts, key)
 			continue
