@@ -48,7 +48,7 @@ var builtinSets = map[string][]string{
 
 // setHints say what to do when a request is refused by a built-in set's HTTP rules.
 var setHints = map[string]string{
-	"registries": "the registries set is read-only (downloads only); allow registries-publish to publish",
+	"registries": "the registries set is read-only; allow registries-publish to publish",
 }
 
 // BuiltinSets returns a copy of the built-in named sets.
