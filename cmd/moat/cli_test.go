@@ -356,6 +356,119 @@ func TestCLINetwork(t *testing.T) {
 	}
 }
 
+// TestCLIPhases: a policy file with setup and run phases, used without --setup, puts the
+// sandbox in "run" for moat run and moat create, and moat policy set with such a file keeps
+// the sandbox's phase. registry.test is allowed only in setup: each verdict is read at
+// its server's log and in the egress log.
+func TestCLIPhases(t *testing.T) {
+	c := newCLI(t)
+	var mu sync.Mutex
+	var seen []string
+	ln, err := net.Listen("tcp4", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.Path)
+		mu.Unlock()
+		io.WriteString(w, "registry\n")
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	reached := func(path string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range seen {
+			if p == path {
+				return true
+			}
+		}
+		return false
+	}
+	url := "http://registry.test:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	dir := t.TempDir()
+	hosts := filepath.Join(dir, "hosts")
+	os.WriteFile(hosts, []byte("127.0.0.2 registry.test\n"), 0o644)
+	pol := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(pol, []byte("phases:\n  setup: {allow: [registry.test]}\n  run: {net: deny-all}\n"), 0o644)
+	c.args = append(c.args, "--egress-hosts", hosts)
+	egress := func(id string) []v1.EgressEntry {
+		t.Helper()
+		js, _, code := c.run("", "egress", "--json", id)
+		var entries []v1.EgressEntry
+		if err := json.Unmarshal([]byte(js), &entries); err != nil || code != 0 {
+			t.Fatalf("egress --json: %v (code %d): %s", err, code, js)
+		}
+		return entries
+	}
+	blockedInRun := func(id string) bool {
+		for _, e := range egress(id) {
+			if e.Name == "registry.test" && e.Phase == "run" && !e.Allowed {
+				return true
+			}
+			if e.Name == "registry.test" && e.Allowed {
+				return false
+			}
+		}
+		return false
+	}
+
+	// moat run without --setup: the main command runs in run.
+	out, errOut, code := c.run("", "run", "--keep", "--policy", pol, "--", "curl -sS --max-time 5 "+url+"/by-run || echo main-blocked")
+	if code != 0 || !strings.Contains(out, "main-blocked") || reached("/by-run") {
+		t.Errorf("run: code %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	id := ""
+	for _, line := range strings.Split(errOut, "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[1] == "sandbox" && strings.HasPrefix(f[2], "sb-") {
+			id = f[2]
+		}
+	}
+	if id == "" {
+		t.Fatalf("no sandbox id in %s", errOut)
+	}
+	defer c.run("", "rm", id)
+	if !blockedInRun(id) {
+		t.Errorf("run: the egress log has no blocked registry.test in phase run: %+v", egress(id))
+	}
+
+	// moat create: the same.
+	out, errOut, code = c.run("", "create", "--policy", pol)
+	created := strings.TrimSpace(out)
+	if code != 0 || !strings.HasPrefix(created, "sb-") {
+		t.Fatalf("create: %q %s", out, errOut)
+	}
+	defer c.run("", "rm", created)
+	if out, _, _ := c.run("", "exec", created, "--", "curl -sS --max-time 5 "+url+"/by-create || echo blocked"); !strings.Contains(out, "blocked") || reached("/by-create") {
+		t.Errorf("create: %q", out)
+	}
+	if !blockedInRun(created) {
+		t.Errorf("create: the egress log has no blocked registry.test in phase run: %+v", egress(created))
+	}
+	if out, _, _ := c.run("", "policy", "show", created); !strings.Contains(out, "* run: deny-all") {
+		t.Errorf("policy show:\n%s", out)
+	}
+
+	// moat policy set with the file keeps run; switched to setup by name, the host is
+	// reached (the control) and setting the file again keeps setup.
+	if out, errOut, code := c.run("", "policy", "set", created, "--policy", pol); code != 0 || !strings.Contains(out, "phase run") {
+		t.Errorf("policy set in run: %d %s %s", code, out, errOut)
+	}
+	if out, _, _ := c.run("", "exec", created, "--", "curl -sS --max-time 5 "+url+"/after-set || echo blocked"); !strings.Contains(out, "blocked") || reached("/after-set") {
+		t.Errorf("after policy set in run: %q", out)
+	}
+	if _, errOut, code := c.run("", "policy", "set", created, "--phase", "setup"); code != 0 {
+		t.Fatalf("policy set --phase setup: %s", errOut)
+	}
+	if out, errOut, code := c.run("", "policy", "set", created, "--policy", pol); code != 0 || !strings.Contains(out, "phase setup") {
+		t.Errorf("policy set in setup: %d %s %s", code, out, errOut)
+	}
+	if out, _, code := c.run("", "exec", created, "--", "curl -sSf --max-time 5 "+url+"/in-setup"); code != 0 || !reached("/in-setup") {
+		t.Errorf("in setup: %d %q", code, out)
+	}
+}
+
 func TestParseChecksums(t *testing.T) {
 	sum := strings.Repeat("ab", 32)
 	got := parseChecksums([]byte(sum + "  ./go.sum\n" + sum + " *./a b/yarn.lock\n\\" + sum + "  ./we\\nird/Cargo.lock\nnot a line\n" + "zz" + sum[2:] + "  x\n"))

@@ -46,10 +46,14 @@ func (p *policyFlags) set() bool {
 	return p.net != "" || len(p.allow) > 0 || len(p.deny) > 0 || len(p.http) > 0 || p.file != ""
 }
 
-// spec builds the policy the flags describe; nil when none is given (the daemon's
-// default, deny-all) and there is no setup phase. With setup, the policy gets a "setup"
-// phase (registries, unless the file has one) and a "run" phase, and starts in setup.
-func (p *policyFlags) spec(setup bool) (*v1.Policy, error) {
+// spec builds the policy the flags describe for where it is applied; nil when none is
+// given (the daemon's default, deny-all) and there is no setup phase. With StartSetup,
+// the policy gets a "setup" phase (registries, read-only, unless the file has one) and
+// starts in it. Otherwise a policy file that names no phase starts as
+// policy.Spec.StartPhase says: in "run" at create, and for StartReplace the daemon
+// decides (it knows the sandbox's current phase), so the phase is left empty.
+func (p *policyFlags) spec(start policy.Start) (*v1.Policy, error) {
+	setup := start == policy.StartSetup
 	if !p.set() && !setup {
 		return nil, nil
 	}
@@ -81,7 +85,12 @@ func (p *policyFlags) spec(setup bool) (*v1.Policy, error) {
 		if _, ok := s.Phases["setup"]; !ok {
 			s.Phases["setup"] = policy.Rules{Allow: []string{"registries"}}
 		}
-		s.Phase = "setup"
+	}
+	if start != policy.StartReplace {
+		var err error
+		if s, err = s.WithStartPhase(start, ""); err != nil {
+			return nil, fmt.Errorf("egress policy: %w", err)
+		}
 	}
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("egress policy: %w", err)
@@ -385,10 +394,12 @@ func (a *app) policyCmd() *cobra.Command {
 		Use:   "set ID",
 		Short: "Replace a sandbox's egress policy or switch its phase, at once",
 		Long: `set applies at once to a running sandbox: open connections the new policy does not
-allow are cut. --phase switches phase within the current policy (or the new one).`,
+allow are cut. --phase switches phase within the current policy (or the new one). A new
+policy file that names no phase keeps the sandbox's current phase if it has one of that
+name, else starts in "run".`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := pf.spec(false)
+			p, err := pf.spec(policy.StartReplace)
 			if err != nil {
 				return err
 			}

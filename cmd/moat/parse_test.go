@@ -1,9 +1,13 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moatdev/moat/internal/egress/policy"
 )
 
 func TestParseSize(t *testing.T) {
@@ -167,17 +171,17 @@ func TestGitHubFlags(t *testing.T) {
 
 func TestHTTPFlag(t *testing.T) {
 	p := policyFlags{http: []string{"api.test GET /repos/acme/"}, allow: []string{"registries"}}
-	got, err := p.spec(false)
+	got, err := p.spec(policy.StartCreate)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r := got.Phases["run"]; len(r.HTTP) != 1 || r.HTTP[0] != "api.test GET /repos/acme/" || len(r.Allow) != 1 {
 		t.Errorf("spec = %+v", got)
 	}
-	if _, err := (&policyFlags{http: []string{"api.test get"}}).spec(false); err == nil || !strings.Contains(err.Error(), "not an HTTP method") {
+	if _, err := (&policyFlags{http: []string{"api.test get"}}).spec(policy.StartCreate); err == nil || !strings.Contains(err.Error(), "not an HTTP method") {
 		t.Errorf("bad --http: %v", err)
 	}
-	if _, err := (&policyFlags{http: []string{"api.test"}, file: "x.yaml"}).spec(false); err == nil || !strings.Contains(err.Error(), "--http") {
+	if _, err := (&policyFlags{http: []string{"api.test"}, file: "x.yaml"}).spec(policy.StartCreate); err == nil || !strings.Contains(err.Error(), "--http") {
 		t.Errorf("--http with --policy: %v", err)
 	}
 }
@@ -191,5 +195,59 @@ func TestParseCredentialPathPrefix(t *testing.T) {
 		got[1].PathPrefix != "/v1/" || strings.Join(got[1].Hosts, ",") != "a.test,b.test" || got[1].Header != "X-Key" ||
 		got[0].PlainHTTP || !got[1].PlainHTTP {
 		t.Errorf("got %+v", got)
+	}
+}
+
+// TestPolicyFlagsPhase: the phase the CLI asks for, per command. A phases file that names
+// none starts in "run" at create and run (without --setup), in "setup" with --setup, and
+// policy set leaves it to the daemon (which keeps the sandbox's current phase).
+func TestPolicyFlagsPhase(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, yaml string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	phased := file("phased.yaml", "phases:\n  setup: {allow: [x.test]}\n  run: {net: deny-all}\n")
+	named := file("named.yaml", "phases:\n  setup: {allow: [x.test]}\n  run: {net: deny-all}\n  hold: {}\nphase: hold\n")
+	runOnly := file("run.yaml", "phases:\n  run: {allow: [x.test]}\n")
+	ambiguous := file("ambiguous.yaml", "phases:\n  a: {}\n  b: {}\n")
+	for _, tc := range []struct {
+		name  string
+		flags policyFlags
+		start policy.Start
+		want  string // the phase, or the error
+		err   bool
+	}{
+		{"create: phases file", policyFlags{file: phased}, policy.StartCreate, "run", false},
+		{"setup: phases file", policyFlags{file: phased}, policy.StartSetup, "setup", false},
+		{"policy set: phases file", policyFlags{file: phased}, policy.StartReplace, "", false},
+		{"create: named phase", policyFlags{file: named}, policy.StartCreate, "hold", false},
+		{"setup: named phase", policyFlags{file: named}, policy.StartSetup, "setup", false},
+		{"policy set: named phase", policyFlags{file: named}, policy.StartReplace, "hold", false},
+		{"setup: file without setup phase", policyFlags{file: runOnly}, policy.StartSetup, "setup", false},
+		{"create: flags", policyFlags{allow: []string{"x.test"}}, policy.StartCreate, "run", false},
+		{"setup: no flags", policyFlags{}, policy.StartSetup, "setup", false},
+		{"create: ambiguous", policyFlags{file: ambiguous}, policy.StartCreate, "ambiguous among a, b", true},
+		{"policy set: ambiguous is the daemon's call", policyFlags{file: ambiguous}, policy.StartReplace, "", false},
+	} {
+		got, err := tc.flags.spec(tc.start)
+		switch {
+		case tc.err:
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: %v, want an error containing %q", tc.name, err, tc.want)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case got.Phase != tc.want:
+			t.Errorf("%s: phase %q, want %q", tc.name, got.Phase, tc.want)
+		}
+	}
+	// --setup adds a read-only registries setup phase where the file has none.
+	got, err := (&policyFlags{file: runOnly}).spec(policy.StartSetup)
+	if err != nil || strings.Join(got.Phases["setup"].Allow, ",") != "registries" || len(got.Phases["run"].Allow) != 1 {
+		t.Errorf("--setup with a run-only file: %+v, %v", got, err)
 	}
 }

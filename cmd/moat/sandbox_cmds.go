@@ -17,6 +17,7 @@ import (
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
+	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/sdk"
 )
 
@@ -61,6 +62,10 @@ func (f *sandboxFlags) register(cmd *cobra.Command) {
 
 // request validates the flags before anything is created.
 func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Duration, error) {
+	start := policy.StartCreate
+	if setup {
+		start = policy.StartSetup
+	}
 	req := v1.CreateSandboxRequest{Runtime: f.runtime, Template: f.template, User: f.user, CPUs: f.cpus, Pids: f.pids}
 	var err error
 	if req.Env, err = parseEnv(f.env); err != nil {
@@ -99,7 +104,7 @@ func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Durati
 		}
 		req.Repo = abs
 	}
-	if req.Policy, err = f.policy.spec(setup); err != nil {
+	if req.Policy, err = f.policy.spec(start); err != nil {
 		return req, 0, err
 	}
 	if req.Credentials, err = parseCredentials(f.credentials, f.credHeaders); err != nil {
@@ -129,10 +134,11 @@ Without a running daemon, run starts one in-process (root only).
 
 Network: nothing leaves the sandbox unless the policy allows it (--net, --allow, --deny,
 --policy). With --setup 'CMD', CMD runs first in the "setup" phase (package registries
-allowed unless the policy file has its own setup phase); the sandbox then switches to the
-"run" phase (your flags, default deny-all) before the main command, and lockfiles that
-setup changed are reported. At the end, run prints the egress summary: allowed
-destinations and blocked attempts.`,
+allowed for downloads only, unless the policy file has its own setup phase; allow
+registries-publish there to publish); the sandbox then switches to the "run" phase (your
+flags, default deny-all) before the main command, and lockfiles that setup changed are
+reported. Without --setup the sandbox starts in "run" (or the phase the file names). At
+the end, run prints the egress summary: allowed destinations and blocked attempts.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req, timeout, err := f.request(setup != "")
@@ -201,7 +207,7 @@ destinations and blocked attempts.`,
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the sandbox after the command ends")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "print no egress summary or setup report")
 	cmd.Flags().StringVar(&workdir, "workdir", "", "working directory inside (default: /workspace with --repo, else the user's home)")
-	cmd.Flags().StringVar(&setup, "setup", "", "shell line run first, in the setup phase (registries allowed), before the run phase closes the network")
+	cmd.Flags().StringVar(&setup, "setup", "", "shell line run first, in the setup phase (registries allowed, read-only), before the run phase closes the network")
 	return cmd
 }
 

@@ -69,6 +69,18 @@ type internet struct {
 	dnsAddr                     string
 	hostsFile                   string
 	hostListener                net.Listener // on every host address: must never be reached
+	loopPort                    int          // a listener on 127.0.0.1 that IPv6 answers point at: never reached
+}
+
+// embeddedAnswers are names whose only upstream DNS answer is an IPv6 address carrying
+// 127.0.0.1, each with what the proxy must say when it refuses it (127.0.0.1 is one of the
+// host's own addresses, which is checked first).
+var embeddedAnswers = map[string]struct{ aaaa, reason string }{
+	"mapped.test":    {"::ffff:127.0.0.1", "resolves to 127.0.0.1, one of the host's own addresses"},
+	"compat.test":    {"::7f00:1", "carrying 127.0.0.1 (IPv4-compatible), one of the host's own addresses"},
+	"nat64.test":     {"64:ff9b::7f00:1", "carrying 127.0.0.1 (NAT64), one of the host's own addresses"},
+	"sixtofour.test": {"2002:7f00:1::", "carrying 127.0.0.1 (6to4), one of the host's own addresses"},
+	"teredo.test":    {"2001:0:4136:e378:8000:63bf:80ff:fffe", "carrying 127.0.0.1 (Teredo client), one of the host's own addresses"},
 }
 
 func newInternet(t *testing.T) *internet {
@@ -162,15 +174,33 @@ func newInternet(t *testing.T) *internet {
 		name := q.Question[0].Name
 		in.log.add("dns query=%s", name)
 		ip := map[string]string{"private.test.": "10.0.0.5", "metadata.test.": "169.254.169.254"}[name]
-		if ip != "" && q.Question[0].Qtype == dns.TypeA {
+		six, hasSix := embeddedAnswers[strings.TrimSuffix(name, ".")]
+		switch {
+		case hasSix && q.Question[0].Qtype == dns.TypeAAAA:
+			m.Answer = append(m.Answer, &dns.AAAA{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 60}, AAAA: net.ParseIP(six.aaaa)})
+		case hasSix: // no A record
+		case ip != "" && q.Question[0].Qtype == dns.TypeA:
 			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.ParseIP(ip)})
-		} else if ip == "" {
+		case ip == "":
 			m.Rcode = dns.RcodeNameError
 		}
 		w.WriteMsg(m)
 	})}
 	go ds.ActivateAndServe()
 	t.Cleanup(func() { ds.Shutdown() })
+
+	ll := listen("127.0.0.1:0")
+	in.loopPort = port(ll)
+	go func() {
+		for {
+			c, err := ll.Accept()
+			if err != nil {
+				return
+			}
+			in.log.add("LOOPBACK LISTENER REACHED from %s", c.RemoteAddr())
+			c.Close()
+		}
+	}()
 
 	in.hostListener = listen("0.0.0.0:0")
 	go func() {
@@ -261,7 +291,7 @@ func networkBoundary(t *testing.T, e *env, in *internet, rt string) {
 	sb := e.create(v1.CreateSandboxRequest{Runtime: rt, Policy: &v1.Policy{
 		Phase: "run",
 		Phases: map[string]v1.PolicyRules{
-			"run":    {Allow: []string{"allowed.test", "private.test", "metadata.test"}},
+			"run":    {Allow: []string{"allowed.test", "private.test", "metadata.test", "mapped.test", "compat.test", "nat64.test", "sixtofour.test", "teredo.test"}},
 			"closed": {Net: "deny-all"},
 		},
 	}})
@@ -461,6 +491,32 @@ for n in ["c2VjcmV0.exfil.denied.test", "evil.example"]:
 		}
 	})
 
+	e.run("allowed names whose IPv6 answers carry a loopback address", func(t *testing.T, e *env) {
+		// The proxy resolves A and AAAA; each name's only answer is an IPv6 form of
+		// 127.0.0.1. None may be dialled: the connection is refused with the form named.
+		for name, want := range embeddedAnswers {
+			if r := curl(fmt.Sprintf("http://%s:%d/embedded", name, in.loopPort)); r.code == 0 {
+				t.Errorf("%s: curl succeeded: %+v", name, r)
+			}
+			e.expectBlocked(sb.ID, name, func(x v1.EgressEntry) bool {
+				return x.Proto == "tcp" && x.Name == name && strings.Contains(x.Reason, want.reason)
+			})
+			if !in.log.contains("dns query=" + name + ".") {
+				t.Errorf("the proxy did not resolve %s upstream itself", name)
+			}
+		}
+		e.d.Egress.Flush()
+		list, err := e.c.Egress(context.Background(), sb.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range list {
+			if _, ok := embeddedAnswers[x.Name]; ok && x.Proto == "tcp" && (x.Allowed || x.Upstream != "") {
+				t.Errorf("a connection to %s was allowed or dialled: %+v", x.Name, x)
+			}
+		}
+	})
+
 	e.run("phase switch cuts open connections", func(t *testing.T, e *env) {
 		// A background reader holds a connection open and reports when it is cut. (It
 		// polls before reading: gVisor's host-network sockets answer a plain blocking
@@ -515,10 +571,11 @@ func TestEgressDefaultDenyAndAllowAll(t *testing.T) {
 	if r := e.sh(def.ID, "", fmt.Sprintf("curl -sS --max-time 5 http://allowed.test:%d/", in.httpPort)); r.code == 0 {
 		t.Errorf("default sandbox reached allowed.test: %+v", r)
 	}
-	// A policy without a phase starts in "setup" when it has one.
+	// A policy without a phase starts in "run", where the main command runs, even when it
+	// has a setup phase (TestPhasesWithoutSetup checks the verdicts).
 	phased := e.create(v1.CreateSandboxRequest{Policy: &v1.Policy{Phases: map[string]v1.PolicyRules{"setup": {Allow: []string{"registries"}}, "run": {}}}})
-	if phased.Policy.Phase != "setup" {
-		t.Errorf("initial phase = %q, want setup", phased.Policy.Phase)
+	if phased.Policy.Phase != "run" {
+		t.Errorf("initial phase = %q, want run", phased.Policy.Phase)
 	}
 	if _, err := e.c.Create(context.Background(), v1.CreateSandboxRequest{Policy: &v1.Policy{Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"https://x.test/"}}}}}); err == nil || !strings.Contains(err.Error(), "https://x.test/") {
 		t.Errorf("a bad rule: %v", err)

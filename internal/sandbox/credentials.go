@@ -129,7 +129,8 @@ func validateCredentials(creds []Credential) error {
 func reservedEnv(name string) bool {
 	switch name {
 	case "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "PWD", "TMPDIR",
-		"SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO":
+		"SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
+		"PIP_CERT", "NPM_CONFIG_CAFILE", "CARGO_HTTP_CAINFO":
 		return true
 	}
 	return strings.HasPrefix(name, "LD_") || strings.HasPrefix(name, "MOAT_") || strings.HasPrefix(name, "LC_")
@@ -156,7 +157,10 @@ func (c Credential) MatchesHost(host string, port uint16) bool {
 
 // credentialEnv adds the placeholders of env-var bindings to env and, when the sandbox has
 // an interception CA, points the usual trust variables at the files moat-init writes
-// (/etc/moat/ca-bundle.pem: the system roots and the CA; /etc/moat/ca.pem: the CA).
+// (/etc/moat/ca-bundle.pem: the system roots and the CA; /etc/moat/ca.pem: the CA). The
+// package managers' own variables are among them (pip, npm — whose cafile setting, if a
+// config file has one, would replace Node's roots — and cargo), so that they work through
+// the registries set, whose hosts moat inspects.
 func credentialEnv(env map[string]string, creds []Credential, ca bool) map[string]string {
 	for _, c := range creds {
 		if c.Header == "" {
@@ -164,7 +168,7 @@ func credentialEnv(env map[string]string, creds []Credential, ca bool) map[strin
 		}
 	}
 	if ca {
-		for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"} {
+		for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT", "NPM_CONFIG_CAFILE", "CARGO_HTTP_CAINFO"} {
 			env[k] = "/etc/moat/ca-bundle.pem"
 		}
 		env["NODE_EXTRA_CA_CERTS"] = "/etc/moat/ca.pem"

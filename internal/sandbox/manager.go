@@ -197,7 +197,8 @@ func (m *Manager) validate(opts *CreateOptions) error {
 		}
 	}
 	if opts.Policy != nil {
-		spec, err := opts.Policy.WithDefaultPhase()
+		// Without a phase, the sandbox starts in "run" (policy.StartCreate).
+		spec, err := opts.Policy.WithStartPhase(policy.StartCreate, "")
 		if err == nil {
 			err = spec.Validate()
 		}
@@ -962,12 +963,12 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, u PolicyUpdate) (*Sa
 	}
 	spec := sb.EgressPolicy()
 	if u.Spec != nil {
+		current := spec.Phase
 		spec = *u.Spec
-		if spec.Phase == "" && u.Phase == "" {
-			// A new policy without a phase keeps the current phase if it has it.
-			if _, ok := spec.Phases[sb.EgressPolicy().Phase]; ok {
-				spec.Phase = sb.EgressPolicy().Phase
-			} else if spec, err = spec.WithDefaultPhase(); err != nil {
+		if u.Phase == "" {
+			// A new policy without a phase keeps the current phase if it has it, else
+			// starts in "run" (policy.StartReplace).
+			if spec, err = spec.WithStartPhase(policy.StartReplace, current); err != nil {
 				return nil, 0, fmt.Errorf("egress policy: %w: %w", err, errdefs.ErrInvalidArgument)
 			}
 		}

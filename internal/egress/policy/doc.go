@@ -19,10 +19,17 @@
 // xn-- form). "*", URLs, paths, IPv6 and out-of-range ports are rejected. See
 // [NormalizeName] for what a name is.
 //
-// A named set is a list of rule strings. The built-in set "registries" ([BuiltinSets])
-// covers the common package registries; a user set of the same name extends it. An entry
-// is a set reference exactly when it is (case-insensitively) the name of a set; otherwise
-// it is a rule, so a misspelt set name is an ordinary host name that matches nothing
+// A named set is a list of rule strings; a member with methods or a path
+// ("HOST[:PORTS] METHODS [/PATH-PREFIX]", "*" for any method) is an HTTP rule, which an
+// allowed set adds like an entry of the http list (a denied set denies its host). The
+// built-in set "registries" ([BuiltinSets]) covers the common package registries
+// read-only: GET and HEAD, on their download paths where those are known, so a sandbox can
+// install packages but not publish them; "registries-publish" is the explicit opt-in to
+// publishing (the same hosts and upload.pypi.org, every method). Both make the proxy
+// terminate TLS to the registries with the sandbox's CA. A user set of a built-in set's
+// name extends it (a plain host added to "registries" is allowed whole). An entry is a
+// set reference exactly when it is (case-insensitively) the name of a set; otherwise it
+// is a rule, so a misspelt set name is an ordinary host name that matches nothing
 // useful. Sets cannot contain sets, and a set reference takes no port.
 //
 // # HTTP rules
@@ -61,8 +68,11 @@
 // the name counts, and only deny rules covering every port deny. The proxy must still ask
 // again with the real port.
 //
-// IPv4-mapped IPv6 addresses are matched as IPv4. A request name that is not a valid host
-// name (for example an IP literal) is denied; pass addresses in [Request.Addr].
+// IPv4-mapped IPv6 addresses are matched as IPv4. A CIDR deny rule also covers every IPv6
+// address that carries an IPv4 address it covers (NAT64, 6to4, Teredo, ...; see
+// [EmbeddedIPv4]); CIDR allow rules cover only IPv4 addresses. A request name that is not
+// a valid host name (for example an IP literal) is denied; pass addresses in
+// [Request.Addr].
 //
 // [Policy.NamesAddr] answers a separate question for the proxy: does the policy name this
 // (private, loopback, ...) address explicitly with a CIDR allow rule? net allow-all alone
@@ -71,6 +81,9 @@
 // # Phases
 //
 // A [Spec] holds named phases (for example "setup" with registries, then "run" with
-// nothing) and the current one; [ParseFile] reads the YAML policy file. Errors are of class
+// nothing) and the current one; [ParseFile] reads the YAML policy file. A Spec that names
+// no current phase gets one from [Spec.StartPhase] where it is applied: "run" at create,
+// "setup" when a setup command runs first, the sandbox's current phase (if the new policy
+// has it, else "run") when a policy is replaced. Errors are of class
 // errdefs.ErrInvalidArgument and name the offending phase, field or rule.
 package policy

@@ -91,6 +91,25 @@ func FuzzParseFile(f *testing.F) {
 		if err := s.Validate(); err != nil {
 			t.Fatalf("ParseFile returned a spec that does not validate: %v", err)
 		}
+		for _, start := range []Start{StartCreate, StartSetup, StartReplace} {
+			if phase, err := s.StartPhase(start, "run"); err == nil {
+				if _, ok := s.Phases[phase]; !ok {
+					t.Fatalf("StartPhase(%d) = %q, not a phase of %v", start, phase, s.Phases)
+				}
+				if s.Phase != "" && start != StartSetup && phase != s.Phase {
+					t.Fatalf("StartPhase(%d) = %q, but the file names %q", start, phase, s.Phase)
+				}
+				if start == StartCreate && s.Phase == "" && phase == "setup" && len(s.Phases) > 1 {
+					t.Fatalf("a file naming no phase starts in setup: %v", s.Phases)
+				}
+			}
+		}
+		if s.Phase == "" {
+			var err error
+			if s, err = s.WithStartPhase(StartCreate, ""); err != nil {
+				return // ambiguous: the entry point must be told a phase
+			}
+		}
 		c, err := CompileSpec(s)
 		if err != nil {
 			t.Fatalf("CompileSpec of a parsed file: %v", err)

@@ -15,6 +15,7 @@ type httpRule struct {
 	methods []string
 	prefix  string
 	text    string
+	set     string // the set it is a member of, if any
 }
 
 // httpTable holds a phase's HTTP rules by host, like table does for allow rules.
@@ -168,15 +169,23 @@ func (p *Policy) DecideHTTP(name string, port uint16, method, path string) Decis
 		return Decision{Reason: "the path has an empty, '.' or '..' segment, a backslash or an encoded '/', '\\' or '.'; HTTP rules only match clean paths"}
 	}
 	var d Decision
+	hint := ""
 	p.http.each(name, port, func(r *httpRule) bool {
 		if r.allows(method, path) {
 			d = Decision{Allow: true, Rule: "http " + r.text, Reason: "matches HTTP rule " + r.text}
+			if r.set != "" {
+				d.Rule = "allow " + r.set
+				d.Reason += " (set " + r.set + ")"
+			}
 			return true
+		}
+		if h := setHints[r.set]; h != "" {
+			hint = " (" + h + ")"
 		}
 		return false
 	})
 	if !d.Allow {
-		d.Reason = "no HTTP rule for " + name + " allows " + method + " " + path
+		d.Reason = "no HTTP rule for " + name + " allows " + method + " " + path + hint
 	}
 	return d
 }

@@ -146,3 +146,88 @@ func TestCleanHTTPPath(t *testing.T) {
 		}
 	}
 }
+
+// TestRegistriesReadOnly: the built-in registries set lets a sandbox download packages
+// but not publish them; registries-publish is the opt-in; both check every request.
+func TestRegistriesReadOnly(t *testing.T) {
+	ro := mustCompile(t, Rules{Allow: []string{"registries"}}, nil)
+	pub := mustCompile(t, Rules{Allow: []string{"registries-publish"}}, nil)
+	both := mustCompile(t, Rules{Allow: []string{"registries", "registries-publish"}}, nil)
+	for _, tc := range []struct {
+		host             string
+		port             uint16
+		method, path     string
+		ro, pub          bool
+		roRule, roReason string
+	}{
+		{"registry.npmjs.org", 443, "GET", "/left-pad", true, true, "allow registries", "matches HTTP rule registry.npmjs.org:443 GET,HEAD (set registries)"},
+		{"registry.npmjs.org", 443, "GET", "/left-pad/-/left-pad-1.3.0.tgz", true, true, "allow registries", ""},
+		{"registry.npmjs.org", 443, "HEAD", "/left-pad", true, true, "allow registries", ""},
+		{"registry.npmjs.org", 443, "PUT", "/left-pad", false, true, "", "registries set is read-only"},
+		{"registry.npmjs.org", 443, "POST", "/-/npm/v1/security/advisories/bulk", false, true, "", "allow registries-publish to publish"},
+		{"registry.npmjs.org", 443, "DELETE", "/left-pad/-rev/1", false, true, "", ""},
+		{"crates.io", 443, "PUT", "/api/v1/crates/new", false, true, "", ""},
+		{"crates.io", 443, "GET", "/api/v1/crates/serde/1.0.0/download", true, true, "", ""},
+		{"crates.io", 443, "GET", "/me", false, true, "", ""},
+		{"pypi.org", 443, "GET", "/simple/requests/", true, true, "", ""},
+		{"pypi.org", 443, "POST", "/simple/requests/", false, true, "", ""},
+		{"pypi.org", 443, "GET", "/account/login/", false, true, "", ""},
+		{"upload.pypi.org", 443, "POST", "/legacy/", false, true, "", ""},
+		{"files.pythonhosted.org", 443, "GET", "/packages/ab/cd/x-1.0-py3-none-any.whl", true, true, "", ""},
+		{"rubygems.org", 443, "POST", "/api/v1/gems", false, true, "", ""},
+		{"deb.debian.org", 80, "GET", "/debian/dists/bookworm/InRelease", true, true, "", ""},
+		{"deb.debian.org", 80, "POST", "/debian/x", false, true, "", ""},
+		{"proxy.golang.org", 443, "GET", "/golang.org/x/mod/@v/list", true, true, "", ""},
+		{"repo1.maven.org", 443, "PUT", "/maven2/x/y/1/y-1.jar", false, true, "", ""},
+	} {
+		name := tc.method + " " + tc.host + tc.path
+		connect := Request{Name: tc.host, Port: tc.port}
+		if d := ro.Decide(connect); (tc.host == "upload.pypi.org") == d.Allow {
+			t.Errorf("registries: connect %s = %+v", tc.host, d)
+		}
+		if !pub.Decide(connect).Allow || !both.Decide(connect).Allow {
+			t.Errorf("registries-publish: connect %s refused", tc.host)
+		}
+		if tc.host != "upload.pypi.org" && (!ro.Inspects(tc.host, tc.port) || !pub.Inspects(tc.host, tc.port)) {
+			t.Errorf("%s: not inspected", name)
+		}
+		d := ro.DecideHTTP(tc.host, tc.port, tc.method, tc.path)
+		if tc.host != "upload.pypi.org" && d.Allow != tc.ro {
+			t.Errorf("registries: %s = %+v, want allow %v", name, d, tc.ro)
+		}
+		if tc.roRule != "" && d.Rule != tc.roRule || !strings.Contains(d.Reason, tc.roReason) {
+			t.Errorf("registries: %s = %+v, want rule %q, reason containing %q", name, d, tc.roRule, tc.roReason)
+		}
+		for which, p := range map[string]*Policy{"registries-publish": pub, "both": both} {
+			if d := p.DecideHTTP(tc.host, tc.port, tc.method, tc.path); d.Allow != tc.pub {
+				t.Errorf("%s: %s = %+v, want allow %v", which, name, d, tc.pub)
+			}
+		}
+	}
+	// Another port of a registry is not allowed by either.
+	if ro.Decide(named("registry.npmjs.org", 8443)).Allow || pub.Decide(named("registry.npmjs.org", 80)).Allow {
+		t.Error("a registry's other port is allowed")
+	}
+	// deny registries denies the hosts outright; a set's HTTP members make the spec need
+	// the interception CA.
+	den := mustCompile(t, Rules{Net: NetAllowAll, Deny: []string{"registries"}}, nil)
+	if d := den.Decide(named("registry.npmjs.org", 443)); d.Allow || d.Rule != "deny registries" {
+		t.Errorf("deny registries: %+v", d)
+	}
+	if den.Inspects("registry.npmjs.org", 443) {
+		t.Error("deny registries inspects")
+	}
+	if !Single(Rules{Allow: []string{"registries"}}).HasHTTPRules() || Single(Rules{Deny: []string{"registries"}}).HasHTTPRules() ||
+		Single(Rules{Allow: []string{"x.test"}}).HasHTTPRules() {
+		t.Error("HasHTTPRules does not follow allowed sets")
+	}
+	// A user set may hold HTTP rules too; extending registries with a plain host allows it whole.
+	sets := map[string][]string{"mine": {"api.test GET /v1/"}, "registries": {"mirror.internal"}}
+	mine := mustCompile(t, Rules{Allow: []string{"mine", "registries"}}, sets)
+	if !mine.DecideHTTP("api.test", 443, "GET", "/v1/x").Allow || mine.DecideHTTP("api.test", 443, "POST", "/v1/x").Allow {
+		t.Error("user set with an HTTP member")
+	}
+	if mine.Inspects("mirror.internal", 443) || !mine.Decide(named("mirror.internal", 8080)).Allow {
+		t.Error("a plain member of an extended registries set")
+	}
+}

@@ -120,6 +120,14 @@ func compile(r Rules, sets map[string][]member) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Allowed sets' HTTP members check each request to their hosts (add allowed the hosts).
+	for _, entry := range r.Allow {
+		for _, m := range sets[strings.ToLower(strings.TrimSpace(entry))] {
+			if m.http != nil {
+				p.http.insert(m.http)
+			}
+		}
+	}
 	denied, err := p.deny.add("deny", r.Deny, sets)
 	if err != nil {
 		return nil, err
@@ -161,7 +169,11 @@ func (t *table) add(verb string, entries []string, sets map[string][]member) ([]
 		key := strings.ToLower(strings.TrimSpace(entry))
 		if members, ok := sets[key]; ok {
 			for _, m := range members {
-				t.insert(m.rule, t.decision(verb, key, m.text))
+				d := t.decision(verb, key, m.text)
+				if m.http != nil && !t.strict {
+					d.Reason += "; each request is checked"
+				}
+				t.insert(m.rule, d)
 			}
 			texts = append(texts, key)
 			continue
@@ -262,7 +274,7 @@ func (p *Policy) Decide(req Request) Decision {
 		if !addr.IsValid() {
 			return Decision{Reason: "request has neither a host name nor an address"}
 		}
-		if d, ok := p.deny.addr(addr, req.Port); ok {
+		if d, ok := p.deny.denyAddr(addr, req.Port); ok {
 			return d
 		}
 		if req.Claimed != "" {
@@ -290,7 +302,7 @@ func (p *Policy) Decide(req Request) Decision {
 		return d
 	}
 	if addr.IsValid() {
-		if d, ok := p.deny.addr(addr, req.Port); ok {
+		if d, ok := p.deny.denyAddr(addr, req.Port); ok {
 			return d
 		}
 	}
@@ -317,7 +329,9 @@ func (p *Policy) AllowsName(name string) Decision {
 // NamesAddr reports whether a CIDR allow rule covers addr and port (0: any port) and no
 // CIDR deny rule does. net allow-all alone never names an address. The proxy uses it to
 // let a sandbox reach private or loopback addresses only when the policy says so
-// explicitly.
+// explicitly. An IPv6 address that carries an IPv4 address (EmbeddedIPv4) is never
+// named (CIDR rules are IPv4), and a deny rule covering the IPv4 address it carries
+// covers it too.
 func (p *Policy) NamesAddr(addr netip.Addr, port uint16) bool {
 	if p == nil || p.net == netDenyAll {
 		return false
@@ -326,7 +340,7 @@ func (p *Policy) NamesAddr(addr netip.Addr, port uint16) bool {
 	if !addr.IsValid() {
 		return false
 	}
-	if _, denied := p.deny.addr(addr, port); denied {
+	if _, denied := p.deny.denyAddr(addr, port); denied {
 		return false
 	}
 	_, ok := p.allow.addr(addr, port)

@@ -143,7 +143,7 @@ func TestDecide(t *testing.T) {
 
 		// Sets.
 		{name: "builtin set", rules: Rules{Allow: []string{"registries"}},
-			req: named("registry.npmjs.org", 443), allow: true, rule: "allow registries", reason: "(registry.npmjs.org:443)"},
+			req: named("registry.npmjs.org", 443), allow: true, rule: "allow registries", reason: "(registry.npmjs.org:443 GET,HEAD); each request is checked"},
 		{name: "builtin set port", rules: Rules{Allow: []string{"registries"}},
 			req: named("registry.npmjs.org", 80)},
 		{name: "builtin set debian http", rules: Rules{Allow: []string{"registries"}},
@@ -331,18 +331,35 @@ func TestString(t *testing.T) {
 func TestBuiltinSets(t *testing.T) {
 	sets := BuiltinSets()
 	reg := sets["registries"]
-	for _, want := range []string{"registry.npmjs.org:443", "pypi.org:443", "proxy.golang.org:443",
-		"index.crates.io:443", "deb.debian.org:80", "security.debian.org:443", "rubygems.org:443", "repo1.maven.org:443"} {
+	for _, want := range []string{"registry.npmjs.org:443 GET,HEAD", "pypi.org:443 GET,HEAD /simple/", "proxy.golang.org:443 GET,HEAD",
+		"index.crates.io:443 GET,HEAD", "deb.debian.org:80 GET,HEAD", "security.debian.org:443 GET,HEAD", "rubygems.org:443 GET,HEAD",
+		"repo1.maven.org:443 GET,HEAD /maven2/"} {
 		if !slices.Contains(reg, want) {
 			t.Errorf("registries lacks %s", want)
 		}
 	}
 	for name, members := range sets {
-		for _, m := range members {
-			r, err := parseRule(m)
-			if err != nil || r.String() != m {
-				t.Errorf("built-in set %s: member %q is not a canonical rule: %v", name, m, err)
+		for _, text := range members {
+			m, err := parseMember(name, text)
+			if err != nil || m.text != text {
+				t.Errorf("built-in set %s: member %q is not canonical (%q): %v", name, text, m.text, err)
+				continue
 			}
+			if m.http == nil {
+				t.Errorf("built-in set %s: member %q is not an HTTP rule", name, text)
+				continue
+			}
+			// registries is read-only; registries-publish takes every method.
+			if read := name == "registries"; read != slices.Equal(m.http.methods, []string{"GET", "HEAD"}) || !read && len(m.http.methods) > 0 {
+				t.Errorf("built-in set %s: member %q has methods %v", name, text, m.http.methods)
+			}
+		}
+	}
+	// registries-publish covers every host of registries.
+	for _, text := range reg {
+		host, _, _ := strings.Cut(text, " ")
+		if !slices.Contains(sets["registries-publish"], host+" *") {
+			t.Errorf("registries-publish lacks %s", host)
 		}
 	}
 	reg[0] = "changed.test"

@@ -9,23 +9,46 @@ import (
 
 // builtinSets are the named sets every policy knows. A user set of the same name extends
 // one. Read-only: BuiltinSets hands out copies.
+//
+// "registries" is read-only: its members are HTTP rules allowing GET and HEAD (and, where
+// a registry's downloads live under known paths, only those paths), so a sandbox can
+// download packages but not publish them — a registry that accepts uploads would
+// otherwise carry data out under a token the sandbox brings itself. "registries-publish"
+// is the explicit opt-in to publishing: the same hosts and the upload endpoints, every
+// method. Both terminate TLS to the registries with the sandbox's CA (see HTTP rules).
 var builtinSets = map[string][]string{
 	"registries": {
-		// npm and Yarn
-		"registry.npmjs.org:443", "registry.yarnpkg.com:443",
-		// PyPI: index and package files
-		"pypi.org:443", "files.pythonhosted.org:443",
+		// npm and Yarn: package documents and tarballs under the package's name
+		"registry.npmjs.org:443 GET,HEAD", "registry.yarnpkg.com:443 GET,HEAD",
+		// PyPI: the simple and JSON indexes, and the package files
+		"pypi.org:443 GET,HEAD /simple/", "pypi.org:443 GET,HEAD /pypi/",
+		"files.pythonhosted.org:443 GET,HEAD /packages/",
 		// Go: module proxy and checksum database
-		"proxy.golang.org:443", "sum.golang.org:443",
-		// crates.io: API, sparse index, downloads
-		"crates.io:443", "index.crates.io:443", "static.crates.io:443",
+		"proxy.golang.org:443 GET,HEAD", "sum.golang.org:443 GET,HEAD",
+		// crates.io: API (downloads redirect to static.crates.io), sparse index, downloads
+		"crates.io:443 GET,HEAD /api/v1/crates", "index.crates.io:443 GET,HEAD", "static.crates.io:443 GET,HEAD",
 		// Debian: APT uses plain HTTP by default (packages are signed)
-		"deb.debian.org:80", "deb.debian.org:443", "security.debian.org:80", "security.debian.org:443",
+		"deb.debian.org:80 GET,HEAD", "deb.debian.org:443 GET,HEAD",
+		"security.debian.org:80 GET,HEAD", "security.debian.org:443 GET,HEAD",
 		// RubyGems
-		"rubygems.org:443", "index.rubygems.org:443",
+		"rubygems.org:443 GET,HEAD", "index.rubygems.org:443 GET,HEAD",
 		// Maven Central
-		"repo.maven.apache.org:443", "repo1.maven.org:443",
+		"repo.maven.apache.org:443 GET,HEAD /maven2/", "repo1.maven.org:443 GET,HEAD /maven2/",
 	},
+	"registries-publish": {
+		"registry.npmjs.org:443 *", "registry.yarnpkg.com:443 *",
+		"pypi.org:443 *", "files.pythonhosted.org:443 *", "upload.pypi.org:443 *",
+		"proxy.golang.org:443 *", "sum.golang.org:443 *",
+		"crates.io:443 *", "index.crates.io:443 *", "static.crates.io:443 *",
+		"deb.debian.org:80 *", "deb.debian.org:443 *", "security.debian.org:80 *", "security.debian.org:443 *",
+		"rubygems.org:443 *", "index.rubygems.org:443 *",
+		"repo.maven.apache.org:443 *", "repo1.maven.org:443 *",
+	},
+}
+
+// setHints say what to do when a request is refused by a built-in set's HTTP rules.
+var setHints = map[string]string{
+	"registries": "the registries set is read-only; allow registries-publish to publish",
 }
 
 // BuiltinSets returns a copy of the built-in named sets.
@@ -37,10 +60,35 @@ func BuiltinSets() map[string][]string {
 	return out
 }
 
-// member is one parsed rule of a set, with the text it was written as.
+// member is one parsed rule of a set, with the text it was written as. A member written
+// with methods or a path ("HOST[:PORTS] METHODS [/PREFIX]") is an HTTP rule (http), whose
+// host part is rule.
 type member struct {
 	rule rule
+	http *httpRule
 	text string // canonical
+}
+
+// parseMember parses one member of set name: an HTTP rule when it has more than one
+// field, else a rule.
+func parseMember(name, text string) (member, error) {
+	if len(strings.Fields(text)) > 1 {
+		hr, err := parseHTTPRule(text)
+		if err != nil {
+			return member{}, err
+		}
+		hr.set = name
+		text := hr.text
+		if len(hr.methods) == 0 && hr.prefix == "" {
+			text += " *" // a lone host would read back as an allow rule
+		}
+		return member{rule: hr.host, http: hr, text: text}, nil
+	}
+	r, err := parseRule(text)
+	if err != nil {
+		return member{}, err
+	}
+	return member{rule: r, text: r.String()}, nil
 }
 
 // resolveSets parses the built-in sets extended by user's, keyed by set name.
@@ -57,11 +105,11 @@ func resolveSets(user map[string][]string) (map[string][]member, error) {
 			if isSet(text) {
 				return invalidf("sets: %q: member %q is a set; sets cannot contain sets", name, text)
 			}
-			r, err := parseRule(text)
+			m, err := parseMember(name, text)
 			if err != nil {
 				return fmt.Errorf("sets: %q: member %q: %w", name, text, err)
 			}
-			out[name] = append(out[name], member{rule: r, text: r.String()})
+			out[name] = append(out[name], m)
 		}
 		return nil
 	}

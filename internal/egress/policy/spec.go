@@ -22,8 +22,11 @@ type Spec struct {
 	Sets map[string][]string `json:"sets,omitempty" yaml:"sets,omitempty"`
 }
 
-// The phase a single-phase policy has.
+// The phase a single-phase policy has, and where a sandbox's main command runs.
 const defaultPhase = "run"
+
+// The phase a setup command runs in (StartSetup).
+const setupPhase = "setup"
 
 // DenyAll returns the policy that allows nothing: one phase "run" with net deny-all.
 func DenyAll() Spec { return Single(Rules{Net: NetDenyAll}) }
@@ -33,20 +36,101 @@ func Single(r Rules) Spec {
 	return Spec{Phases: map[string]Rules{defaultPhase: r}, Phase: defaultPhase}
 }
 
-// HasHTTPRules reports whether a phase of s has HTTP rules.
+// HasHTTPRules reports whether a phase of s has HTTP rules, its own or those of a set it
+// allows (such as "registries").
 func (s Spec) HasHTTPRules() bool {
+	sets, err := resolveSets(s.Sets)
 	for _, r := range s.Phases {
 		if len(r.HTTP) > 0 {
 			return true
+		}
+		if err != nil {
+			continue // does not compile: nothing will be inspected
+		}
+		for _, entry := range r.Allow {
+			for _, m := range sets[strings.ToLower(strings.TrimSpace(entry))] {
+				if m.http != nil {
+					return true
+				}
+			}
 		}
 	}
 	return false
 }
 
-// Validate reports the first thing CompileSpec would reject.
+// Validate reports the first thing CompileSpec would reject, except that an empty Phase is
+// allowed: the entry point that applies the policy chooses it (StartPhase).
 func (s Spec) Validate() error {
+	if s.Phase == "" && len(s.Phases) > 0 {
+		s.Phase = slices.Min(slices.Collect(maps.Keys(s.Phases)))
+	}
 	_, err := CompileSpec(s)
 	return err
+}
+
+// Start is where a policy is applied. It decides the phase a policy that names none
+// starts in (Spec.StartPhase).
+type Start uint8
+
+const (
+	// StartCreate: a new sandbox whose commands run at once (the API's create, `moat
+	// create`, `moat run` without --setup).
+	StartCreate Start = iota
+	// StartSetup: a new sandbox that first runs a setup command and then switches to
+	// "run" (`moat run --setup`).
+	StartSetup
+	// StartReplace: a new policy for a sandbox that has one (PUT /v1/sandboxes/{id}/policy
+	// without a phase, `moat policy set` without --phase).
+	StartReplace
+)
+
+// StartPhase returns the phase a sandbox is in once s is applied at start; current is
+// the sandbox's phase before (StartReplace only). The first rule that answers decides:
+//
+//  1. StartSetup: "setup"; s must have a "setup" and a "run" phase.
+//  2. The phase s names (s.Phase), which must be one of its phases.
+//  3. StartReplace: current, if s has a phase of that name.
+//  4. "run", if s has it.
+//  5. s's only phase.
+//
+// Otherwise the phase is ambiguous and StartPhase returns an error of class
+// errdefs.ErrInvalidArgument. So the main command of a sandbox runs in "run" unless
+// someone asked for another phase: "setup" is only ever entered by a setup command or by
+// naming it. StartPhase is pure.
+func (s Spec) StartPhase(start Start, current string) (string, error) {
+	has := func(name string) bool { _, ok := s.Phases[name]; return ok }
+	names := slices.Sorted(maps.Keys(s.Phases))
+	switch {
+	case len(names) == 0:
+		return "", invalidf("phases: at least one phase is required")
+	case start == StartSetup:
+		if !has(setupPhase) || !has(defaultPhase) {
+			return "", invalidf("a setup command needs a policy with %q and %q phases (have %s)", setupPhase, defaultPhase, strings.Join(names, ", "))
+		}
+		return setupPhase, nil
+	case s.Phase != "":
+		if !has(s.Phase) {
+			return "", invalidf("phase %q: no such phase (have %s)", s.Phase, strings.Join(names, ", "))
+		}
+		return s.Phase, nil
+	case start == StartReplace && current != "" && has(current):
+		return current, nil
+	case has(defaultPhase):
+		return defaultPhase, nil
+	case len(names) == 1:
+		return names[0], nil
+	}
+	return "", invalidf("phase: not set and ambiguous among %s (no %q phase); name the phase", strings.Join(names, ", "), defaultPhase)
+}
+
+// WithStartPhase returns s with Phase set by StartPhase.
+func (s Spec) WithStartPhase(start Start, current string) (Spec, error) {
+	p, err := s.StartPhase(start, current)
+	if err != nil {
+		return s, err
+	}
+	s.Phase = p
+	return s, nil
 }
 
 // Compiled is a compiled Spec: every phase's Policy. It is immutable.
@@ -156,9 +240,11 @@ func (l *ruleList) UnmarshalYAML(n *yaml.Node) error {
 //	  run: {net: deny-all}
 //	phase: setup
 //
-// Without phase, the phases form starts in "setup" if there is one, else "run", else
-// its only phase; anything else is an error. Unknown fields, duplicate keys, more than one
-// YAML document, and mixing top-level net/allow/deny with phases are errors.
+// The single-phase form has phase "run". In the phases form, "phase" is optional: without
+// it the returned Spec's Phase is empty and the entry point that applies it chooses
+// (Spec.StartPhase: "run" unless a setup command runs first). Unknown fields, duplicate
+// keys, more than one YAML document, and mixing top-level net/allow/deny with phases are
+// errors.
 func ParseFile(data []byte) (Spec, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -198,35 +284,14 @@ func ParseFile(data []byte) (Spec, error) {
 		for name, r := range f.Phases {
 			s.Phases[name] = Rules{Net: r.Net, Allow: r.Allow, Deny: r.Deny, HTTP: r.HTTP}
 		}
-		if s.Phase == "" {
-			phase, err := initialPhase(s.Phases)
-			if err != nil {
-				return Spec{}, err
-			}
-			s.Phase = phase
+		if len(s.Phases) == 0 {
+			return Spec{}, invalidf("phases: at least one phase is required")
 		}
 	}
 	if err := s.Validate(); err != nil {
 		return Spec{}, err
 	}
 	return s, nil
-}
-
-// initialPhase picks the phase a file without "phase" starts in.
-func initialPhase(phases map[string]Rules) (string, error) {
-	for _, name := range []string{"setup", defaultPhase} {
-		if _, ok := phases[name]; ok {
-			return name, nil
-		}
-	}
-	names := slices.Sorted(maps.Keys(phases))
-	switch len(names) {
-	case 0:
-		return "", invalidf("phases: at least one phase is required")
-	case 1:
-		return names[0], nil
-	}
-	return "", invalidf("phase: not set and ambiguous among %s (no setup or run phase); name the initial phase", strings.Join(names, ", "))
 }
 
 // yamlError rewrites a yaml error for the person who wrote the file, keeping line
@@ -249,18 +314,4 @@ func yamlError(err error) error {
 		msgs = append(msgs, goTypes.Replace(msg))
 	}
 	return invalidf("%s", strings.Join(msgs, "; "))
-}
-
-// WithDefaultPhase returns s with Phase filled in when it is empty, as a policy file
-// without "phase" starts: "setup" if there is one, else "run", else the only phase.
-func (s Spec) WithDefaultPhase() (Spec, error) {
-	if s.Phase != "" {
-		return s, nil
-	}
-	p, err := initialPhase(s.Phases)
-	if err != nil {
-		return s, err
-	}
-	s.Phase = p
-	return s, nil
 }

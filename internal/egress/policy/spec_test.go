@@ -57,7 +57,6 @@ func TestValidateErrors(t *testing.T) {
 		err  string
 	}{
 		{"no phases", Spec{Phase: "run"}, "phases: at least one phase is required"},
-		{"no phase", Spec{Phases: map[string]Rules{"a": {}, "b": {}}}, "phase: not set; name one of a, b"},
 		{"unknown phase", Spec{Phases: map[string]Rules{"run": {}}, Phase: "setup"}, `phase "setup": no such phase (have run)`},
 		{"bad phase name", Spec{Phases: map[string]Rules{"Run Now": {}}, Phase: "Run Now"}, `phases: "Run Now" is not a valid phase name`},
 		{"bad rule in phase", Spec{Phases: map[string]Rules{"run": {}, "setup": {Allow: []string{"x.test:http"}}}, Phase: "run"},
@@ -66,6 +65,14 @@ func TestValidateErrors(t *testing.T) {
 		{"deny-all with allow", Spec{Phases: map[string]Rules{"run": {Net: NetDenyAll, Allow: []string{"registries"}}}, Phase: "run"},
 			`phase "run": net deny-all takes no allow rules`},
 		{"bad set", Spec{Phases: map[string]Rules{"run": {}}, Phase: "run", Sets: map[string][]string{"s": {"*"}}}, `sets: "s": member "*"`},
+	}
+	// Validate leaves an empty phase to the entry point; CompileSpec needs one.
+	noPhase := Spec{Phases: map[string]Rules{"a": {}, "b": {}}}
+	if err := noPhase.Validate(); err != nil {
+		t.Errorf("Validate without a phase: %v", err)
+	}
+	if _, err := CompileSpec(noPhase); err == nil || !strings.Contains(err.Error(), "phase: not set; name one of a, b") {
+		t.Errorf("CompileSpec without a phase: %v", err)
 	}
 	for _, tt := range tests {
 		err := tt.spec.Validate()
@@ -127,9 +134,9 @@ phase: run
 			phases: map[string]string{"setup": "allow registries", "run": "deny-all"},
 		},
 		{
-			name:   "phases default setup",
+			name:   "phases without phase start in run, not setup",
 			yaml:   "phases:\n  setup: {allow: [registries]}\n  run: {net: deny-all}\n",
-			phase:  "setup",
+			phase:  "run",
 			phases: map[string]string{"setup": "allow registries", "run": "deny-all"},
 		},
 		{
@@ -153,7 +160,7 @@ phase: run
 		{
 			name:   "anchors and aliases",
 			yaml:   "phases:\n  setup: {allow: &common [x.test, registries]}\n  run: {allow: *common, deny: [evil.test]}\n",
-			phase:  "setup",
+			phase:  "run",
 			phases: map[string]string{"setup": "allow x.test, registries", "run": "allow x.test, registries; deny evil.test"},
 		},
 		{
@@ -174,6 +181,12 @@ phase: run
 		t.Run(tt.name, func(t *testing.T) {
 			s, err := ParseFile([]byte(tt.yaml))
 			if err != nil {
+				t.Fatal(err)
+			}
+			if named := !strings.Contains(tt.yaml, "phases:") || strings.Contains(tt.yaml, "\nphase:"); !named && s.Phase != "" {
+				t.Errorf("Phase = %q; a phases file without phase leaves it to the entry point", s.Phase)
+			}
+			if s, err = s.WithStartPhase(StartCreate, ""); err != nil {
 				t.Fatal(err)
 			}
 			if s.Phase != tt.phase {
@@ -215,7 +228,6 @@ func TestParseFileErrors(t *testing.T) {
 		{"mixed", "allow: [x.test]\nphases:\n  run: {}\n", "cannot be combined with phases"},
 		{"mixed net", "net: deny-all\nphases:\n  run: {}\n", "cannot be combined with phases"},
 		{"empty phases", "phases: {}\n", "at least one phase"},
-		{"ambiguous", "phases:\n  a: {}\n  b: {}\n", "phase: not set and ambiguous among a, b"},
 		{"unknown phase", "phases:\n  run: {}\nphase: setup\n", `phase "setup": no such phase`},
 		{"single form other phase", "phase: setup\nallow: [x.test]\n", `phase "setup": a policy without phases has only phase "run"`},
 		{"bad rule", "allow: [\"https://x.test\"]\n", `phase "run": allow rule "https://x.test"`},
@@ -242,6 +254,68 @@ func TestParseFileErrors(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), "policy.") {
 			t.Errorf("%s: error names a Go type: %v", tt.name, err)
+		}
+	}
+}
+
+// TestStartPhase: the phase a sandbox is in once a policy is applied, per entry point.
+// The main command runs in "run" unless a setup command runs first or a phase is named.
+func TestStartPhase(t *testing.T) {
+	phases := func(names ...string) map[string]Rules {
+		m := map[string]Rules{}
+		for _, n := range names {
+			m[n] = Rules{}
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name    string
+		spec    Spec
+		start   Start
+		current string
+		want    string // or the error's text
+		err     bool
+	}{
+		{name: "create: setup and run", spec: Spec{Phases: phases("setup", "run")}, start: StartCreate, want: "run"},
+		{name: "create: only setup", spec: Spec{Phases: phases("setup")}, start: StartCreate, want: "setup"},
+		{name: "create: one other phase", spec: Spec{Phases: phases("build")}, start: StartCreate, want: "build"},
+		{name: "create: named setup", spec: Spec{Phases: phases("setup", "run"), Phase: "setup"}, start: StartCreate, want: "setup"},
+		{name: "create: named other", spec: Spec{Phases: phases("setup", "run", "x"), Phase: "x"}, start: StartCreate, want: "x"},
+		{name: "create: named unknown", spec: Spec{Phases: phases("run"), Phase: "setup"}, start: StartCreate, err: true, want: `phase "setup": no such phase (have run)`},
+		{name: "create: ambiguous", spec: Spec{Phases: phases("setup", "build")}, start: StartCreate, err: true, want: "ambiguous among build, setup"},
+		{name: "create: no phases", spec: Spec{}, start: StartCreate, err: true, want: "at least one phase"},
+		{name: "create: current ignored", spec: Spec{Phases: phases("setup", "run")}, start: StartCreate, current: "setup", want: "run"},
+
+		{name: "setup: setup and run", spec: Spec{Phases: phases("setup", "run")}, start: StartSetup, want: "setup"},
+		{name: "setup: overrides a named phase", spec: Spec{Phases: phases("setup", "run"), Phase: "run"}, start: StartSetup, want: "setup"},
+		{name: "setup: no run", spec: Spec{Phases: phases("setup", "build")}, start: StartSetup, err: true, want: `needs a policy with "setup" and "run" phases (have build, setup)`},
+		{name: "setup: no setup", spec: Spec{Phases: phases("run")}, start: StartSetup, err: true, want: `needs a policy with "setup" and "run"`},
+
+		{name: "replace: keeps current", spec: Spec{Phases: phases("setup", "run")}, start: StartReplace, current: "setup", want: "setup"},
+		{name: "replace: keeps current other", spec: Spec{Phases: phases("build", "run")}, start: StartReplace, current: "build", want: "build"},
+		{name: "replace: current gone, run", spec: Spec{Phases: phases("setup", "run")}, start: StartReplace, current: "closed", want: "run"},
+		{name: "replace: current gone, only phase", spec: Spec{Phases: phases("setup")}, start: StartReplace, current: "run", want: "setup"},
+		{name: "replace: named wins", spec: Spec{Phases: phases("setup", "run"), Phase: "run"}, start: StartReplace, current: "setup", want: "run"},
+		{name: "replace: current gone, ambiguous", spec: Spec{Phases: phases("a", "b")}, start: StartReplace, current: "run", err: true, want: "ambiguous among a, b"},
+		{name: "replace: no current", spec: Spec{Phases: phases("setup", "run")}, start: StartReplace, want: "run"},
+	} {
+		got, err := tc.spec.StartPhase(tc.start, tc.current)
+		switch {
+		case tc.err && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: StartPhase = %q, %v; want an error containing %q", tc.name, got, err, tc.want)
+		case tc.err && !errors.Is(err, errdefs.ErrInvalidArgument):
+			t.Errorf("%s: %v is not ErrInvalidArgument", tc.name, err)
+		case !tc.err && (err != nil || got != tc.want):
+			t.Errorf("%s: StartPhase = %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+		if !tc.err {
+			s, err := tc.spec.WithStartPhase(tc.start, tc.current)
+			if err != nil || s.Phase != tc.want {
+				t.Errorf("%s: WithStartPhase = %q, %v", tc.name, s.Phase, err)
+			}
+			if _, err := CompileSpec(s); err != nil {
+				t.Errorf("%s: the chosen phase does not compile: %v", tc.name, err)
+			}
 		}
 	}
 }

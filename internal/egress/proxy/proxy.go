@@ -563,6 +563,9 @@ func (p *Proxy) resolve(ctx context.Context, req policy.Request) (targets []neti
 			if why := CheckAddr(a.Addr, p.cfg.HostAddrs()); why != "" {
 				refused = append(refused, a.Addr.String()+", "+why)
 				hint = " (add a CIDR rule or pin it with --egress-hosts to allow)"
+				if a.Addr.Unmap().Is6() {
+					hint = " (pin it with --egress-hosts to allow; CIDR rules are IPv4 only)"
+				}
 				continue
 			}
 		}

@@ -298,6 +298,11 @@ func TestRefusedAddresses(t *testing.T) {
 		{"169.254.169.254", "metadata"},
 		{"127.0.0.1", "loopback"},
 		{"::ffff:127.0.0.1", "loopback"},
+		{"::7f00:1", "IPv4-compatible"},
+		{"64:ff9b::7f00:1", "NAT64"},
+		{"64:ff9b:1::7f00:1", "local-use NAT64"},
+		{"2002:7f00:1::", "6to4"},
+		{"2001:0:4136:e378:8000:63bf:80ff:fffe", "Teredo client"},
 	} {
 		t.Run(tc.addr, func(t *testing.T) {
 			h := newHarness(t, policy.Rules{Allow: []string{"allowed.test"}}, Config{})
@@ -316,6 +321,22 @@ func TestRefusedAddresses(t *testing.T) {
 			}
 		})
 	}
+	// A CIDR rule naming an IPv4 range does not name the IPv6 forms that carry it.
+	t.Run("CIDR rule and 6to4", func(t *testing.T) {
+		h := newHarness(t, policy.Rules{Allow: []string{"allowed.test", "127.0.0.0/8"}}, Config{})
+		h.to(synthetic, up.port(), Resolved{Addr: netip.MustParseAddr("2002:7f00:1::")})
+		c := h.dial()
+		io.WriteString(c, "hi\n")
+		if !closed(c) {
+			t.Fatal("not closed")
+		}
+		if ev := h.lastEvent(); ev.Allowed || !strings.Contains(ev.Reason, "6to4") || !strings.Contains(ev.Reason, "--egress-hosts") {
+			t.Errorf("event = %+v, want refused (6to4)", ev)
+		}
+		if len(h.dials) != 0 {
+			t.Errorf("dialled %v", h.dials)
+		}
+	})
 	// A CIDR rule naming the address lets it through.
 	h := newHarness(t, policy.Rules{Allow: []string{"allowed.test", "127.0.0.0/8"}}, Config{})
 	h.to(synthetic, up.port(), Resolved{Addr: netip.MustParseAddr("127.0.0.1")})
@@ -485,6 +506,27 @@ func TestCheckAddr(t *testing.T) {
 		"fd00:ec2::254":   "metadata",
 		"203.0.114.9":     "host's own",
 		"192.0.2.1":       "documentation",
+		"fec0::1":         "site-local",
+		"fe80::1%eth0":    "zoned",
+		// IPv6 forms that carry an IPv4 address are judged by it too.
+		"::ffff:0:7f00:1":                      "carrying 127.0.0.1 (IPv4-translated), a loopback",
+		"::7f00:1":                             "carrying 127.0.0.1 (IPv4-compatible), a loopback",
+		"::a9fe:a9fe":                          "carrying 169.254.169.254 (IPv4-compatible), the cloud metadata",
+		"64:ff9b::7f00:1":                      "carrying 127.0.0.1 (NAT64), a loopback",
+		"64:ff9b::a00:1":                       "NAT64), a private",
+		"64:ff9b::cb00:7209":                   "NAT64), one of the host's own",
+		"64:ff9b::808:808":                     "",
+		"64:ff9b:1::808:808":                   "local-use NAT64",
+		"64:ff9b:1:7f00:1::":                   "local-use NAT64",
+		"2002:7f00:1::":                        "carrying 127.0.0.1 (6to4), a loopback",
+		"2002:a9fe:a9fe:1::1":                  "6to4), the cloud metadata",
+		"2002:c612:1::":                        "6to4), a benchmarking",
+		"2002:808:808::1":                      "",
+		"2001:0:4136:e378:8000:63bf:80ff:fffe": "carrying 127.0.0.1 (Teredo client), a loopback",
+		"2001:0:a00:1:8000:63bf:f7f7:f7f7":     "carrying 10.0.0.1 (Teredo server), a private",
+		"2001:0:4136:e378:8000:63bf:f7f7:f7f7": "",
+		"2606:4700::5efe:7f00:1":               "(ISATAP), a loopback",
+		"2606:4700::200:5efe:808:808":          "",
 	} {
 		got := CheckAddr(netip.MustParseAddr(addr), host)
 		if (want == "") != (got == "") || !strings.Contains(got, want) {
