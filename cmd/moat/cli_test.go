@@ -46,7 +46,11 @@ type cli struct {
 func newCLI(t *testing.T) *cli {
 	testutil.RequiresRoot(t)
 	bin := filepath.Join(testutil.Binaries(t), "moat")
-	run := "/run/moat-clitest-" + filepath.Base(t.TempDir())
+	// A run directory of its own: CLI tests of other checkouts may run at the same time.
+	run, err := os.MkdirTemp("/run", "moat-clitest-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { os.RemoveAll(run) })
 	return &cli{t: t, bin: bin, args: []string{"--data", t.TempDir(), "--run-dir", run, "--socket", filepath.Join(run, "none.sock"),
 		"--id-base", strconv.FormatUint(uint64(testutil.IDBase()), 10)}}
