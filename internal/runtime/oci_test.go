@@ -179,7 +179,8 @@ func newTestSandbox(t *testing.T, runtimeName string) *testSandbox {
 		BundleDir: bundle,
 		Rootfs:    rootfs,
 		InitPath:  initPath,
-		InitEnv:   []string{"MOAT_ACCESS_TOKEN=test"},
+		InitEnv:   []string{"MOAT_ENV={}"},
+		InitInput: []byte("init-input-" + rand.Text()),
 		Hostname:  "sandbox",
 		UserNS:    userns,
 		IDs:       ids,
@@ -234,6 +235,21 @@ func startContainer(t *testing.T, o *OCI, sb *testSandbox) time.Duration {
 		t.Fatalf("Start: %v\nlog:\n%s", err, readFileString(sb.spec.LogPath))
 	}
 	return time.Since(begin)
+}
+
+// checkInitInput asserts that the init process read InitInput on its stdin, and that
+// neither its environment nor the bundle holds it.
+func checkInitInput(t *testing.T, sb *testSandbox, rep map[string]string) {
+	t.Helper()
+	if rep["stdin"] != string(sb.spec.InitInput) {
+		t.Errorf("init read %q on stdin, want %q", rep["stdin"], sb.spec.InitInput)
+	}
+	if rep["stdin in environ"] != "false" {
+		t.Errorf("the init input is in init's environment (%q)", rep["stdin in environ"])
+	}
+	if b, _ := os.ReadFile(filepath.Join(sb.spec.BundleDir, "config.json")); len(b) == 0 || strings.Contains(string(b), string(sb.spec.InitInput)) {
+		t.Errorf("config.json is missing or holds the init input")
+	}
 }
 
 func readFileString(p string) string {
@@ -441,6 +457,7 @@ func TestRuncContainer(t *testing.T) {
 	// From inside: what testinit saw.
 	rep := initReport(t, sb.spec.LogPath)
 	t.Logf("inside: %v", rep)
+	checkInitInput(t, sb, rep)
 	if rep["uid"] != "0 gid" && !strings.HasPrefix(rep["uid"], "0 ") {
 		t.Errorf("uid inside = %q", rep["uid"])
 	}
@@ -557,6 +574,7 @@ func TestRunscContainer(t *testing.T) {
 
 	rep := initReport(t, sb.spec.LogPath)
 	t.Logf("inside: %v", rep)
+	checkInitInput(t, sb, rep)
 	if !strings.HasPrefix(rep["uid"], "0 ") || rep["hostname"] != "sandbox" || rep["write /tmp"] != "ok" {
 		t.Errorf("inside: %v", rep)
 	}

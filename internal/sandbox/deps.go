@@ -37,7 +37,12 @@ type ContainerSpec struct {
 	BundleDir string // the runtime writes config.json here; created by the caller
 	Rootfs    string // mounted overlay root
 	InitPath  string // host path of the moat-init binary (bind-mounted read-only)
-	InitEnv   []string
+	// InitEnv is moat-init's environment. Nothing secret: other processes of the
+	// sandbox may read it (gVisor shows /proc/1/environ to every user).
+	InitEnv []string
+	// InitInput is what moat-init reads on its stdin, a pipe closed after it (its access
+	// token). It never enters the spec, an environment or a file. At most 4 KiB.
+	InitInput []byte
 	Hostname  string
 	UserNS    string // path of the pinned user namespace (empty for runsc)
 	IDs       IDRange

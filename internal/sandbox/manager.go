@@ -372,8 +372,8 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 	env, _ := json.Marshal(credentialEnv(mergeEnv(tmpl.Env, sb.Env), sb.Credentials, caPEM != ""))
 	spec := ContainerSpec{
 		ID: sb.ID, BundleDir: p.bundle, Rootfs: p.rootfs, InitPath: m.cfg.InitPath,
+		InitInput: []byte(sb.AccessToken),
 		InitEnv: []string{
-			"MOAT_ACCESS_TOKEN=" + sb.AccessToken,
 			"MOAT_ENV=" + string(env),
 			"MOAT_DEFAULT_USER=" + sb.User,
 			"MOAT_RUNTIME=" + sb.Runtime,
