@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -177,8 +176,8 @@ func (o *OCI) Root() string { return o.root }
 
 // Start writes the hardened config.json (BuildSpec) into spec.BundleDir, creates and starts
 // the container detached, and returns once its init process runs. moat-init's stdout and
-// stderr are appended to spec.LogPath; its stdin is a pipe holding spec.InitInput, closed
-// after it. Under runsc, the runtime is
+// stderr are spec.Output's file (the runtime's own messages go there too, and its tail is
+// quoted in errors); its stdin is a pipe holding spec.InitInput, closed after it. Under runsc, the runtime is
 // started from a thread inside spec.NetNS (host network mode inside the sandbox's
 // namespace). On error the container is removed again.
 func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error) {
@@ -212,12 +211,9 @@ func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error)
 	if err := os.WriteFile(filepath.Join(spec.BundleDir, "config.json"), data, 0o600); err != nil {
 		return fmt.Errorf("starting container %s: writing spec: %w", spec.ID, err)
 	}
-	logf, err := os.OpenFile(spec.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_CLOEXEC, 0o640)
-	if err != nil {
-		return fmt.Errorf("starting container %s: opening log: %w", spec.ID, err)
+	if spec.Output == nil || spec.Output.File() == nil {
+		return fmt.Errorf("starting container %s: no output: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
-	defer logf.Close()
-	logStart, _ := logf.Seek(0, io.SeekEnd)
 
 	begin := time.Now()
 	defer func() {
@@ -240,7 +236,7 @@ func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error)
 		return fmt.Errorf("starting container %s: %w", spec.ID, err)
 	}
 	defer input.Close()
-	if err := o.create(ctx, spec, input, logf, logStart); err != nil {
+	if err := o.create(ctx, spec, input); err != nil {
 		return err
 	}
 	if o.name != "runsc" {
@@ -253,7 +249,7 @@ func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error)
 		return fmt.Errorf("starting container %s: %w", spec.ID, err)
 	}
 	if err := o.waitRunning(ctx, spec.ID); err != nil {
-		if tail := readLogTail(spec.LogPath, logStart); tail != "" {
+		if tail := cleanRuntimeError(spec.Output.Tail(time.Second)); tail != "" {
 			err = fmt.Errorf("%w (init output: %s)", err, tail)
 		}
 		return fmt.Errorf("starting container %s: %w", spec.ID, err)
@@ -264,17 +260,17 @@ func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error)
 
 // create runs `<runtime> create` (runsc) or `run --detach` (runc, crun). The runtime's own stdio becomes the container's, so it is
 // the log file; the runtime's error text lands there too and is read back on failure.
-func (o *OCI) create(ctx context.Context, spec sandbox.ContainerSpec, input, logf *os.File, logStart int64) error {
+func (o *OCI) create(ctx context.Context, spec sandbox.ContainerSpec, input *os.File) error {
 	cctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	err := o.runCreate(cctx, spec, nil, input, logf)
+	err := o.runCreate(cctx, spec, nil, input, spec.Output.File())
 	if err == nil {
 		return nil
 	}
 	if cctx.Err() != nil {
 		err = fmt.Errorf("%w (%v)", cctx.Err(), err)
 	}
-	msg := readLogTail(spec.LogPath, logStart)
+	msg := cleanRuntimeError(spec.Output.Tail(time.Second))
 	if o.name == "runsc" && ctx.Err() == nil && cctx.Err() == nil {
 		if why := o.diagnoseCreate(ctx, spec); why != "" {
 			msg += " (" + why + ")"
@@ -789,27 +785,6 @@ func logrusMsg(line string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// readLogTail returns what was appended to the log file at path since offset, cleaned and
-// bounded: the runtime's error text when create fails.
-func readLogTail(path string, offset int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	const max = 8 << 10
-	end, err := f.Seek(0, io.SeekEnd)
-	if err != nil || end <= offset {
-		return ""
-	}
-	if end-offset > max {
-		offset = end - max
-	}
-	buf := make([]byte, end-offset)
-	n, _ := f.ReadAt(buf, offset)
-	return cleanRuntimeError(string(buf[:n]))
 }
 
 func truncate(s string, n int) string {

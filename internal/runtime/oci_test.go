@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/initlog"
 	"github.com/moatdev/moat/internal/linux"
 	"github.com/moatdev/moat/internal/sandbox"
 )
@@ -72,8 +73,9 @@ func TestMain(m *testing.M) {
 // namespace U and network namespace S pinned in files, a synthesized root layer and the
 // host's /usr as lowers, and an overlay root with a writable upper.
 type testSandbox struct {
-	dir  string
-	spec sandbox.ContainerSpec
+	dir     string
+	spec    sandbox.ContainerSpec
+	logPath string // where the container's output ends up (spec.Output)
 }
 
 func randomID(t testing.TB) string {
@@ -186,12 +188,18 @@ func newTestSandbox(t *testing.T, runtimeName string) *testSandbox {
 		IDs:       ids,
 		NetNS:     netns,
 		Limits:    testLimits,
-		LogPath:   filepath.Join(dir, "init.log"),
 	}
 	if runtimeName == "runsc" {
 		cs.UserNS = ""
 	}
-	return &testSandbox{dir: dir, spec: cs}
+	logPath := filepath.Join(dir, "init.log")
+	out, err := initlog.Create(filepath.Join(dir, "init.fifo"), logPath, initlog.DefaultLimits, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = out.Close() })
+	cs.Output = out
+	return &testSandbox{dir: dir, spec: cs, logPath: logPath}
 }
 
 func writeFile(t testing.TB, path, content string) {
@@ -232,7 +240,7 @@ func startContainer(t *testing.T, o *OCI, sb *testSandbox) time.Duration {
 	})
 	begin := time.Now()
 	if err := o.Start(context.Background(), sb.spec); err != nil {
-		t.Fatalf("Start: %v\nlog:\n%s", err, readFileString(sb.spec.LogPath))
+		t.Fatalf("Start: %v\nlog:\n%s", err, readFileString(sb.logPath))
 	}
 	return time.Since(begin)
 }
@@ -455,7 +463,7 @@ func TestRuncContainer(t *testing.T) {
 	}
 
 	// From inside: what testinit saw.
-	rep := initReport(t, sb.spec.LogPath)
+	rep := initReport(t, sb.logPath)
 	t.Logf("inside: %v", rep)
 	checkInitInput(t, sb, rep)
 	if rep["uid"] != "0 gid" && !strings.HasPrefix(rep["uid"], "0 ") {
@@ -572,7 +580,7 @@ func TestRunscContainer(t *testing.T) {
 	t.Logf("sentry pid %d: Uid %s CapEff %s uid_map %q", st.Pid, ps["Uid"], ps["CapEff"],
 		readTrim(t, fmt.Sprintf("/proc/%d/uid_map", st.Pid)))
 
-	rep := initReport(t, sb.spec.LogPath)
+	rep := initReport(t, sb.logPath)
 	t.Logf("inside: %v", rep)
 	checkInitInput(t, sb, rep)
 	if !strings.HasPrefix(rep["uid"], "0 ") || rep["hostname"] != "sandbox" || rep["write /tmp"] != "ok" {

@@ -27,7 +27,6 @@ func testContainerSpec(runtimeName string) sandbox.ContainerSpec {
 		UserNS:    "/run/moat/sandboxes/sb-0123456789ab/userns",
 		IDs:       sandbox.IDRange{Host: 0x40010000, Size: 65536},
 		NetNS:     "/run/moat/sandboxes/sb-0123456789ab/netns",
-		LogPath:   "/var/lib/moat/logs/sb-0123456789ab.log",
 	}
 	if runtimeName == "runsc" {
 		cs.UserNS = ""

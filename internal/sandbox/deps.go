@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"net"
+	"os"
+	"time"
 
 	"github.com/moatdev/moat/internal/egress/policy"
 )
@@ -48,7 +50,17 @@ type ContainerSpec struct {
 	IDs       IDRange
 	NetNS     string // path of the pinned network namespace S
 	Limits    Limits
-	LogPath   string // moat-init's stdout and stderr go here
+	Output    InitOutput // moat-init's stdout and stderr, and the runtime's own messages
+}
+
+// InitOutput is where a container's stdout and stderr go: the write end of a pipe whose
+// reader caps what reaches the host. Implemented by *initlog.Log.
+type InitOutput interface {
+	// File is the write end to give the runtime, which hands it to the container.
+	File() *os.File
+	// Tail gives up the caller's write end, waits up to wait for every other writer to
+	// close it and their output to be read, and returns the last output (a few KiB).
+	Tail(wait time.Duration) string
 }
 
 // IDRange maps container ids [0, Size) to host ids [Host, Host+Size).
