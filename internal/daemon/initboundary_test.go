@@ -2,7 +2,9 @@ package daemon_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,7 +65,26 @@ for i in $(seq 100); do exec 3<>/dev/tcp/127.0.0.1/49983 || continue
 			start := time.Now()
 			flood("first flood")
 			e.stop()
+			// No daemon reads the FIFO now: moat-init's lines about these signals meet
+			// EPIPE, which must not end it.
+			var killErr error
+			for range 3 {
+				// runsc's control socket lives in the sandbox's network namespace.
+				out, err := exec.Command("nsenter", "--net="+filepath.Join(e.runDir, "sandboxes", sb.ID, "netns"),
+					rt, "--root", filepath.Join(e.runDir, "runtime", rt), "kill", sb.ID, "HUP").CombinedOutput()
+				if err != nil {
+					killErr = fmt.Errorf("%s kill HUP: %v: %s", rt, err, out)
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
 			e.start(filepath.Join(testutil.Binaries(t), "moat-init"), nil)
+			if killErr != nil {
+				t.Fatalf("signalling moat-init while no daemon reads its output: %v", killErr)
+			}
+			if got, err := e.c.Get(context.Background(), sb.ID); err != nil || got.State != "running" {
+				t.Fatalf("after signals with no daemon reading its output: %+v, %v", got, err)
+			}
 			flood("after a daemon restart")
 			elapsed := time.Since(start)
 
