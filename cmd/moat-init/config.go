@@ -1,27 +1,36 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/moatdev/moat/cmd/moat-init/internal/envd"
 )
 
 // Environment variables moat-init reads its configuration from. They are
-// removed from its environment once read.
+// removed from its environment once read. None of them is secret: the access
+// token comes on stdin (readToken), never through an environment, which other
+// processes of the sandbox may read (gVisor shows /proc/1/environ to every user).
 const (
-	envToken       = "MOAT_ACCESS_TOKEN"
 	envDefaults    = "MOAT_ENV"
 	envDefaultUser = "MOAT_DEFAULT_USER"
 	envRuntime     = "MOAT_RUNTIME"
 	// envCA is the PEM certificate of the sandbox's interception CA (credential
 	// brokering), to add to the trust store. Its key never enters the sandbox.
 	envCA = "MOAT_CA_PEM"
+	// envLegacyToken is where an older daemon put the access token. It is removed
+	// and never used.
+	envLegacyToken = "MOAT_ACCESS_TOKEN"
 )
 
-// config is moat-init's configuration from the environment.
+// maxTokenBytes bounds what readToken reads from stdin.
+const maxTokenBytes = 1024
+
+// config is moat-init's configuration.
 type config struct {
 	token       envd.Token
 	env         map[string]string
@@ -33,21 +42,35 @@ type config struct {
 	noTrim bool
 }
 
-// configFromEnv reads and unsets the MOAT_* variables. It fails without an
-// access token or with a MOAT_ENV that is not a JSON object of strings.
+// readToken reads the access token from r (moat-init's stdin: a pipe the daemon wrote the
+// token into and closed) up to its end. Surrounding white space is dropped. It fails on
+// an empty token or more than maxTokenBytes.
+func readToken(r io.Reader) (envd.Token, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxTokenBytes+1))
+	if err != nil {
+		return envd.Token{}, fmt.Errorf("reading the access token from stdin: %w", err)
+	}
+	if len(b) > maxTokenBytes {
+		return envd.Token{}, fmt.Errorf("the access token on stdin is longer than %d bytes", maxTokenBytes)
+	}
+	tok := envd.NewToken(string(bytes.TrimSpace(b)))
+	if tok.Empty() {
+		return tok, errors.New("no access token on stdin")
+	}
+	return tok, nil
+}
+
+// configFromEnv reads and unsets the MOAT_* variables; the token is read separately. It
+// fails with a MOAT_ENV that is not a JSON object of strings.
 func configFromEnv() (config, error) {
 	c := config{
-		token:       envd.NewToken(os.Getenv(envToken)),
 		defaultUser: os.Getenv(envDefaultUser),
 		noTrim:      os.Getenv(envRuntime) == "runsc",
 		caPEM:       os.Getenv(envCA),
 	}
 	raw := os.Getenv(envDefaults)
-	for _, k := range []string{envToken, envDefaults, envDefaultUser, envRuntime, envCA} {
+	for _, k := range []string{envLegacyToken, envDefaults, envDefaultUser, envRuntime, envCA} {
 		os.Unsetenv(k)
-	}
-	if c.token.Empty() {
-		return c, errors.New(envToken + " is not set")
 	}
 	if c.defaultUser == "" {
 		c.defaultUser = "user"

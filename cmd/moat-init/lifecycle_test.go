@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,25 +21,116 @@ import (
 	pb "github.com/moatdev/moat/api/envd/process"
 )
 
+// TestRefusesToStartWithoutToken: the token comes on stdin, to its end, and nowhere
+// else; MOAT_ACCESS_TOKEN (where it used to be) is never used.
 func TestRefusesToStartWithoutToken(t *testing.T) {
-	for name, env := range map[string][]string{
-		"no token":     {"PATH=/usr/bin:/bin"},
-		"empty token":  {"MOAT_ACCESS_TOKEN="},
-		"bad MOAT_ENV": {"MOAT_ACCESS_TOKEN=x", "MOAT_ENV=[1,2]"},
+	long := strings.Repeat("x", maxTokenBytes+1)
+	for name, tc := range map[string]struct {
+		stdin string
+		env   []string
+	}{
+		"no token":          {"", nil},
+		"blank token":       {" \n", nil},
+		"token only in env": {"", []string{"MOAT_ACCESS_TOKEN=xtok"}},
+		"token too long":    {long, nil},
+		"bad MOAT_ENV":      {"xtok", []string{"MOAT_ENV=[1,2]"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cmd := exec.Command(binPath, "-addr", "127.0.0.1:0")
-			cmd.Env = env
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			cmd = exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...)
-			cmd.Env = env
+			cmd := troot.command(testUser.home, []string{"-addr", "127.0.0.1:0"}, append([]string{"PATH=/usr/bin:/bin"}, tc.env...))
+			cmd.Stdin = strings.NewReader(tc.stdin)
+			done := make(chan struct{})
+			go func() {
+				select {
+				case <-ctx.Done():
+					_ = cmd.Process.Kill()
+				case <-done:
+				}
+			}()
 			out, err := cmd.CombinedOutput()
-			if err == nil {
+			close(done)
+			if err == nil || strings.Contains(string(out), "moat-init serving") {
 				t.Fatalf("moat-init started: %s", out)
 			}
-			if strings.Contains(string(out), "x\n") || strings.Contains(string(out), "=x") {
+			if strings.Contains(string(out), "launcher") {
+				t.Fatalf("the test launcher failed: %s", out)
+			}
+			if strings.Contains(string(out), "xtok") || strings.Contains(string(out), "xxxx") {
 				t.Errorf("log shows the token: %s", out)
+			}
+		})
+	}
+}
+
+// TestTokenNotInSandbox: once moat-init serves, the token is in no process environment
+// (not even PID 1's) and no longer reachable through its stdin.
+func TestTokenNotInSandbox(t *testing.T) {
+	in := startInstance(t, "MOAT_DEFAULT_USER=root")
+	r := runCmd(t, in.process(), `cat /proc/1/environ /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n'; echo; readlink /proc/1/fd/0; cat /proc/1/fd/0`)
+	if strings.Contains(r.stdout, in.token) {
+		t.Errorf("the token is readable inside:\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stdout, "/dev/null") {
+		t.Errorf("PID 1's stdin is not /dev/null:\n%s", r.stdout)
+	}
+}
+
+// TestRefusesOutsideSandbox: moat-init started on a host's root — as these tests once
+// started it, or as PID 1 of a PID namespace of its own (`unshare -pf`) — refuses with a
+// clear message and changes nothing. It runs in a private mount namespace whose /etc is
+// a copy, so that a regression shows in the copy and never damages the host.
+func TestRefusesOutsideSandbox(t *testing.T) {
+	for name, pid1 := range map[string]bool{"as a host process": false, "as PID 1 on the host's root": true} {
+		t.Run(name, func(t *testing.T) {
+			before := snapshotHost(hostFiles)
+			etc := filepath.Join(t.TempDir(), "etc")
+			if out, err := exec.Command("cp", "-a", "/etc", etc).CombinedOutput(); err != nil {
+				t.Fatalf("copying /etc: %v: %s", err, out)
+			}
+			var copies []string
+			for _, f := range hostFiles {
+				copies = append(copies, filepath.Join(etc, strings.TrimPrefix(f, "/etc/")))
+			}
+			copyBefore := snapshotHost(copies)
+			token := "tok-" + rand.Text()
+			// The token both ways: on stdin as now, and in the environment as the old
+			// daemon passed it, so that no version of moat-init fails for want of it.
+			cmd := shadowEtcCommand(etc, pid1, []string{"-addr", "127.0.0.1:0"},
+				[]string{"PATH=/usr/bin:/bin", "MOAT_ACCESS_TOKEN=" + token, "MOAT_CA_PEM=not a certificate"})
+			cmd.Stdin = strings.NewReader(token)
+			var out strings.Builder
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			var err error
+			select {
+			case err = <-exited:
+			case <-time.After(5 * time.Second):
+				_ = cmd.Process.Kill()
+				err = <-exited
+				t.Errorf("moat-init did not refuse (it kept running)")
+			}
+			if err == nil {
+				t.Errorf("moat-init exited 0")
+			}
+			if !strings.Contains(out.String(), "moat-init runs only as PID 1 of a moat sandbox") {
+				t.Errorf("no clear refusal; output:\n%s", out.String())
+			}
+			if strings.Contains(out.String(), "launcher") {
+				t.Fatalf("the test launcher failed: %s", out.String())
+			}
+			if changed := hostChanges(copyBefore, snapshotHost(copies)); len(changed) > 0 {
+				t.Errorf("moat-init changed /etc (the copy): %s", strings.Join(changed, "; "))
+			}
+			if _, err := os.Stat(filepath.Join(etc, "moat")); err == nil {
+				t.Errorf("moat-init installed its CA into /etc (the copy)")
+			}
+			if changed := hostChanges(before, snapshotHost(hostFiles)); len(changed) > 0 {
+				t.Errorf("the host changed: %s", strings.Join(changed, "; "))
 			}
 		})
 	}
@@ -106,8 +199,12 @@ func TestSIGTERMStopsEverything(t *testing.T) {
 	// A background grandchild outlives its parent shell.
 	r := runCmd(t, c, "sleep 60 >/dev/null 2>&1 & echo $!")
 	orphan, err := strconv.Atoi(strings.TrimSpace(r.stdout))
-	if err != nil || !alive(orphan) {
+	if err != nil || !in.alive(orphan) {
 		t.Fatalf("no orphan: %q", r.stdout)
+	}
+	var hostPIDs []int
+	for _, pid := range []int{int(pid1), int(pid2), orphan} {
+		hostPIDs = append(hostPIDs, hostPID(in.cmd.Process.Pid, pid))
 	}
 	start := time.Now()
 	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -124,7 +221,8 @@ func TestSIGTERMStopsEverything(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("shutdown took %v", d)
 	}
-	for _, pid := range []int{int(pid1), int(pid2), orphan} {
+	// Checked by host pid: the sandbox's PID namespace ends with moat-init.
+	for _, pid := range hostPIDs {
 		if alive(pid) {
 			t.Errorf("pid %d survived moat-init", pid)
 			syscall.Kill(pid, syscall.SIGKILL)

@@ -3,10 +3,12 @@
 // E2B envd protocol (process and filesystem services, file transfer) on
 // port 49983 so that E2B SDKs can drive the sandbox.
 //
-// Configuration comes from the environment: MOAT_ACCESS_TOKEN (required),
-// MOAT_ENV (JSON object of default process environment variables) and
-// MOAT_DEFAULT_USER (default "user", falling back to root). The listen
-// address is the -addr flag.
+// It refuses to start anywhere but as PID 1 of a sandbox (checkPlacement).
+// The access token comes on stdin, which the daemon closes after writing it;
+// the rest of the configuration comes from the environment: MOAT_ENV (JSON
+// object of default process environment variables) and MOAT_DEFAULT_USER
+// (default "user", falling back to root). The listen address is the -addr
+// flag.
 package main
 
 import (
@@ -50,7 +52,16 @@ func main() {
 		fmt.Fprintf(os.Stderr, "moat-init: -log-level: %v\n", err)
 		os.Exit(2)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if err := checkPlacement(linux.ReadPlacement()); err != nil {
+		fmt.Fprintf(os.Stderr, "moat-init: %v\n", err)
+		os.Exit(2)
+	}
+	// stdout and stderr lead to the daemon's log pipe, which has no reader while the
+	// daemon restarts: a write then fails with EPIPE, which must not end PID 1 (Go exits
+	// on EPIPE on fd 1 and 2 unless SIGPIPE is notified). Notified, not ignored: an
+	// ignored signal would stay ignored in every process moat-init starts.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	log := slog.New(newLimitHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}), logRate, logBurst))
 	if err := run(*addr, *idle, log); err != nil {
 		log.Error("moat-init failed", "err", err)
 		os.Exit(1)
@@ -59,10 +70,18 @@ func main() {
 
 // run serves until SIGTERM or SIGINT, then stops every process and returns.
 func run(addr string, idleTick time.Duration, log *slog.Logger) error {
+	token, err := readToken(os.Stdin)
+	if err != nil {
+		return err
+	}
+	if err := linux.RedirectStdinToNull(); err != nil {
+		return err
+	}
 	cfg, err := configFromEnv()
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
+	cfg.token = token
 
 	if err := writeResolvConf("/etc/resolv.conf"); err != nil {
 		log.Warn("writing /etc/resolv.conf", "err", err)
@@ -115,9 +134,7 @@ func run(addr string, idleTick time.Duration, log *slog.Logger) error {
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	if os.Getpid() == 1 {
-		ignoreSignals(log)
-	}
+	ignoreSignals(log)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	log.Info("moat-init serving", "addr", ln.Addr().String(), "pid", os.Getpid(),

@@ -5,13 +5,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,13 +23,15 @@ import (
 	"github.com/moatdev/moat/api/envd/process/processconnect"
 )
 
-// These tests run moat-init as a real process on a loopback port and drive
-// it with the generated Connect clients, speaking JSON as the E2B SDKs do.
-// They need root: moat-init switches users.
+// These tests run moat-init as a real process, PID 1 of a small sandbox of their own
+// (testroot_test.go), serving on a loopback port, and drive it with the generated
+// Connect clients, speaking JSON as the E2B SDKs do. They need root: moat-init switches
+// users, and the sandbox needs namespaces and mounts.
 
 var (
 	binPath  string     // the moat-init binary built by TestMain
-	testUser *osUser    // a throwaway account, the shared instance's default user
+	troot    *testRoot  // the root every instance runs in
+	testUser *osUser    // a throwaway account of troot, the shared instance's default user
 	shared   *instance  // the instance most tests use
 	sharedMu sync.Mutex // guards starting shared
 )
@@ -46,6 +46,10 @@ type osUser struct {
 }
 
 func TestMain(m *testing.M) {
+	if ok, err := launcherMain(); ok {
+		fmt.Fprintf(os.Stderr, "moat-init test launcher: %v\n", err)
+		os.Exit(125)
+	}
 	os.Exit(testMain(m))
 }
 
@@ -54,6 +58,7 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "moat-init tests need root; skipping")
 		return 0
 	}
+	before := snapshotHost(hostFiles)
 	dir, err := os.MkdirTemp("", "moat-init-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -79,13 +84,11 @@ func testMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "building moat-init: %v\n%s", err, out)
 		return 1
 	}
-	u, cleanup, err := createUser()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	testUser = newOSUser()
+	if troot, err = newTestRoot(dir, binPath, testUser); err != nil {
+		fmt.Fprintf(os.Stderr, "preparing the test root: %v\n", err)
 		return 1
 	}
-	defer cleanup()
-	testUser = u
 	code := m.Run()
 	if shared != nil {
 		shared.stop()
@@ -94,29 +97,11 @@ func testMain(m *testing.M) int {
 			code = 1
 		}
 	}
+	if changed := hostChanges(before, snapshotHost(hostFiles)); len(changed) > 0 {
+		fmt.Fprintf(os.Stderr, "the tests changed the host: %s\n", strings.Join(changed, "; "))
+		code = 1
+	}
 	return code
-}
-
-// createUser adds a throwaway account with a home directory.
-func createUser() (*osUser, func(), error) {
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	name := "moatt" + hex.EncodeToString(b[:])
-	if out, err := exec.Command("useradd", "-m", "-s", "/bin/bash", name).CombinedOutput(); err != nil {
-		return nil, nil, fmt.Errorf("useradd: %v: %s", err, out)
-	}
-	cleanup := func() { _ = exec.Command("userdel", "-r", "-f", name).Run() }
-	id := func(flag string) int {
-		out, _ := exec.Command("id", flag, name).Output()
-		n, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-		return n
-	}
-	u := &osUser{name: name, uid: id("-u"), gid: id("-g"), home: "/home/" + name}
-	if u.uid == 0 {
-		cleanup()
-		return nil, nil, fmt.Errorf("could not read uid of %s", name)
-	}
-	return u, cleanup, nil
 }
 
 // instance is one running moat-init.
@@ -161,8 +146,10 @@ func launch(env ...string) (*instance, error) {
 // launchArgs is launch with extra command-line flags.
 func launchArgs(args []string, env ...string) (*instance, error) {
 	in := &instance{token: "tok-" + rand.Text(), done: make(chan struct{})}
-	cmd := exec.Command(binPath, append([]string{"-addr", "127.0.0.1:0", "-log-level", "debug"}, args...)...)
-	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "MOAT_ACCESS_TOKEN=" + in.token}, env...)
+	cmd := troot.command(testUser.home, append([]string{"-addr", "127.0.0.1:0", "-log-level", "debug"}, args...),
+		append([]string{"PATH=/usr/bin:/bin"}, env...))
+	// The token comes on stdin, as from the daemon.
+	cmd.Stdin = strings.NewReader(in.token)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -410,7 +397,14 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// alive reports whether pid exists and is not a zombie.
+// alive reports whether the process with pid nsPID in the instance's sandbox exists and
+// is not a zombie.
+func (in *instance) alive(nsPID int) bool {
+	pid := hostPID(in.cmd.Process.Pid, nsPID)
+	return pid != 0 && alive(pid)
+}
+
+// alive reports whether host process pid exists and is not a zombie.
 func alive(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

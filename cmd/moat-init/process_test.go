@@ -463,7 +463,7 @@ func TestDeadlineKillsStartedProcess(t *testing.T) {
 	if pid == 0 {
 		t.Fatal("no start event")
 	}
-	waitFor(t, 5*time.Second, "the process to be killed", func() bool { return !alive(int(pid)) })
+	waitFor(t, 5*time.Second, "the process to be killed", func() bool { return !sharedInstance(t).alive(int(pid)) })
 }
 
 func TestDeadlineOnConnectLeavesProcess(t *testing.T) {
@@ -482,7 +482,7 @@ func TestDeadlineOnConnectLeavesProcess(t *testing.T) {
 	}
 	wantCode(t, s.Err(), connect.CodeDeadlineExceeded)
 	time.Sleep(200 * time.Millisecond)
-	if !alive(int(pid)) {
+	if !sharedInstance(t).alive(int(pid)) {
 		t.Fatal("the Connect deadline killed the process")
 	}
 	kill(t, c, pid)

@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -177,7 +176,8 @@ func (o *OCI) Root() string { return o.root }
 
 // Start writes the hardened config.json (BuildSpec) into spec.BundleDir, creates and starts
 // the container detached, and returns once its init process runs. moat-init's stdout and
-// stderr are appended to spec.LogPath; its stdin is /dev/null. Under runsc, the runtime is
+// stderr are spec.Output's file (the runtime's own messages go there too, and its tail is
+// quoted in errors); its stdin is a pipe holding spec.InitInput, closed after it. Under runsc, the runtime is
 // started from a thread inside spec.NetNS (host network mode inside the sandbox's
 // namespace). On error the container is removed again.
 func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error) {
@@ -207,16 +207,13 @@ func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error)
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("starting container %s: %w", spec.ID, err)
 	}
-	// config.json holds InitEnv (the access token): readable by root only.
+	// config.json holds nothing secret (the token is InitInput); root-only all the same.
 	if err := os.WriteFile(filepath.Join(spec.BundleDir, "config.json"), data, 0o600); err != nil {
 		return fmt.Errorf("starting container %s: writing spec: %w", spec.ID, err)
 	}
-	logf, err := os.OpenFile(spec.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_CLOEXEC, 0o640)
-	if err != nil {
-		return fmt.Errorf("starting container %s: opening log: %w", spec.ID, err)
+	if spec.Output == nil || spec.Output.File() == nil {
+		return fmt.Errorf("starting container %s: no output: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
-	defer logf.Close()
-	logStart, _ := logf.Seek(0, io.SeekEnd)
 
 	begin := time.Now()
 	defer func() {
@@ -234,7 +231,12 @@ func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error)
 	if o.name == "runsc" {
 		o.netns.Store(spec.ID, spec.NetNS)
 	}
-	if err := o.create(ctx, spec, logf, logStart); err != nil {
+	input, err := inputPipe(spec.InitInput)
+	if err != nil {
+		return fmt.Errorf("starting container %s: %w", spec.ID, err)
+	}
+	defer input.Close()
+	if err := o.create(ctx, spec, input); err != nil {
 		return err
 	}
 	if o.name != "runsc" {
@@ -247,7 +249,7 @@ func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error)
 		return fmt.Errorf("starting container %s: %w", spec.ID, err)
 	}
 	if err := o.waitRunning(ctx, spec.ID); err != nil {
-		if tail := readLogTail(spec.LogPath, logStart); tail != "" {
+		if tail := cleanRuntimeError(spec.Output.Tail(time.Second)); tail != "" {
 			err = fmt.Errorf("%w (init output: %s)", err, tail)
 		}
 		return fmt.Errorf("starting container %s: %w", spec.ID, err)
@@ -258,17 +260,17 @@ func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error)
 
 // create runs `<runtime> create` (runsc) or `run --detach` (runc, crun). The runtime's own stdio becomes the container's, so it is
 // the log file; the runtime's error text lands there too and is read back on failure.
-func (o *OCI) create(ctx context.Context, spec sandbox.ContainerSpec, logf *os.File, logStart int64) error {
+func (o *OCI) create(ctx context.Context, spec sandbox.ContainerSpec, input *os.File) error {
 	cctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	err := o.runCreate(cctx, spec, nil, logf)
+	err := o.runCreate(cctx, spec, nil, input, spec.Output.File())
 	if err == nil {
 		return nil
 	}
 	if cctx.Err() != nil {
 		err = fmt.Errorf("%w (%v)", cctx.Err(), err)
 	}
-	msg := readLogTail(spec.LogPath, logStart)
+	msg := cleanRuntimeError(spec.Output.Tail(time.Second))
 	if o.name == "runsc" && ctx.Err() == nil && cctx.Err() == nil {
 		if why := o.diagnoseCreate(ctx, spec); why != "" {
 			msg += " (" + why + ")"
@@ -277,9 +279,10 @@ func (o *OCI) create(ctx context.Context, spec sandbox.ContainerSpec, logf *os.F
 	return fmt.Errorf("creating container %s: %s create: %w: %s", spec.ID, o.name, err, msg)
 }
 
-// runCreate runs `<runtime> [extraGlobal] create` with out as the container's stdout and
-// stderr (nil: /dev/null) and waits for it.
-func (o *OCI) runCreate(ctx context.Context, spec sandbox.ContainerSpec, extraGlobal []string, out *os.File) error {
+// runCreate runs `<runtime> [extraGlobal] create` with in as the container's stdin and
+// out as its stdout and stderr (nil: /dev/null) and waits for it. runc and crun (run
+// --detach) and runsc (create) all hand their own stdio to the container's process.
+func (o *OCI) runCreate(ctx context.Context, spec sandbox.ContainerSpec, extraGlobal []string, in, out *os.File) error {
 	args := append(o.globalArgs(), extraGlobal...)
 	sub := createOpts{bundle: spec.BundleDir}.args(spec.ID)
 	if o.name != "runsc" {
@@ -288,7 +291,9 @@ func (o *OCI) runCreate(ctx context.Context, spec sandbox.ContainerSpec, extraGl
 	}
 	cmd := exec.CommandContext(ctx, o.binary, append(args, sub...)...)
 	cmd.WaitDelay = time.Second
-	cmd.Stdin = nil // /dev/null
+	if in != nil {
+		cmd.Stdin = in
+	}
 	if out != nil {
 		cmd.Stdout = out
 		cmd.Stderr = out
@@ -303,6 +308,27 @@ func (o *OCI) runCreate(ctx context.Context, spec sandbox.ContainerSpec, extraGl
 		return err
 	}
 	return cmd.Wait()
+}
+
+// maxInitInput bounds ContainerSpec.InitInput: it must fit the pipe's buffer, which is
+// filled before the runtime starts.
+const maxInitInput = 4096
+
+// inputPipe returns the read end of a pipe that holds data and then ends.
+func inputPipe(data []byte) (*os.File, error) {
+	if len(data) > maxInitInput {
+		return nil, fmt.Errorf("init input of %d bytes exceeds %d: %w", len(data), maxInitInput, errdefs.ErrInvalidArgument)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("init input pipe: %w", err)
+	}
+	defer w.Close()
+	if _, err := w.Write(data); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("writing init input: %w", err)
+	}
+	return r, nil
 }
 
 // diagnoseCreate finds out why runsc create failed. runsc only says "cannot read client
@@ -320,7 +346,7 @@ func (o *OCI) diagnoseCreate(ctx context.Context, spec sandbox.ContainerSpec) st
 		return ""
 	}
 	defer os.RemoveAll(dir)
-	_ = o.runCreate(ctx, spec, []string{"--debug-log=" + dir + "/"}, nil)
+	_ = o.runCreate(ctx, spec, []string{"--debug-log=" + dir + "/"}, nil, nil)
 	_ = o.Stop(ctx, spec.ID)
 	files, _ := filepath.Glob(filepath.Join(dir, "*"))
 	// The gofer's and boot's own reasons first; create's only repeats the sync error.
@@ -759,27 +785,6 @@ func logrusMsg(line string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// readLogTail returns what was appended to the log file at path since offset, cleaned and
-// bounded: the runtime's error text when create fails.
-func readLogTail(path string, offset int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	const max = 8 << 10
-	end, err := f.Seek(0, io.SeekEnd)
-	if err != nil || end <= offset {
-		return ""
-	}
-	if end-offset > max {
-		offset = end - max
-	}
-	buf := make([]byte, end-offset)
-	n, _ := f.ReadAt(buf, offset)
-	return cleanRuntimeError(string(buf[:n]))
 }
 
 func truncate(s string, n int) string {

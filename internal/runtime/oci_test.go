@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/initlog"
 	"github.com/moatdev/moat/internal/linux"
 	"github.com/moatdev/moat/internal/sandbox"
 )
@@ -72,8 +73,9 @@ func TestMain(m *testing.M) {
 // namespace U and network namespace S pinned in files, a synthesized root layer and the
 // host's /usr as lowers, and an overlay root with a writable upper.
 type testSandbox struct {
-	dir  string
-	spec sandbox.ContainerSpec
+	dir     string
+	spec    sandbox.ContainerSpec
+	logPath string // where the container's output ends up (spec.Output)
 }
 
 func randomID(t testing.TB) string {
@@ -180,18 +182,25 @@ func newTestSandbox(t *testing.T, runtimeName string) *testSandbox {
 		BundleDir: bundle,
 		Rootfs:    rootfs,
 		InitPath:  initPath,
-		InitEnv:   []string{"MOAT_ACCESS_TOKEN=test"},
+		InitEnv:   []string{"MOAT_ENV={}"},
+		InitInput: []byte("init-input-" + rand.Text()),
 		Hostname:  "sandbox",
 		UserNS:    userns,
 		IDs:       ids,
 		NetNS:     netns,
 		Limits:    testLimits,
-		LogPath:   filepath.Join(dir, "init.log"),
 	}
 	if runtimeName == "runsc" {
 		cs.UserNS = ""
 	}
-	return &testSandbox{dir: dir, spec: cs}
+	logPath := filepath.Join(dir, "init.log")
+	out, err := initlog.Create(filepath.Join(dir, "init.fifo"), logPath, initlog.DefaultLimits, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = out.Close() })
+	cs.Output = out
+	return &testSandbox{dir: dir, spec: cs, logPath: logPath}
 }
 
 func writeFile(t testing.TB, path, content string) {
@@ -232,9 +241,24 @@ func startContainer(t *testing.T, o *OCI, sb *testSandbox) time.Duration {
 	})
 	begin := time.Now()
 	if err := o.Start(context.Background(), sb.spec); err != nil {
-		t.Fatalf("Start: %v\nlog:\n%s", err, readFileString(sb.spec.LogPath))
+		t.Fatalf("Start: %v\nlog:\n%s", err, readFileString(sb.logPath))
 	}
 	return time.Since(begin)
+}
+
+// checkInitInput asserts that the init process read InitInput on its stdin, and that
+// neither its environment nor the bundle holds it.
+func checkInitInput(t *testing.T, sb *testSandbox, rep map[string]string) {
+	t.Helper()
+	if rep["stdin"] != string(sb.spec.InitInput) {
+		t.Errorf("init read %q on stdin, want %q", rep["stdin"], sb.spec.InitInput)
+	}
+	if rep["stdin in environ"] != "false" {
+		t.Errorf("the init input is in init's environment (%q)", rep["stdin in environ"])
+	}
+	if b, _ := os.ReadFile(filepath.Join(sb.spec.BundleDir, "config.json")); len(b) == 0 || strings.Contains(string(b), string(sb.spec.InitInput)) {
+		t.Errorf("config.json is missing or holds the init input")
+	}
 }
 
 func readFileString(p string) string {
@@ -440,8 +464,9 @@ func TestRuncContainer(t *testing.T) {
 	}
 
 	// From inside: what testinit saw.
-	rep := initReport(t, sb.spec.LogPath)
+	rep := initReport(t, sb.logPath)
 	t.Logf("inside: %v", rep)
+	checkInitInput(t, sb, rep)
 	if rep["uid"] != "0 gid" && !strings.HasPrefix(rep["uid"], "0 ") {
 		t.Errorf("uid inside = %q", rep["uid"])
 	}
@@ -556,8 +581,9 @@ func TestRunscContainer(t *testing.T) {
 	t.Logf("sentry pid %d: Uid %s CapEff %s uid_map %q", st.Pid, ps["Uid"], ps["CapEff"],
 		readTrim(t, fmt.Sprintf("/proc/%d/uid_map", st.Pid)))
 
-	rep := initReport(t, sb.spec.LogPath)
+	rep := initReport(t, sb.logPath)
 	t.Logf("inside: %v", rep)
+	checkInitInput(t, sb, rep)
 	if !strings.HasPrefix(rep["uid"], "0 ") || rep["hostname"] != "sandbox" || rep["write /tmp"] != "ok" {
 		t.Errorf("inside: %v", rep)
 	}

@@ -22,12 +22,12 @@ func testContainerSpec(runtimeName string) sandbox.ContainerSpec {
 		BundleDir: "/run/moat/sandboxes/sb-0123456789ab/bundle",
 		Rootfs:    "/run/moat/sandboxes/sb-0123456789ab/rootfs",
 		InitPath:  "/usr/lib/moat/moat-init",
-		InitEnv:   []string{"MOAT_ACCESS_TOKEN=secret", "MOAT_ENV={}"},
+		InitEnv:   []string{"MOAT_DEFAULT_USER=user", "MOAT_ENV={}"},
+		InitInput: []byte("init-input-never-in-the-spec"),
 		Hostname:  "sb-0123456789ab",
 		UserNS:    "/run/moat/sandboxes/sb-0123456789ab/userns",
 		IDs:       sandbox.IDRange{Host: 0x40010000, Size: 65536},
 		NetNS:     "/run/moat/sandboxes/sb-0123456789ab/netns",
-		LogPath:   "/var/lib/moat/logs/sb-0123456789ab.log",
 	}
 	if runtimeName == "runsc" {
 		cs.UserNS = ""
@@ -335,7 +335,7 @@ func TestBuildSpecRejects(t *testing.T) {
 }
 
 // TestBuildSpecJSON: the spec is valid JSON of the runtime-spec types and survives a round
-// trip unchanged; InitEnv secrets are not altered.
+// trip unchanged; InitInput (the access token) is nowhere in it.
 func TestBuildSpecJSON(t *testing.T) {
 	for _, rt := range Names {
 		s, err := buildSpec(testContainerSpec(rt), rt, v1Host)
@@ -354,6 +354,9 @@ func TestBuildSpecJSON(t *testing.T) {
 		}
 		if !reflect.DeepEqual(*s, back) {
 			t.Errorf("%s: spec changed in a JSON round trip", rt)
+		}
+		if strings.Contains(string(data), "init-input-never-in-the-spec") {
+			t.Errorf("%s: the init input is in the spec", rt)
 		}
 		if !strings.Contains(string(data), `"defaultErrnoRet":1`) {
 			t.Errorf("%s: seccomp defaultErrnoRet missing", rt)

@@ -39,7 +39,7 @@ func TestStatsRunc(t *testing.T) {
 	sb.spec.Limits.CPUs = 1
 	id := sb.spec.ID
 	startContainer(t, o, sb)
-	initReport(t, sb.spec.LogPath) // testinit has done its own work
+	initReport(t, sb.logPath) // testinit has done its own work
 	ctx := context.Background()
 
 	// dd holds a 64 MiB buffer it filled, blocked writing to a pipe nobody reads.
@@ -130,7 +130,7 @@ func TestStatsRunsc(t *testing.T) {
 	sb := newTestSandbox(t, "runsc")
 	id := sb.spec.ID
 	startContainer(t, o, sb)
-	initReport(t, sb.spec.LogPath)
+	initReport(t, sb.logPath)
 	s, err := o.Stats(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)

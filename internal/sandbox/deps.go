@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"net"
+	"os"
+	"time"
 
 	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/secrets"
@@ -38,13 +40,28 @@ type ContainerSpec struct {
 	BundleDir string // the runtime writes config.json here; created by the caller
 	Rootfs    string // mounted overlay root
 	InitPath  string // host path of the moat-init binary (bind-mounted read-only)
-	InitEnv   []string
+	// InitEnv is moat-init's environment. Nothing secret: other processes of the
+	// sandbox may read it (gVisor shows /proc/1/environ to every user).
+	InitEnv []string
+	// InitInput is what moat-init reads on its stdin, a pipe closed after it (its access
+	// token). It never enters the spec, an environment or a file. At most 4 KiB.
+	InitInput []byte
 	Hostname  string
 	UserNS    string // path of the pinned user namespace (empty for runsc)
 	IDs       IDRange
 	NetNS     string // path of the pinned network namespace S
 	Limits    Limits
-	LogPath   string // moat-init's stdout and stderr go here
+	Output    InitOutput // moat-init's stdout and stderr, and the runtime's own messages
+}
+
+// InitOutput is where a container's stdout and stderr go: the write end of a pipe whose
+// reader caps what reaches the host. Implemented by *initlog.Log.
+type InitOutput interface {
+	// File is the write end to give the runtime, which hands it to the container.
+	File() *os.File
+	// Tail gives up the caller's write end, waits up to wait for every other writer to
+	// close it and their output to be read, and returns the last output (a few KiB).
+	Tail(wait time.Duration) string
 }
 
 // IDRange maps container ids [0, Size) to host ids [Host, Host+Size).

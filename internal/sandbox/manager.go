@@ -22,6 +22,7 @@ import (
 
 	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/initlog"
 )
 
 // EnvdPort is the port moat-init serves the envd protocol on inside every sandbox.
@@ -80,6 +81,7 @@ type Manager struct {
 	log      *slog.Logger
 
 	locks sync.Map         // id → *sync.Mutex
+	logs  sync.Map         // id → *initlog.Log of a running sandbox
 	pools map[string]*pool // runtime → warm pool
 	bg    sync.WaitGroup
 	envd  *http.Transport
@@ -305,7 +307,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 }
 
 // paths of one sandbox's run directory.
-type paths struct{ dir, userns, netns, rootfs, bundle string }
+type paths struct{ dir, userns, netns, rootfs, bundle, fifo string }
 
 func (m *Manager) paths(id string) paths {
 	dir := filepath.Join(m.cfg.RunDir, "sandboxes", id)
@@ -315,12 +317,36 @@ func (m *Manager) paths(id string) paths {
 		netns:  filepath.Join(dir, "netns"),
 		rootfs: filepath.Join(dir, "rootfs"),
 		bundle: filepath.Join(dir, "bundle"),
+		fifo:   filepath.Join(dir, "init.fifo"),
 	}
 }
 
-// LogPath is where moat-init's own output for sandbox id goes.
+// LogPath is where moat-init's own output for sandbox id goes (initlog: capped, the
+// previous part in LogPath(id)+".1").
 func (m *Manager) LogPath(id string) string {
 	return filepath.Join(m.cfg.DataDir, "logs", id+".log")
+}
+
+// closeLog stops reading sandbox id's output, after reading what its (stopped)
+// container left. Idempotent.
+func (m *Manager) closeLog(id string) {
+	if v, ok := m.logs.LoadAndDelete(id); ok {
+		lg := v.(*initlog.Log)
+		lg.Tail(500 * time.Millisecond)
+		if err := lg.Close(); err != nil {
+			m.log.Warn("closing init log", "sandbox", id, "err", err)
+		}
+	}
+}
+
+// CloseLogs stops reading every sandbox's output; the sandboxes keep running, and a
+// restarted daemon reads on (Reconcile). For daemon shutdown.
+func (m *Manager) CloseLogs() {
+	m.logs.Range(func(k, v any) bool {
+		m.logs.Delete(k)
+		_ = v.(*initlog.Log).Close()
+		return true
+	})
 }
 
 // up brings a sandbox whose drive exists to running: namespaces, network, root filesystem,
@@ -375,15 +401,15 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 	env, _ := json.Marshal(credentialEnv(mergeEnv(tmpl.Env, sb.Env), sb.Credentials, caPEM != ""))
 	spec := ContainerSpec{
 		ID: sb.ID, BundleDir: p.bundle, Rootfs: p.rootfs, InitPath: m.cfg.InitPath,
+		InitInput: []byte(sb.AccessToken),
 		InitEnv: []string{
-			"MOAT_ACCESS_TOKEN=" + sb.AccessToken,
 			"MOAT_ENV=" + string(env),
 			"MOAT_DEFAULT_USER=" + sb.User,
 			"MOAT_RUNTIME=" + sb.Runtime,
 			"MOAT_CA_PEM=" + caPEM,
 		},
 		Hostname: "sandbox", UserNS: p.userns, IDs: ids, NetNS: p.netns,
-		Limits: sb.Limits, LogPath: m.LogPath(sb.ID),
+		Limits: sb.Limits,
 	}
 	if sb.Runtime == "runsc" {
 		spec.UserNS = ""
@@ -393,9 +419,17 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 		return fmt.Errorf("sandbox %s was created with runtime %q, which is not available now (available: %s): %w",
 			sb.ID, sb.Runtime, strings.Join(m.Runtimes(), ", "), errdefs.ErrUnavailable)
 	}
+	m.closeLog(sb.ID)
+	lg, err := initlog.Create(p.fifo, m.LogPath(sb.ID), initlog.DefaultLimits, m.log)
+	if err != nil {
+		return fmt.Errorf("init log: %w", err)
+	}
+	m.logs.Store(sb.ID, lg)
+	spec.Output = lg
 	if err := rt.Start(ctx, spec); err != nil {
 		return fmt.Errorf("starting %s container: %w", sb.Runtime, err)
 	}
+	lg.Release() // the container holds the write end now
 	step("runtime start")
 	if err := m.waitHealthy(ctx, sb.ID); err != nil {
 		return fmt.Errorf("moat-init did not become ready: %w (its log: %s)", err, m.LogPath(sb.ID))
@@ -524,6 +558,7 @@ func (m *Manager) down(id string, runtime string) error {
 		}
 	}
 	m.envd.CloseIdleConnections()
+	m.closeLog(id)
 	if err := m.storage.Unmount(ctx, id, p.rootfs); err != nil {
 		errs = append(errs, fmt.Errorf("unmounting root filesystem: %w", err))
 	}
@@ -556,7 +591,7 @@ func (m *Manager) destroy(id string) {
 		m.log.Error("deleting drive of failed sandbox", "sandbox", id, "err", err)
 	}
 	m.egress.Forget(id)
-	os.Remove(m.LogPath(id))
+	_ = initlog.Remove(m.LogPath(id))
 	if err := m.store.Delete(ctx, id); err != nil {
 		m.log.Error("deleting record of failed sandbox", "sandbox", id, "err", err)
 	}
@@ -733,7 +768,7 @@ func (m *Manager) finishDelete(sb *Sandbox) {
 		return
 	}
 	m.egress.Forget(sb.ID)
-	os.Remove(m.LogPath(sb.ID))
+	_ = initlog.Remove(m.LogPath(sb.ID))
 	if err := m.store.Delete(ctx, sb.ID); err != nil {
 		m.log.Error("deleting sandbox: record", "sandbox", sb.ID, "err", err)
 	}
@@ -767,6 +802,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			unlock()
 		case StateRunning, StatePaused:
 			if m.alive(ctx, sb) {
+				m.attachLog(sb.ID)
 				if _, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials); err == nil {
 					m.log.Info("adopted running sandbox", "sandbox", sb.ID, "state", sb.State)
 					continue
@@ -787,6 +823,17 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// attachLog reads on from the output FIFO of a running sandbox of a previous daemon.
+func (m *Manager) attachLog(id string) {
+	m.closeLog(id)
+	lg, err := initlog.Attach(m.paths(id).fifo, m.LogPath(id), initlog.DefaultLimits, m.log)
+	if err != nil {
+		m.log.Warn("reading the output of a running sandbox", "sandbox", id, "err", err)
+		return
+	}
+	m.logs.Store(id, lg)
 }
 
 func (m *Manager) alive(ctx context.Context, sb *Sandbox) bool {

@@ -4,7 +4,9 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -32,6 +34,14 @@ func main() {
 			}
 		}
 	}
+	// moat-init's access token comes on stdin (ContainerSpec.InitInput).
+	in, err := io.ReadAll(io.LimitReader(os.Stdin, 4096))
+	fmt.Printf("stdin=%s\n", in)
+	if err != nil {
+		fmt.Printf("stdin error: %v\n", err)
+	}
+	environ, _ := os.ReadFile("/proc/self/environ")
+	fmt.Printf("stdin in environ: %v\n", len(in) > 0 && bytes.Contains(environ, in))
 	if h, err := os.Hostname(); err == nil {
 		fmt.Printf("hostname=%s\n", h)
 	}
