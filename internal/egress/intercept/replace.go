@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 )
 
 // replacer replaces every occurrence of a set of byte strings with the semantics of
@@ -17,6 +18,7 @@ type replacer struct {
 	max      int       // length of the longest old string
 	sameLen  bool      // every replacement is as long as what it replaces
 	first    [256]bool // the first bytes of the old strings
+	lowerOld []string  // the old strings in lower case, for header names
 }
 
 // newReplacer takes old, new pairs; pairs with an empty old string are ignored. It panics
@@ -31,6 +33,7 @@ func newReplacer(pairs ...string) *replacer {
 			continue
 		}
 		r.old = append(r.old, []byte(pairs[i]))
+		r.lowerOld = append(r.lowerOld, strings.ToLower(pairs[i]))
 		r.new = append(r.new, []byte(pairs[i+1]))
 		r.max = max(r.max, len(pairs[i]))
 		r.first[pairs[i][0]] = true
@@ -52,7 +55,7 @@ func (r *replacer) replace(dst, src []byte, final bool) ([]byte, int) {
 		hold = r.holdFrom(src)
 	}
 	// next[j] is where old[j] next occurs at or after the scan position (-1: nowhere).
-	var nextBuf [4]int
+	var nextBuf [32]int
 	next := nextBuf[:0]
 	for range r.old {
 		next = append(next, -2) // not searched yet
@@ -119,16 +122,32 @@ func (r *replacer) String(s string) string {
 	return string(out)
 }
 
-// Header replaces in every value of h, in place.
+// Header replaces in every value of h, in place, and removes the fields whose name holds
+// an old string of at least minEncoded bytes in any case (names are case-insensitive, and
+// are rewritten in canonical case on the way).
 func (r *replacer) Header(h http.Header) {
 	if r.empty() {
 		return
 	}
-	for _, vs := range h {
+	for k, vs := range h {
+		if r.inName(k) {
+			delete(h, k)
+			continue
+		}
 		for i, v := range vs {
 			vs[i] = r.String(v)
 		}
 	}
+}
+
+func (r *replacer) inName(k string) bool {
+	k = strings.ToLower(k)
+	for _, old := range r.lowerOld {
+		if len(old) >= minEncoded && strings.Contains(k, old) {
+			return true
+		}
+	}
+	return false
 }
 
 // scrubReader passes a stream through a replacer without holding more of it than one read
