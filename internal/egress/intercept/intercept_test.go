@@ -1101,6 +1101,12 @@ func TestScrubOnly(t *testing.T) {
 	if all := fmt.Sprint(res.Header, res.Trailer, body); reveals(all, value) || !strings.Contains(body, "raw="+placeholder) {
 		t.Errorf("the value can be read from\n%s", all)
 	}
+	// Header names are case-insensitive: the value is in none, in any case.
+	for k := range res.Header {
+		if strings.Contains(strings.ToLower(k), strings.ToLower(value)) {
+			t.Errorf("the value names a header: %s", k)
+		}
+	}
 	if uses := h.usesSoFar(); len(uses) != 1 || uses[0].Injected || uses[0].Secret != "" {
 		t.Errorf("uses %+v", uses)
 	}
