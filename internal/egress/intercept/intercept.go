@@ -183,7 +183,7 @@ func (inj *Injection) Validate() error {
 		return fmt.Errorf("injection of %q: the path prefix %q does not start with /", inj.Secret, inj.PathPrefix)
 	case inj.PlaceholderHeader != "" && inj.Placeholder == "":
 		return fmt.Errorf("injection of %q: a placeholder header without a placeholder", inj.Secret)
-	case inj.PlaceholderHeader != "" && (!isToken(inj.PlaceholderHeader) || forbiddenHeader(inj.PlaceholderHeader)):
+	case inj.PlaceholderHeader != "" && !SwappableHeader(inj.PlaceholderHeader):
 		return fmt.Errorf("injection of %q: the placeholder cannot be swapped in %q", inj.Secret, inj.PlaceholderHeader)
 	}
 	if inj.Header != "" {
@@ -778,6 +778,10 @@ func isToken(s string) bool {
 	}
 	return true
 }
+
+// SwappableHeader says whether name is a header a placeholder may be swapped in: a valid
+// name, and not one that frames or routes the request (forbiddenHeader).
+func SwappableHeader(name string) bool { return isToken(name) && !forbiddenHeader(name) }
 
 // forbiddenHeader names headers an injection must not set: they frame the message, route
 // it, or are hop-by-hop.
