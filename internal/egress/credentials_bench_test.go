@@ -173,7 +173,7 @@ func BenchmarkCredentials(b *testing.B) {
 	}
 }
 
-func mustLookup(b *testing.B, r *rig, name string) netip.Addr {
+func mustLookup(b testing.TB, r *rig, name string) netip.Addr {
 	ip, _ := r.lookup(b, name)
 	if !ip.IsValid() {
 		b.Fatalf("%s did not resolve", name)
