@@ -38,7 +38,9 @@ const (
 )
 
 // blockHash is the shift table's slot for the two bytes a, b.
-func blockHash(a, b byte) uint16 { return uint16((uint32(a)<<8|uint32(b))*0x9e3779b1>>20) & (shiftSize - 1) }
+func blockHash(a, b byte) uint16 {
+	return uint16((uint32(a)<<8|uint32(b))*0x9e3779b1>>20) & (shiftSize - 1)
+}
 
 // newReplacer takes old, new pairs; pairs with an empty old string are ignored. It panics
 // on an odd number of arguments.
