@@ -79,8 +79,9 @@ type Config struct {
 	// HostAddrs lists the host's own addresses (refused as destinations). Optional.
 	HostAddrs func() []netip.Addr
 	// Intercept returns the interceptor for a host (canonical name) and port whose
-	// requests moat must see, under the current policy: one with a credential binding or
-	// covered by an HTTP rule. nil means pass through. Optional.
+	// requests moat must see, under the current policy: one with a credential binding (on
+	// any of its ports) or covered by an HTTP rule. nil means pass through. Direct IP
+	// connections that name such a host (SNI, Host) are refused. Optional.
 	Intercept func(host string, port uint16) Interceptor
 	// Record stores a decision; for allowed connections the returned func is called once
 	// with the outcome. Optional.
