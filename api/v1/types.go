@@ -24,8 +24,9 @@ type CreateSandboxRequest struct {
 
 // Credential binds a stored secret (moat secret set) to hosts. Without Header the sandbox
 // gets an environment variable named Secret holding a placeholder, which the egress proxy
-// swaps for the real value in requests to the hosts; with Header the proxy sets that
-// header (Template with {{value}}) on requests to them.
+// swaps for the real value in PlaceholderHeader of requests to the hosts; with Header the
+// proxy sets that header (Template with {{value}}) on requests to them. Responses from
+// the hosts, on any port, are scrubbed of the value.
 type Credential struct {
 	Secret     string   `json:"secret"`
 	Hosts      []string `json:"hosts"`
@@ -39,6 +40,11 @@ type Credential struct {
 	// PlainHTTP lets the value into plain HTTP requests to the hosts too (default: TLS
 	// only; plain HTTP to a bound host is refused).
 	PlainHTTP bool `json:"plain_http,omitempty"`
+	// PlaceholderHeader, without Header, is the request header the placeholder is swapped
+	// in (default Authorization), in the forms "SCHEME PH" (Bearer, token, ...), "PH", and
+	// Basic credentials with PH as user or password. The placeholder anywhere else (other
+	// headers, the query string, the path, the body) reaches the host unchanged.
+	PlaceholderHeader string `json:"placeholder_header,omitempty"`
 }
 
 // GitHubScope limits the GitHub App installation tokens of one sandbox.

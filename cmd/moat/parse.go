@@ -112,16 +112,24 @@ func splitRemote(arg string) (id, path string, ok bool) {
 	return id, path, true
 }
 
-// parseCredentials reads --credential NAME@[http://]HOST[,HOST...][/PATH-PREFIX] and
-// --credential-header NAME@[http://]HOST[,HOST...][/PATH-PREFIX]='Header: template'.
+// parseCredentials reads --credential NAME@[http://]HOST[,HOST...][/PATH-PREFIX][=HEADER]
+// and --credential-header NAME@[http://]HOST[,HOST...][/PATH-PREFIX]='Header: template'.
 // With a path prefix the value goes only into requests whose path starts with it; with
-// http:// also into plain HTTP requests.
+// http:// also into plain HTTP requests. HEADER is the header the placeholder is swapped
+// in (default Authorization).
 func parseCredentials(plain, headers []string) ([]v1.Credential, error) {
 	var out []v1.Credential
 	for _, s := range plain {
-		c, err := parseBinding("--credential", s)
+		binding, header, named := strings.Cut(s, "=")
+		c, err := parseBinding("--credential", binding)
 		if err != nil {
 			return nil, err
+		}
+		if named {
+			if header = strings.TrimSpace(header); header == "" || strings.ContainsAny(header, ": ") {
+				return nil, fmt.Errorf("--credential %q: after = comes the name of the header the placeholder is swapped in, e.g. =x-api-key", s)
+			}
+			c.PlaceholderHeader = header
 		}
 		out = append(out, c)
 	}

@@ -142,6 +142,23 @@ func TestParseCredentials(t *testing.T) {
 	}
 }
 
+// TestParseCredentialPlaceholderHeader: --credential NAME@HOST=HEADER names the header
+// the placeholder is swapped in.
+func TestParseCredentialPlaceholderHeader(t *testing.T) {
+	got, err := parseCredentials([]string{"ANTHROPIC@api.anthropic.com/v1/=x-api-key", "GH@github.com"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].PlaceholderHeader != "x-api-key" || got[0].PathPrefix != "/v1/" || strings.Join(got[0].Hosts, ",") != "api.anthropic.com" || got[1].PlaceholderHeader != "" {
+		t.Errorf("got %+v", got)
+	}
+	for _, bad := range []string{"K@a.test=", "K@a.test=X-Key: {{value}}", "K@a.test=X Key"} {
+		if _, err := parseCredentials([]string{bad}, nil); err == nil {
+			t.Errorf("parseCredentials(%q) accepted", bad)
+		}
+	}
+}
+
 func TestGitHubFlags(t *testing.T) {
 	got, err := githubFlags{token: "GH@github.com,api.github.com", repos: []string{"widget", "gadget"}, perms: []string{"contents=write", "pull_requests:write"}}.credential()
 	if err != nil {

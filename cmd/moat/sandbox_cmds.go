@@ -53,7 +53,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.disk, "disk", "", "drive size, e.g. 1G (default 10G)")
 	fl.StringVar(&f.timeout, "timeout", "", "stop the sandbox after this long, e.g. 10m (default: never; `run`: the command is killed and moat exits 124)")
 	f.policy.register(cmd)
-	fl.StringArrayVar(&f.credentials, "credential", nil, "NAME@[http://]HOST[:PORT][,HOST...][/PATH-PREFIX]: the sandbox gets $NAME holding a placeholder that the proxy swaps for the stored secret NAME in requests to HOST (port 443 unless given; under PATH-PREFIX; http:// allows plain HTTP too) (repeatable)")
+	fl.StringArrayVar(&f.credentials, "credential", nil, "NAME@[http://]HOST[:PORT][,HOST...][/PATH-PREFIX][=HEADER]: the sandbox gets $NAME holding a placeholder that the proxy swaps for the stored secret NAME in the HEADER (default Authorization: Bearer/token/bare/Basic forms) of requests to HOST (port 443 unless given; under PATH-PREFIX; http:// allows plain HTTP too); responses from HOST on any port are scrubbed of the value (repeatable)")
 	fl.StringArrayVar(&f.credHeaders, "credential-header", nil, "NAME@[http://]HOST[:PORT][,HOST...][/PATH-PREFIX]='Header: template with {{value}}': the proxy sets that header on requests to HOST (repeatable)")
 	fl.StringVar(&f.github.token, "github-token", "", "NAME@HOST[,HOST...]: NAME is a GitHub App key; the sandbox gets $NAME holding a placeholder for an installation token, minted by moat for --github-repo with --github-permission and revoked when the sandbox stops")
 	fl.StringSliceVar(&f.github.repos, "github-repo", nil, "a repository (without owner) the --github-token may touch (repeatable or comma-separated)")

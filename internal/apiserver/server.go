@@ -517,6 +517,7 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 		if g := c.GitHub; g != nil {
 			cred.GitHub = &v1.GitHubScope{Repositories: g.Repositories, Permissions: g.Permissions}
 		}
+		cred.PlaceholderHeader = c.PlaceholderHeader
 		out.Credentials = append(out.Credentials, cred)
 	}
 	return out
@@ -600,6 +601,7 @@ func fromAPICredentials(in []v1.Credential) []sandbox.Credential {
 		if g := c.GitHub; g != nil {
 			cred.GitHub = &sandbox.GitHubScope{Repositories: g.Repositories, Permissions: g.Permissions}
 		}
+		cred.PlaceholderHeader = c.PlaceholderHeader
 		out = append(out, cred)
 	}
 	return out

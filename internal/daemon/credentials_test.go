@@ -32,7 +32,9 @@ func TestCredentialBrokering(t *testing.T) {
 	const secret = "real-secret-0f3c9a7e5b1d"
 	in := newInternet(t)
 	git := gitServer(t, "repo", func(r *http.Request, _ bool) bool { return r.Header.Get("Authorization") == "Bearer "+secret }, in.log)
-	port, caFile := tlsUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	up := testutil.NewUpstreamCA(t, "api.test", "other.test")
+	caFile := upstreamCAFile(t, up)
+	port := tlsServe(t, up, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/git/") {
 			git.ServeHTTP(w, r)
 			return
@@ -40,11 +42,11 @@ func TestCredentialBrokering(t *testing.T) {
 		in.log.add("cred host=%s path=%s auth=%s", r.Host, r.URL.Path, r.Header.Get("Authorization"))
 		// An upstream that echoes what it got: the sandbox must not see the value back.
 		fmt.Fprintf(w, "you sent %s\n", r.Header.Get("Authorization"))
-	}), "api.test", "other.test")
+	}))
 	// Another service on the bound host, on a port the binding does not name.
-	port2, _ := tlsUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	port2 := tlsServe(t, up, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		in.log.add("port2 path=%s auth=%s", r.URL.Path, r.Header.Get("Authorization"))
-	}), "api.test")
+	}))
 	hosts := filepath.Join(t.TempDir(), "hosts")
 	os.WriteFile(hosts, []byte("127.0.0.4 api.test other.test\n"), 0o644)
 
@@ -130,8 +132,8 @@ func TestCredentialBrokering(t *testing.T) {
 			})
 
 			e.run("another port of the bound host gets the placeholder", func(t *testing.T, e *env) {
-				// Not intercepted (TLS passes through: -k, the test CA is not the sandbox's).
-				e.mustSh(sb.ID, fmt.Sprintf(`curl -sSk --max-time 10 -H "Authorization: Bearer $API_TOKEN" https://api.test:%d/p2-%s`, port2, rt))
+				// Intercepted (responses scrubbed), and nothing injected.
+				e.mustSh(sb.ID, fmt.Sprintf(`curl -sS --max-time 10 -H "Authorization: Bearer $API_TOKEN" https://api.test:%d/p2-%s`, port2, rt))
 				if !in.log.contains("port2 path=/p2-" + rt + " auth=Bearer " + ph) {
 					t.Errorf("the other port did not get the placeholder: %v", in.log.all())
 				}
@@ -257,10 +259,22 @@ func TestCredentialBrokering(t *testing.T) {
 func tlsUpstream(t *testing.T, h http.Handler, names ...string) (port int, caFile string) {
 	t.Helper()
 	up := testutil.NewUpstreamCA(t, names...)
-	caFile = filepath.Join(t.TempDir(), "upstream-ca.pem")
+	return tlsServe(t, up, h), upstreamCAFile(t, up)
+}
+
+// upstreamCAFile writes up's CA certificate to a file (for --egress-ca).
+func upstreamCAFile(t *testing.T, up testutil.UpstreamCA) string {
+	t.Helper()
+	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
 	if err := os.WriteFile(caFile, up.PEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return caFile
+}
+
+// tlsServe serves h over TLS on 127.0.0.4 with up's certificate; it returns the port.
+func tlsServe(t *testing.T, up testutil.UpstreamCA, h http.Handler) int {
+	t.Helper()
 	ln, err := net.Listen("tcp4", "127.0.0.4:0")
 	if err != nil {
 		t.Fatal(err)
@@ -268,7 +282,7 @@ func tlsUpstream(t *testing.T, h http.Handler, names ...string) (port int, caFil
 	srv := &http.Server{Handler: h, TLSConfig: &tls.Config{Certificates: []tls.Certificate{up.Cert}}}
 	go srv.ServeTLS(ln, "", "")
 	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().(*net.TCPAddr).Port, caFile
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent writers.

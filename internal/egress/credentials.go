@@ -250,12 +250,17 @@ func (m *Manager) Forget(id string) {
 }
 
 // interceptorFor returns the interceptor of sandbox b for host and port, or nil when
-// neither a binding names host nor an HTTP rule of the current phase covers it.
+// neither a binding names host (on any port) nor an HTTP rule of the current phase covers
+// it. Bindings that name host but not port are scrubbed there and never injected: the
+// host may serve on one port what it stored from a request on another.
 func (m *Manager) interceptorFor(b *boundary, creds []sandbox.Credential, host string, port uint16) proxy.Interceptor {
 	var bound []boundCred
 	for i, c := range creds {
-		if c.MatchesHost(host, port) {
-			bound = append(bound, boundCred{c, i})
+		switch {
+		case c.MatchesHost(host, port):
+			bound = append(bound, boundCred{Credential: c, index: i})
+		case c.MatchesName(host):
+			bound = append(bound, boundCred{Credential: c, index: i, scrubOnly: true})
 		}
 	}
 	if _, pol := b.current(); len(bound) == 0 && !pol.Inspects(host, port) {
@@ -277,15 +282,24 @@ type interceptor struct {
 type boundCred struct {
 	sandbox.Credential
 	index int
+	// scrubOnly: the binding names the host but not this port.
+	scrubOnly bool
 }
 
 // PlainHTTP says whether the host's plain HTTP connections are served (read and checked
-// in clear): when an HTTP rule covers it, or a binding for it allows plain HTTP.
+// in clear): when an HTTP rule covers it, when a binding for this port allows plain HTTP,
+// or when the bindings are all for other ports (nothing is injected here; responses are
+// scrubbed). A binding for this port without plain HTTP keeps it TLS only.
 func (ic interceptor) PlainHTTP() bool {
+	otherPorts := len(ic.creds) > 0
 	for _, c := range ic.creds {
-		if c.PlainHTTP {
+		if !c.scrubOnly && c.PlainHTTP {
 			return true
 		}
+		otherPorts = otherPorts && c.scrubOnly
+	}
+	if otherPorts {
+		return true
 	}
 	_, pol := ic.b.current()
 	return pol.Inspects(ic.host, ic.port)
@@ -326,10 +340,13 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 		if err != nil {
 			return 0, 0, fmt.Errorf("credential %s: %w", c.Secret, err)
 		}
+		// The secret's scope no longer covering the binding stops injection, not scrubbing:
+		// the host may hold the value from before.
+		scrubOnly := c.scrubOnly
 		scoped, err := sandbox.WithinScope(c.Credential, info.Scope)
 		if err != nil {
 			ic.m.log.Warn("credential not injected", "sandbox", ic.b.id, "host", ic.host, "err", err)
-			continue
+			scoped, scrubOnly = c.Credential, true
 		}
 		var v intercept.Secret
 		if c.GitHub != nil {
@@ -345,6 +362,7 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 		inj = append(inj, intercept.Injection{
 			Secret: c.Secret, Value: v, Placeholder: c.Placeholder, Header: c.Header, Template: c.Template,
 			PathPrefix: scoped.PathPrefix, Methods: scoped.Methods, PlainHTTP: c.PlainHTTP,
+			PlaceholderHeader: c.PlaceholderHeader, ScrubOnly: scrubOnly,
 		})
 	}
 	return intercept.Serve(ctx, client, head, host, port, dial, intercept.Config{

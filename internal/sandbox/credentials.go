@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/moatdev/moat/internal/egress/intercept"
 	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/secrets"
@@ -18,9 +19,11 @@ import (
 // either with ":PORT" (without a port: 443, and 80 for plain HTTP bindings). The sandbox
 // never holds the secret: with a placeholder binding its environment variable Secret holds
 // Placeholder, which the egress proxy replaces with the real value in requests to the
-// bound hosts only; with a header binding the proxy sets Header (Template with "{{value}}"
-// filled in) on requests to them. Either way the proxy terminates TLS to those hosts with
-// the sandbox's own CA.
+// bound hosts only, and there only in PlaceholderHeader ("Bearer PH", "PH", Basic
+// credentials, ...); with a header binding the proxy sets Header (Template with
+// "{{value}}" filled in) on requests to them. Either way the proxy terminates TLS to those
+// hosts with the sandbox's own CA, on every port (MatchesName): the value is scrubbed from
+// the responses of the other ports too.
 type Credential struct {
 	Secret     string   `json:"secret"`
 	Hosts      []string `json:"hosts"`
@@ -38,6 +41,9 @@ type Credential struct {
 	// Placeholder is generated at create for placeholder bindings; it is worthless
 	// anywhere but at the bound hosts.
 	Placeholder string `json:"placeholder,omitempty"`
+	// PlaceholderHeader is the header a placeholder binding's placeholder is swapped in
+	// (empty: Authorization); the placeholder anywhere else reaches the host unchanged.
+	PlaceholderHeader string `json:"placeholder_header,omitempty"`
 }
 
 // GitHubScope is what the installation tokens of one sandbox may touch.
@@ -104,6 +110,10 @@ func validateCredentials(creds []Credential) error {
 			return fmt.Errorf("%s: the header template must contain {{value}}: %w", where, errdefs.ErrInvalidArgument)
 		case c.Header != "" && strings.ContainsAny(c.Template, "\r\n"):
 			return fmt.Errorf("%s: the header template must be one line: %w", where, errdefs.ErrInvalidArgument)
+		case c.PlaceholderHeader != "" && c.Header != "":
+			return fmt.Errorf("%s: a placeholder header is for placeholder bindings; a header binding sets %s itself: %w", where, c.Header, errdefs.ErrInvalidArgument)
+		case c.PlaceholderHeader != "" && !intercept.SwappableHeader(c.PlaceholderHeader):
+			return fmt.Errorf("%s: %q is not a header a placeholder can be swapped in (a header name; not Host, Content-Length, Proxy-* or another that frames or routes the request): %w", where, c.PlaceholderHeader, errdefs.ErrInvalidArgument)
 		}
 		if c.Header == "" {
 			if reservedEnv(c.Secret) {
@@ -148,6 +158,19 @@ func (c Credential) MatchesHost(host string, port uint16) bool {
 		case !hasPort && port != 443 && !(c.PlainHTTP && port == 80):
 			continue
 		}
+		if name == host || strings.HasPrefix(name, "*.") && strings.HasSuffix(host, name[1:]) {
+			return true
+		}
+	}
+	return false
+}
+
+// MatchesName reports whether the credential is bound to host (a normalized name) on
+// some port: the proxy then terminates TLS to host on every port, and scrubs the value
+// from responses even where MatchesHost says it is not sent.
+func (c Credential) MatchesName(host string) bool {
+	for _, h := range c.Hosts {
+		name, _, _ := strings.Cut(h, ":")
 		if name == host || strings.HasPrefix(name, "*.") && strings.HasSuffix(host, name[1:]) {
 			return true
 		}

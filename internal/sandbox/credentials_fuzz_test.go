@@ -34,6 +34,9 @@ func FuzzCredentialBinding(f *testing.F) {
 		if c[0].MatchesHost(name+"x", port) || c[0].MatchesHost(name, port+1) && port+1 != 80 && port+1 != 443 {
 			t.Fatalf("%q matches more than it names", norm)
 		}
+		if !c[0].MatchesName(name) || c[0].MatchesName(name+"x") {
+			t.Fatalf("%q: MatchesName differs from the name it binds", norm)
+		}
 		if again := []Credential{{Secret: "TOKEN", Hosts: []string{norm}, PathPrefix: prefix}}; validateCredentials(again) != nil || again[0].Hosts[0] != norm {
 			t.Fatalf("%q does not validate to itself", norm)
 		}

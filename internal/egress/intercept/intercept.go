@@ -8,15 +8,19 @@
 //     sandbox's own CA (whose certificate, never its key, is in the sandbox's trust store);
 //  2. reads HTTP/1.1 requests (ALPN offers http/1.1 only), refuses those that name another
 //     host (421), and writes the real value into the outbound request: in place of the
-//     placeholder in header values (Basic credentials are decoded and re-encoded), or as
-//     a header set from a template;
+//     placeholder in the binding's own header only (Authorization unless it names
+//     another), in the credential forms swapCredential lists ("Bearer PH", "PH", Basic
+//     credentials with PH as user or password, ...); or as a header set from a template;
 //  3. sends the request over a new TLS connection to the real upstream, verified against
 //     the system roots or the operator's CAs;
-//  4. streams the response back with every occurrence of a real value, in headers,
-//     trailers and body, replaced by its placeholder (or "[redacted]").
+//  4. streams the response back with every value, and its common encodings (URL, JSON,
+//     hex, base64, also inside a longer base64 run), in headers, trailers and body,
+//     replaced by the placeholder's same encoding (or "[redacted]").
 //
 // The same path serves hosts whose requests the egress policy limits (HTTP rules): Check
-// decides each request before it is sent, with or without injections.
+// decides each request before it is sent, with or without injections; and other ports of
+// a bound host, where injections marked ScrubOnly are scrubbed from responses and never
+// written into requests.
 //
 // What the proxy decides, not this package: plain HTTP to a host reaches Serve only when
 // an HTTP rule covers the host or a binding for it says PlainHTTP, and only injections
@@ -25,12 +29,14 @@
 // through untouched.
 //
 // Limits, by design:
-//   - Only request header values and the query string carry a placeholder in; one in the
-//     path or the body goes upstream unchanged (as the harmless placeholder).
-//   - Scrubbing finds the literal value, and the base64 form of any Basic credentials
-//     this package wrote. An upstream that echoes the value transformed (hashed,
-//     percent-encoded beyond the usual token alphabet, encrypted) can return it to the
-//     sandbox: bind secrets only to hosts trusted with them.
+//   - A placeholder anywhere but in its binding's header, in a supported form, goes
+//     upstream unchanged (as the harmless placeholder): other headers, the query string,
+//     the path and the body never carry the value, so an upstream that keeps request data
+//     cannot be made to store it where the sandbox can read it back.
+//   - Scrubbing finds the value in the encodings scrubPairs lists. An upstream that
+//     returns it otherwise (hashed, encrypted, compressed by itself, split into pieces,
+//     across responses, or a few characters at a time) can return it to the sandbox:
+//     bind secrets only to hosts trusted with them.
 //   - Responses are asked for uncompressed (Accept-Encoding: identity); gzip and deflate
 //     bodies sent anyway are decoded before scrubbing; any other encoding is refused (502).
 //   - Protocol upgrades (WebSocket, h2c) and CONNECT are refused (501): the bytes after an
@@ -43,7 +49,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -79,10 +84,14 @@ type Fetcher interface {
 type Injection struct {
 	Secret string // the secret's name, for the audit log
 	Value  Secret
-	// Placeholder, if not empty, is replaced by the value in every request header value,
-	// including inside Basic credentials ("Basic base64(user:placeholder)"), and in the
-	// query string (query-escaped). At least 8 bytes: a short one would match by chance.
+	// Placeholder, if not empty, is replaced by the value in PlaceholderHeader, when that
+	// header's value is one of the credential forms of swapCredential ("Bearer PH",
+	// "token PH", "PH", "Basic base64(user:PH)", "Basic base64(PH:x)", ...), and nowhere
+	// else. At least 8 bytes: a short one would match by chance.
 	Placeholder string
+	// PlaceholderHeader is the header the placeholder is swapped in; empty means
+	// Authorization. Only with Placeholder.
+	PlaceholderHeader string
 	// Header, if not empty, is set on every request to Template with "{{value}}" replaced
 	// by the value. An empty Template means the bare value. Hop-by-hop and framing headers
 	// (Host, Content-Length, Transfer-Encoding, Connection, …) cannot be set.
@@ -99,6 +108,10 @@ type Injection struct {
 	// PlainHTTP lets the injection into requests on a plain HTTP connection (see
 	// Config.PlainHTTP); otherwise it applies over TLS only.
 	PlainHTTP bool
+	// ScrubOnly keeps the value out of every request and still scrubs it from responses:
+	// for a port of a bound host that the binding does not cover, where the host may
+	// serve what it stored from a request on a covered one.
+	ScrubOnly bool
 }
 
 // Use is one intercepted request, for the audit log. It never carries a value.
@@ -168,6 +181,10 @@ func (inj *Injection) Validate() error {
 		return fmt.Errorf("injection of %q: the placeholder is shorter than %d bytes", inj.Secret, minPlaceholder)
 	case inj.PathPrefix != "" && !strings.HasPrefix(inj.PathPrefix, "/"):
 		return fmt.Errorf("injection of %q: the path prefix %q does not start with /", inj.Secret, inj.PathPrefix)
+	case inj.PlaceholderHeader != "" && inj.Placeholder == "":
+		return fmt.Errorf("injection of %q: a placeholder header without a placeholder", inj.Secret)
+	case inj.PlaceholderHeader != "" && !SwappableHeader(inj.PlaceholderHeader):
+		return fmt.Errorf("injection of %q: the placeholder cannot be swapped in %q", inj.Secret, inj.PlaceholderHeader)
 	}
 	if inj.Header != "" {
 		if !isToken(inj.Header) {
@@ -301,8 +318,10 @@ func newSession(host string, port int, dial func(context.Context) (net.Conn, err
 	inj := slices.Clone(cfg.Injections)
 	scheme := "https"
 	if plain {
-		// In clear, only the injections that allow it.
-		inj = slices.DeleteFunc(inj, func(i Injection) bool { return !i.PlainHTTP })
+		// In clear, only the injections that allow it; the others are still scrubbed.
+		for i := range inj {
+			inj[i].ScrubOnly = inj[i].ScrubOnly || !inj[i].PlainHTTP
+		}
 		scheme = "http"
 	}
 	s := &session{
@@ -358,12 +377,13 @@ func (s *session) RoundTrip(r *http.Request) (*http.Response, error) {
 // exchange is the state of one request, shared by the handler, Rewrite and ModifyResponse
 // through the request's context.
 type exchange struct {
-	values    []string // each injection's value, revealed once for this request
-	matched   []string // names of injections whose limits matched
-	injected  []string // names of injections written into the request
-	scrub     *replacer
-	basicForm []string // old, new pairs: encoded forms written (Basic credentials, query-escaped values) → as the client sent them
-	sent      atomic.Bool
+	values   []string // each injection's value, revealed once for this request
+	matched  []string // names of injections whose limits matched
+	injected []string // names of injections written into the request
+	scrub    *replacer
+	// basic holds old, new pairs: the Basic credentials written → as the client sent them.
+	basic []string
+	sent  atomic.Bool
 }
 
 type exchangeKey struct{}
@@ -445,20 +465,20 @@ func (s *session) misdirected(r *http.Request) string {
 	return ""
 }
 
-// scrubber replaces, in responses, each value by its placeholder (or "[redacted]") and
-// each Basic credential written by the one the client sent. Longer strings go first, so a
-// value containing another is replaced whole.
+// scrubber replaces, in responses, each value and its encodings (scrubPairs) by its
+// placeholder's (or "[redacted]"), and each Basic credential written by the one the client
+// sent. Longer strings go first, so a value containing another is replaced whole, and a
+// whole encoding before the part of it that a longer run would share.
 func (s *session) scrubber(ex *exchange) *replacer {
 	var pairs [][2]string
 	for i := range s.inj {
-		to := s.inj[i].Placeholder
-		if to == "" {
-			to = redacted
+		kv := scrubPairs(ex.values[i], s.inj[i].Placeholder)
+		for j := 0; j < len(kv); j += 2 {
+			pairs = append(pairs, [2]string{kv[j], kv[j+1]})
 		}
-		pairs = append(pairs, [2]string{ex.values[i], to})
 	}
-	for i := 0; i < len(ex.basicForm); i += 2 {
-		pairs = append(pairs, [2]string{ex.basicForm[i], ex.basicForm[i+1]})
+	for i := 0; i < len(ex.basic); i += 2 {
+		pairs = append(pairs, [2]string{ex.basic[i], ex.basic[i+1]})
 	}
 	sort.SliceStable(pairs, func(i, j int) bool { return len(pairs[i][0]) > len(pairs[j][0]) })
 	flat := make([]string, 0, 2*len(pairs))
@@ -484,23 +504,17 @@ func (s *session) rewrite(pr *httputil.ProxyRequest) {
 	}
 	for i := range s.inj {
 		inj := &s.inj[i]
-		if !inj.applies(pr.In.Method, pr.In.URL) {
+		if inj.ScrubOnly || !inj.applies(pr.In.Method, pr.In.URL) {
 			continue
 		}
 		ex.matched = append(ex.matched, inj.Secret)
 		v, wrote := ex.values[i], false
 		if inj.Placeholder != "" {
-			wrote = replaceInHeader(out.Header, inj.Placeholder, v, &ex.basicForm)
-			// In the query string too (APIs that take ?key=), query-escaped; an echo of
-			// the escaped form is scrubbed like a Basic credential's.
-			if strings.Contains(out.URL.RawQuery, inj.Placeholder) {
-				esc := url.QueryEscape(v)
-				out.URL.RawQuery = strings.ReplaceAll(out.URL.RawQuery, inj.Placeholder, esc)
-				if esc != v {
-					ex.basicForm = append(ex.basicForm, esc, inj.Placeholder)
-				}
-				wrote = true
+			name := inj.PlaceholderHeader
+			if name == "" {
+				name = defaultPlaceholderHeader
 			}
+			wrote = swapInHeader(out.Header, name, inj.Placeholder, v, &ex.basic)
 		}
 		if inj.Header != "" {
 			t := inj.Template
@@ -514,7 +528,7 @@ func (s *session) rewrite(pr *httputil.ProxyRequest) {
 			ex.injected = append(ex.injected, inj.Secret)
 		}
 	}
-	if len(ex.basicForm) > 0 {
+	if len(ex.basic) > 0 {
 		ex.scrub = s.scrubber(ex)
 	}
 }
@@ -532,26 +546,23 @@ func (inj *Injection) applies(method string, u *url.URL) bool {
 	return policy.CleanHTTPPath(p) && strings.HasPrefix(p, inj.PathPrefix)
 }
 
-// replaceInHeader replaces ph by v in every value of h, decoding Basic credentials to do
-// so; for each of those it appends to basic the credentials written and those replaced.
-// It says whether it replaced anything.
-func replaceInHeader(h http.Header, ph, v string, basic *[]string) bool {
+// swapInHeader swaps the placeholder ph for v in the values of header name (any case)
+// that are a credential form (swapCredential); for Basic credentials it appends to basic
+// the credentials written and those the client sent. It says whether it swapped anything.
+func swapInHeader(h http.Header, name, ph, v string, basic *[]string) bool {
 	wrote := false
-	for _, vs := range h {
+	for k, vs := range h {
+		if !strings.EqualFold(k, name) {
+			continue
+		}
 		for i, hv := range vs {
-			if scheme, cred, ok := strings.Cut(hv, " "); ok && strings.EqualFold(scheme, "Basic") {
-				cred = strings.TrimSpace(cred)
-				if dec, err := base64.StdEncoding.DecodeString(cred); err == nil && strings.Contains(string(dec), ph) {
-					enc := base64.StdEncoding.EncodeToString([]byte(strings.ReplaceAll(string(dec), ph, v)))
-					vs[i] = scheme + " " + enc
-					*basic = append(*basic, enc, cred)
-					wrote = true
-					continue
-				}
+			out, sent, written, ok := swapCredential(hv, ph, v)
+			if !ok {
+				continue
 			}
-			if strings.Contains(hv, ph) {
-				vs[i] = strings.ReplaceAll(hv, ph, v)
-				wrote = true
+			vs[i], wrote = out, true
+			if written != "" {
+				*basic = append(*basic, written, sent)
 			}
 		}
 	}
@@ -767,6 +778,10 @@ func isToken(s string) bool {
 	}
 	return true
 }
+
+// SwappableHeader says whether name is a header a placeholder may be swapped in: a valid
+// name, and not one that frames or routes the request (forbiddenHeader).
+func SwappableHeader(name string) bool { return isToken(name) && !forbiddenHeader(name) }
 
 // forbiddenHeader names headers an injection must not set: they frame the message, route
 // it, or are hop-by-hop.

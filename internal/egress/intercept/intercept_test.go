@@ -9,6 +9,8 @@ import (
 	"crypto/elliptic"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -17,7 +19,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -45,6 +46,7 @@ type seen struct {
 	Method, Path string
 	Header       http.Header
 	Body         string
+	RawPath      string // as sent (escaped), with the query
 }
 
 type upstream struct {
@@ -72,7 +74,7 @@ func newUpstream(t testing.TB, h http.HandlerFunc) *upstream {
 	u.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		u.mu.Lock()
-		u.reqs = append(u.reqs, seen{r.Method, r.URL.Path, r.Header.Clone(), string(body)})
+		u.reqs = append(u.reqs, seen{r.Method, r.URL.Path, r.Header.Clone(), string(body), r.URL.RequestURI()})
 		u.mu.Unlock()
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		if h != nil {
@@ -944,31 +946,171 @@ func TestUpstreamSessionsResumed(t *testing.T) {
 	}
 }
 
-// TestPlaceholderInQuery: a placeholder in the query string is replaced, query-escaped,
-// and an echo of the escaped form comes back as the placeholder.
-func TestPlaceholderInQuery(t *testing.T) {
-	const odd = "k/e+y= value&1"
-	got := make(chan string, 1)
-	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		got <- r.URL.Query().Get("key")
-		fmt.Fprintf(w, "raw=%s key=%s", r.URL.RawQuery, r.URL.Query().Get("key"))
-	})
-	inj := Injection{Secret: "gkey", Value: secretValue(odd), Placeholder: placeholder}
+// TestPlaceholderOnlyInItsHeader: the placeholder is swapped in the binding's header
+// only (Authorization by default); in any other header, the query string, the path and
+// the body it reaches the upstream unchanged, so an upstream that keeps request data
+// never keeps the value where the sandbox put it.
+func TestPlaceholderOnlyInItsHeader(t *testing.T) {
+	u := newUpstream(t, nil)
+	h := newHarness(t, u, Config{Injections: []Injection{bearer()}})
+	ph := placeholder
+	req, _ := http.NewRequest("POST", "https://api.test/v1/"+ph+"/x?q="+ph+"&key=Bearer+"+ph, strings.NewReader(`{"token":"`+ph+`"}`))
+	req.Header.Set("Authorization", "Bearer "+ph)
+	req.Header.Set("X-Other", ph)
+	req.Header.Set("X-Api-Key", "Bearer "+ph)
+	req.Header.Set("Cookie", "session="+ph)
+	req.Header.Set("X-Basic", "Basic "+basicOf("x-access-token", ph))
+	req.Header.Add("Authorization-Extra", ph)
+	req.Header["x-lower"] = []string{ph}
+	res, err := h.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	got := u.seen()
+	if len(got) != 1 {
+		t.Fatalf("upstream saw %d requests", len(got))
+	}
+	r := got[0]
+	if a := r.Header.Get("Authorization"); a != "Bearer "+value {
+		t.Errorf("Authorization %q, want the value", a)
+	}
+	r.Header.Del("Authorization")
+	everything := fmt.Sprint(r.Header, r.RawPath, r.Body)
+	if strings.Contains(everything, value) {
+		t.Errorf("the value reached the upstream outside Authorization: %s", everything)
+	}
+	for name, want := range map[string]string{"X-Other": ph, "X-Api-Key": "Bearer " + ph, "Cookie": "session=" + ph, "Authorization-Extra": ph, "X-Lower": ph,
+		"X-Basic": "Basic " + basicOf("x-access-token", ph)} {
+		if v := r.Header.Get(name); v != want {
+			t.Errorf("%s: upstream got %q, want %q", name, v, want)
+		}
+	}
+	if want := "/v1/" + ph + "/x?q=" + ph + "&key=Bearer+" + ph; r.RawPath != want || r.Body != `{"token":"`+ph+`"}` {
+		t.Errorf("upstream got %q with body %q", r.RawPath, r.Body)
+	}
+
+	// A binding that names its header is swapped there, and not in Authorization.
+	inj := Injection{Secret: "anthropic", Value: secretValue(value), Placeholder: ph, PlaceholderHeader: "x-api-key"}
+	h2 := newHarness(t, u, Config{Injections: []Injection{inj}})
+	req, _ = http.NewRequest("GET", "https://api.test/v1/messages", nil)
+	req.Header.Set("X-Api-Key", ph)
+	req.Header.Set("Authorization", "Bearer "+ph)
+	res, err = h2.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	r = u.seen()[1]
+	if r.Header.Get("X-Api-Key") != value || r.Header.Get("Authorization") != "Bearer "+ph {
+		t.Errorf("X-Api-Key %q, Authorization %q: want the value in X-Api-Key only", r.Header.Get("X-Api-Key"), r.Header.Get("Authorization"))
+	}
+	if uses := h2.usesSoFar(); len(uses) != 1 || !uses[0].Injected {
+		t.Errorf("uses %+v", uses)
+	}
+}
+
+// echoForms is an upstream handler that serves back, in every encoding the scrubber
+// knows, the credential it was sent in Authorization ("Bearer VALUE") on an earlier
+// request (POST /store), or the one given as known: in headers, in a header's name, and in
+// the body, gzipped on /gzip.
+func echoForms(known string) (http.HandlerFunc, func() string) {
+	var mu sync.Mutex
+	stored := known
+	get := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return stored
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "POST" {
+			mu.Lock()
+			stored = strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+			mu.Unlock()
+			return
+		}
+		v := get()
+		var b strings.Builder
+		for name, e := range encodings(v) {
+			fmt.Fprintf(&b, "%s=%s\n", name, e)
+			w.Header().Set("X-"+name, e)
+		}
+		fmt.Fprintf(&b, "json=%q\n", v)
+		for _, pre := range []string{"x-access-token:", "a:", "ab:"} {
+			for _, e := range []*base64.Encoding{base64.StdEncoding, base64.RawURLEncoding} {
+				run := e.EncodeToString([]byte(pre + v + "\n"))
+				fmt.Fprintf(&b, "b64(%s)=%s\n", pre, run)
+				w.Header().Add("X-Run", run)
+			}
+		}
+		w.Header().Set("X-"+v, "name")
+		w.Header().Set("Trailer", "X-Trail")
+		if r.URL.Path == "/gzip" {
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			io.WriteString(zw, b.String())
+			zw.Close()
+		} else {
+			io.WriteString(w, b.String())
+		}
+		w.Header().Set("X-Trail", base64.StdEncoding.EncodeToString([]byte("u:"+v)))
+	}, get
+}
+
+// TestEchoedEncodingsScrubbed: an upstream that stored the credential from Authorization
+// and serves it back raw, URL-escaped, hex, base64 (three alignments inside a longer run,
+// both alphabets), in headers, a header name, a trailer and the body, plain or gzipped,
+// gives the sandbox nothing from which the value can be decoded.
+func TestEchoedEncodingsScrubbed(t *testing.T) {
+	const odd = "sk/real+0123456789=abcdef&<x> ~y"
+	handler, stored := echoForms("")
+	u := newUpstream(t, handler)
+	inj := Injection{Secret: "key", Value: secretValue(odd), Placeholder: placeholder}
 	h := newHarness(t, u, Config{Injections: []Injection{inj}})
-	res, body := do(t, h.client(), "GET", "https://api.test/v1/maps?key="+placeholder+"&x=1", "", nil)
-	if res.StatusCode != 200 {
-		t.Fatalf("status %d", res.StatusCode)
+	c := h.client()
+	do(t, c, "POST", "https://api.test/store", "Bearer "+placeholder, nil)
+	if stored() != odd {
+		t.Fatalf("the upstream stored %q, want the value", stored())
 	}
-	if k := <-got; k != odd {
-		t.Errorf("upstream got key=%q, want the value", k)
+	for _, path := range []string{"/echo", "/gzip"} {
+		res, body := do(t, c, "GET", "https://api.test"+path, "", nil)
+		all := fmt.Sprint(res.Header, res.Trailer, body)
+		if res.StatusCode != 200 || reveals(all, odd) {
+			t.Errorf("%s: %d, the value can be read from\n%s", path, res.StatusCode, all)
+		}
+		for _, want := range []string{"raw=" + placeholder + "\n", "hex=" + hex.EncodeToString([]byte(placeholder)) + "\n", "b64=" + base64.StdEncoding.EncodeToString([]byte(placeholder)) + "\n", "query=" + placeholder + "\n"} {
+			if !strings.Contains(body, want) {
+				t.Errorf("%s: the body lacks %q:\n%s", path, want, body)
+			}
+		}
+		if res.Header.Get("X-Raw") != placeholder || len(res.Header.Values("X-Run")) != 6 {
+			t.Errorf("%s: headers %v", path, res.Header)
+		}
 	}
-	if want := "raw=key=" + placeholder + "&x=1 key=" + placeholder; body != want {
-		t.Errorf("sandbox got %q, want %q", body, want)
+}
+
+// TestScrubOnly: an injection marked ScrubOnly (another port of a bound host) writes
+// nothing into requests, and its value is scrubbed from responses in every form.
+func TestScrubOnly(t *testing.T) {
+	handler, _ := echoForms(value)
+	u := newUpstream(t, handler)
+	inj := bearer()
+	inj.ScrubOnly = true
+	h := newHarness(t, u, Config{Injections: []Injection{inj}})
+	res, body := do(t, h.client(), "GET", "https://api.test/echo", "Bearer "+placeholder, nil)
+	if a := u.seen()[0].Header.Get("Authorization"); a != "Bearer "+placeholder {
+		t.Errorf("upstream got Authorization %q, want the placeholder", a)
 	}
-	if strings.Contains(body, url.QueryEscape(odd)) || strings.Contains(body, odd) {
-		t.Errorf("the value reached the sandbox: %q", body)
+	if all := fmt.Sprint(res.Header, res.Trailer, body); reveals(all, value) || !strings.Contains(body, "raw="+placeholder) {
+		t.Errorf("the value can be read from\n%s", all)
 	}
-	if uses := h.usesSoFar(); len(uses) != 1 || !uses[0].Injected {
+	// Header names are case-insensitive: the value is in none, in any case.
+	for k := range res.Header {
+		if strings.Contains(strings.ToLower(k), strings.ToLower(value)) {
+			t.Errorf("the value names a header: %s", k)
+		}
+	}
+	if uses := h.usesSoFar(); len(uses) != 1 || uses[0].Injected || uses[0].Secret != "" {
 		t.Errorf("uses %+v", uses)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 )
 
 // replacer replaces every occurrence of a set of byte strings with the semantics of
@@ -17,6 +18,28 @@ type replacer struct {
 	max      int       // length of the longest old string
 	sameLen  bool      // every replacement is as long as what it replaces
 	first    [256]bool // the first bytes of the old strings
+	lowerOld []string  // the old strings in lower case, for header names
+
+	// With every old string at least minWindow long, matches are found in one pass over
+	// the input (Wu-Manber): a window of min bytes slides along, moved by shift[h] for
+	// the hash h of its last two bytes, the least distance after which an old string's
+	// first min bytes could end on those bytes. Where the shift is 0, the old strings
+	// whose first min bytes end in a block of that hash (at[h], in the order given) are
+	// tried at the window's start. Otherwise (a very short value) each old string is
+	// searched for separately.
+	min   int
+	shift *[shiftSize]uint8
+	at    map[uint16][]int
+}
+
+const (
+	minWindow = 4
+	shiftSize = 1 << 12
+)
+
+// blockHash is the shift table's slot for the two bytes a, b.
+func blockHash(a, b byte) uint16 {
+	return uint16((uint32(a)<<8|uint32(b))*0x9e3779b1>>20) & (shiftSize - 1)
 }
 
 // newReplacer takes old, new pairs; pairs with an empty old string are ignored. It panics
@@ -31,12 +54,56 @@ func newReplacer(pairs ...string) *replacer {
 			continue
 		}
 		r.old = append(r.old, []byte(pairs[i]))
+		r.lowerOld = append(r.lowerOld, strings.ToLower(pairs[i]))
 		r.new = append(r.new, []byte(pairs[i+1]))
 		r.max = max(r.max, len(pairs[i]))
 		r.first[pairs[i][0]] = true
 		r.sameLen = r.sameLen && len(pairs[i]) == len(pairs[i+1])
+		if r.min == 0 || len(pairs[i]) < r.min {
+			r.min = len(pairs[i])
+		}
+	}
+	if r.min >= minWindow {
+		r.shift = new([shiftSize]uint8)
+		def := uint8(min(r.min-1, 255))
+		for i := range r.shift {
+			r.shift[i] = def
+		}
+		r.at = map[uint16][]int{}
+		for k, old := range r.old {
+			w := old[:r.min]
+			for j := 0; j+1 < len(w); j++ {
+				h := blockHash(w[j], w[j+1])
+				if d := uint8(min(len(w)-2-j, 255)); d < r.shift[h] {
+					r.shift[h] = d
+				}
+			}
+			h := blockHash(w[len(w)-2], w[len(w)-1])
+			r.at[h] = append(r.at[h], k)
+		}
 	}
 	return r
+}
+
+// index returns the leftmost position in [from, to) at which an old string occurs whole
+// in src, and which one (the first given of those occurring there); -1 if none does.
+func (r *replacer) index(src []byte, from, to int) (int, int) {
+	n := r.min
+	for s := from; s < to && s+n <= len(src); {
+		e := s + n - 1
+		h := blockHash(src[e-1], src[e])
+		if d := r.shift[h]; d > 0 {
+			s += int(d)
+			continue
+		}
+		for _, k := range r.at[h] {
+			if bytes.HasPrefix(src[s:], r.old[k]) {
+				return s, k
+			}
+		}
+		s++
+	}
+	return -1, -1
 }
 
 // empty says whether r replaces nothing.
@@ -51,8 +118,25 @@ func (r *replacer) replace(dst, src []byte, final bool) ([]byte, int) {
 	if !final {
 		hold = r.holdFrom(src)
 	}
+	if r.shift != nil {
+		// Every position before hold can be decided: an old string starting there and
+		// running past the end would make hold earlier.
+		i := 0
+		for {
+			m, k := r.index(src, i, hold)
+			if m < 0 {
+				if hold < i { // a match ran past hold: nothing of it is pending any more
+					hold = i
+				}
+				return append(dst, src[i:hold]...), hold
+			}
+			dst = append(dst, src[i:m]...)
+			dst = append(dst, r.new[k]...)
+			i = m + len(r.old[k])
+		}
+	}
 	// next[j] is where old[j] next occurs at or after the scan position (-1: nowhere).
-	var nextBuf [4]int
+	var nextBuf [32]int
 	next := nextBuf[:0]
 	for range r.old {
 		next = append(next, -2) // not searched yet
@@ -119,16 +203,32 @@ func (r *replacer) String(s string) string {
 	return string(out)
 }
 
-// Header replaces in every value of h, in place.
+// Header replaces in every value of h, in place, and removes the fields whose name holds
+// an old string of at least minEncoded bytes in any case (names are case-insensitive, and
+// are rewritten in canonical case on the way).
 func (r *replacer) Header(h http.Header) {
 	if r.empty() {
 		return
 	}
-	for _, vs := range h {
+	for k, vs := range h {
+		if r.inName(k) {
+			delete(h, k)
+			continue
+		}
 		for i, v := range vs {
 			vs[i] = r.String(v)
 		}
 	}
+}
+
+func (r *replacer) inName(k string) bool {
+	k = strings.ToLower(k)
+	for _, old := range r.lowerOld {
+		if len(old) >= minEncoded && strings.Contains(k, old) {
+			return true
+		}
+	}
+	return false
 }
 
 // scrubReader passes a stream through a replacer without holding more of it than one read

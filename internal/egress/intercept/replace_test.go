@@ -3,7 +3,9 @@ package intercept
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -142,4 +144,62 @@ func FuzzReplace(f *testing.F) {
 			t.Fatalf("String differs from strings.Replacer")
 		}
 	})
+}
+
+// FuzzReplaceMany: with many old strings (the scrubber has a dozen per value), the
+// scrubbed stream equals strings.Replacer on the whole input, for any chunking. olds is
+// split at '|'. Seeds live in testdata/fuzz/FuzzReplaceMany.
+func FuzzReplaceMany(f *testing.F) {
+	f.Fuzz(func(t *testing.T, in []byte, olds string, sizes []byte) {
+		var pairs []string
+		for i, o := range strings.Split(olds, "|") {
+			if i == 16 {
+				break
+			}
+			if o != "" {
+				pairs = append(pairs, o, fmt.Sprintf("<%d>", i))
+			}
+		}
+		if len(pairs) == 0 {
+			return
+		}
+		want := strings.NewReplacer(pairs...).Replace(string(in))
+		rep := newReplacer(pairs...)
+		if got := scrubAll(t, rep, in, sizes); got != want {
+			t.Fatalf("Replacer%q on %q = %q, scrubbed in pieces %v: %q", pairs, in, want, sizes, got)
+		}
+		if got := rep.String(string(in)); got != want {
+			t.Fatalf("String: %q, want %q", got, want)
+		}
+	})
+}
+
+// TestReplacerManyRandom: many old strings over a small alphabet (so they overlap and
+// share prefixes), against strings.Replacer, in random pieces.
+func TestReplacerManyRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	word := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = "abc"[rng.IntN(3)]
+		}
+		return string(b)
+	}
+	for range 2000 {
+		var pairs []string
+		for i := range 1 + rng.IntN(12) {
+			pairs = append(pairs, word(1+rng.IntN(9)), fmt.Sprintf("<%d>", i))
+		}
+		if rng.IntN(2) == 0 { // often all long enough for the one-pass search
+			for i := 0; i < len(pairs); i += 2 {
+				pairs[i] += word(minWindow)
+			}
+		}
+		in := word(rng.IntN(200))
+		sizes := []byte{byte(1 + rng.IntN(20)), byte(1 + rng.IntN(5))}
+		want := strings.NewReplacer(pairs...).Replace(in)
+		if got := scrubAll(t, newReplacer(pairs...), []byte(in), sizes); got != want {
+			t.Fatalf("Replacer%q on %q = %q, scrubbed in pieces %v: %q", pairs, in, want, sizes, got)
+		}
+	}
 }

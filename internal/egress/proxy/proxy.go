@@ -79,8 +79,9 @@ type Config struct {
 	// HostAddrs lists the host's own addresses (refused as destinations). Optional.
 	HostAddrs func() []netip.Addr
 	// Intercept returns the interceptor for a host (canonical name) and port whose
-	// requests moat must see, under the current policy: one with a credential binding or
-	// covered by an HTTP rule. nil means pass through. Optional.
+	// requests moat must see, under the current policy: one with a credential binding (on
+	// any of its ports) or covered by an HTTP rule. nil means pass through. Direct IP
+	// connections that name such a host (SNI, Host) are refused. Optional.
 	Intercept func(host string, port uint16) Interceptor
 	// Record stores a decision; for allowed connections the returned func is called once
 	// with the outcome. Optional.
@@ -216,7 +217,8 @@ func (p *Proxy) Recheck() int {
 		case !pol.Decide(c.target).Allow:
 			c.cancel(errPolicyChanged)
 			n++
-		case !c.intercepted && c.target.Name != "" && p.cfg.Intercept != nil && p.cfg.Intercept(c.target.Name, c.target.Port) != nil:
+		case !c.intercepted && c.target.Name != "" && p.cfg.Intercept != nil && p.cfg.Intercept(c.target.Name, c.target.Port) != nil,
+			p.inspectedClaim(c.target) != "":
 			c.cancel(errNowInspected)
 			n++
 		}
@@ -272,7 +274,17 @@ func (p *Proxy) handle(client net.Conn) {
 			}
 		}
 		if ic != nil && ev.Allowed && proto != sniff.TLS && (proto != sniff.HTTP || !ic.PlainHTTP()) {
-			ev.Allowed, ev.Reason = false, "moat inspects the requests to "+req.Name+" (a credential binding or an HTTP rule): only TLS connections to it are allowed"
+			what := "only TLS connections to it are allowed"
+			if ic.PlainHTTP() {
+				what = "only TLS and HTTP connections to it are allowed"
+			}
+			ev.Allowed, ev.Reason = false, "moat inspects the requests to "+req.Name+" (a credential binding, on any port, or an HTTP rule): "+what
+		}
+	}
+	if ev.Allowed {
+		// A direct IP connection must not reach an inspected host around its interception.
+		if why := p.inspectedClaim(req); why != "" {
+			ev.Allowed, ev.Reason = false, why
 		}
 	}
 	if ev.Allowed {
@@ -315,6 +327,20 @@ type Interceptor interface {
 	Serve(ctx context.Context, client net.Conn, head []byte, host string, port int, dial func(context.Context) (net.Conn, error)) (up, down int64, err error)
 	// PlainHTTP says whether Serve also takes plain HTTP connections (else TLS only).
 	PlainHTTP() bool
+}
+
+// inspectedClaim says why a direct IP connection (no name) that names a host in its TLS
+// SNI or HTTP Host is refused when moat inspects that host on its port, or "": it would
+// reach the host without the interception (and the scrubbing) a named connection gets.
+func (p *Proxy) inspectedClaim(req policy.Request) string {
+	if req.Name != "" || req.Claimed == "" || p.cfg.Intercept == nil {
+		return ""
+	}
+	name, err := policy.NormalizeName(req.Claimed)
+	if err != nil || p.cfg.Intercept(name, req.Port) == nil {
+		return ""
+	}
+	return "the connection names " + name + ", whose requests moat inspects (a credential binding or an HTTP rule): reach it by name, not by address"
 }
 
 // intercept serves a connection to a bound host through ic.
@@ -532,6 +558,8 @@ func (p *Proxy) lateClaim(c *conn) ([]byte, string) {
 	if why == "" && req.Claimed != "" {
 		if _, pol := p.cfg.Policy(); !pol.Decide(req).Allow {
 			why = "the connection names " + req.Claimed + ", which the policy denies"
+		} else {
+			why = p.inspectedClaim(req)
 		}
 	}
 	return head, why

@@ -716,3 +716,86 @@ func TestRecheckCutsNowInspected(t *testing.T) {
 		t.Errorf("outcome error = %q", out.Err)
 	}
 }
+
+// TestDirectClaimOfInspectedHost: a direct IP connection whose TLS SNI or HTTP Host names
+// a host moat inspects (a credential binding, an HTTP rule) is refused before a byte
+// reaches the upstream, also when the client speaks after the peek window: it would reach
+// that host around the interception, and the scrubbing, that a named connection gets. A
+// connection naming another host passes.
+func TestDirectClaimOfInspectedHost(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	up := newUpstream(t, func(c net.Conn) {
+		defer c.Close()
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		mu.Lock()
+		got = append(got, line)
+		mu.Unlock()
+		io.WriteString(c, "echo: "+line)
+	})
+	ic := &fakeInterceptor{}
+	h := newHarness(t, policy.Rules{Allow: []string{"127.0.0.1/32"}}, Config{
+		PeekTimeout: 100 * time.Millisecond,
+		Intercept: func(host string, _ uint16) Interceptor {
+			if host == "bound.test" {
+				return ic
+			}
+			return nil
+		},
+	})
+	h.to("127.0.0.1", up.port())
+	for name, client := range map[string]func(net.Conn){
+		"TLS SNI": func(c net.Conn) {
+			go tls.Client(c, &tls.Config{ServerName: "Bound.Test", InsecureSkipVerify: true}).Handshake()
+		},
+		"HTTP Host": func(c net.Conn) { io.WriteString(c, "GET / HTTP/1.1\r\nHost: bound.test:443\r\n\r\n") },
+		"late claim": func(c net.Conn) {
+			time.Sleep(300 * time.Millisecond)
+			io.WriteString(c, "GET / HTTP/1.1\r\nHost: bound.test\r\n\r\n")
+		},
+		"late SNI": func(c net.Conn) {
+			time.Sleep(300 * time.Millisecond)
+			go tls.Client(c, &tls.Config{ServerName: "bound.test", InsecureSkipVerify: true}).Handshake()
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := h.dial()
+			client(c)
+			if !closed(c) {
+				t.Error("the connection was not closed")
+			}
+		})
+	}
+	mu.Lock()
+	if strings.Join(got, "") != "" {
+		t.Errorf("the upstream received %q", got)
+	}
+	mu.Unlock()
+	// The early claims are refused at the decision; the late ones (dialled, nothing sent)
+	// end with the reason.
+	refused := 0
+	h.mu.Lock()
+	for _, ev := range h.events {
+		if !ev.Allowed && strings.Contains(ev.Reason, "reach it by name") {
+			refused++
+		}
+	}
+	h.mu.Unlock()
+	for range 2 {
+		select {
+		case out := <-h.results:
+			if strings.Contains(out.Err, "reach it by name") {
+				refused++
+			}
+		case <-time.After(2 * time.Second):
+		}
+	}
+	if refused != 4 {
+		t.Errorf("%d of 4 connections refused for naming an inspected host", refused)
+	}
+	c := h.dial()
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: other.test\r\n\r\n")
+	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "echo: GET / HTTP/1.1\r\n" {
+		t.Errorf("a direct connection naming another host: %q, %v", line, err)
+	}
+}
