@@ -77,7 +77,7 @@ func TestBoundHostEveryPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Set("TOK", secrets.NewValue(secret)); err != nil {
+	if err := store.Put("TOK", secrets.NewValue(secret), nil, &secrets.Scope{Hosts: []string{fmt.Sprintf("bound.test:%d", p1)}}); err != nil {
 		t.Fatal(err)
 	}
 	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
