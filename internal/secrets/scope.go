@@ -129,24 +129,3 @@ func NormalizeHost(h string) (string, error) {
 	}
 	return n, nil
 }
-
-// String renders the scope for people: "HOSTS [METHODS] [PREFIX] [plain-http] [repos R,…]".
-func (sc *Scope) String() string {
-	if sc == nil {
-		return "none"
-	}
-	parts := []string{strings.Join(sc.Hosts, ",")}
-	if len(sc.Methods) > 0 {
-		parts = append(parts, strings.Join(sc.Methods, ","))
-	}
-	if sc.PathPrefix != "" {
-		parts = append(parts, sc.PathPrefix)
-	}
-	if sc.PlainHTTP {
-		parts = append(parts, "plain-http")
-	}
-	if len(sc.Repositories) > 0 {
-		parts = append(parts, "repos "+strings.Join(sc.Repositories, ","))
-	}
-	return strings.Join(parts, " ")
-}
