@@ -165,3 +165,33 @@ done`)
 		})
 	}
 }
+
+// TestOlderDaemonSandboxStopped: a running sandbox a moat from before the output FIFO
+// started (its token in moat-init's environment, its output an uncapped file, its directory
+// open to host users) is not adopted by a new daemon: it is stopped with the reason, and
+// starting it again sets it up as a new one.
+func TestOlderDaemonSandboxStopped(t *testing.T) {
+	e := newEnv(t) // its own: the test restarts it
+	sb := e.create(v1.CreateSandboxRequest{Runtime: "runc"})
+	fifo := filepath.Join(e.runDir, "sandboxes", sb.ID, "init.fifo")
+	e.stop()
+	// What an older daemon leaves: no FIFO in the sandbox's directory.
+	if err := os.Remove(fifo); err != nil {
+		t.Fatal(err)
+	}
+	e.start(filepath.Join(testutil.Binaries(t), "moat-init"), nil)
+	ctx := context.Background()
+	got, err := e.c.Get(ctx, sb.ID)
+	if err != nil || got.State != "stopped" || !strings.Contains(got.Error, "older moat") {
+		t.Fatalf("a sandbox of an older daemon after restart: %+v, %v; want stopped, saying why", got, err)
+	}
+	if got, err = e.c.Start(ctx, sb.ID); err != nil || got.State != "running" {
+		t.Fatalf("start: %+v, %v", got, err)
+	}
+	if fi, err := os.Lstat(fifo); err != nil || fi.Mode().Type() != os.ModeNamedPipe {
+		t.Fatalf("restarted sandbox has no output FIFO: %v", err)
+	}
+	if out := e.mustSh(sb.ID, "echo ok"); out != "ok\n" {
+		t.Fatalf("exec after start: %q", out)
+	}
+}

@@ -801,7 +801,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			_, _ = m.stopLocked(ctx, sb, "interrupted while starting (daemon restart)")
 			unlock()
 		case StateRunning, StatePaused:
-			if m.alive(ctx, sb) {
+			if m.alive(ctx, sb) && !m.fromOlderDaemon(sb.ID) {
 				m.attachLog(sb.ID)
 				if _, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials); err == nil {
 					m.log.Info("adopted running sandbox", "sandbox", sb.ID, "state", sb.State)
@@ -810,8 +810,12 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 					m.log.Error("restarting egress of a running sandbox", "sandbox", sb.ID, "err", err)
 				}
 			}
+			reason := "container was gone after a daemon restart"
+			if m.fromOlderDaemon(sb.ID) {
+				reason = "started by an older moat without an output FIFO, a token pipe and closed directories; start it again"
+			}
 			unlock := m.lock(sb.ID)
-			_, _ = m.stopLocked(ctx, sb, "container was gone after a daemon restart")
+			_, _ = m.stopLocked(ctx, sb, reason)
 			unlock()
 		case StateStopped:
 			// Leftovers of a crash between teardown steps are removed; the drive stays.
@@ -823,6 +827,15 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// fromOlderDaemon says whether sandbox id was started by a moat from before its output
+// FIFO: such a sandbox also has its access token in moat-init's environment and a run
+// directory (and, under runsc, a root overlay) other host users can reach, so it is stopped
+// rather than adopted; starting it again sets it up as a new one.
+func (m *Manager) fromOlderDaemon(id string) bool {
+	fi, err := os.Lstat(m.paths(id).fifo)
+	return err != nil || fi.Mode().Type() != os.ModeNamedPipe
 }
 
 // attachLog reads on from the output FIFO of a running sandbox of a previous daemon.
