@@ -116,8 +116,9 @@ func (c *capped) append(p []byte) error {
 }
 
 // rotate moves the file to path.1 (replacing the previous one) and starts a new one.
+// A failed rotation leaves the file closed and full; the next write tries again.
 func (c *capped) rotate() error {
-	if err := c.f.Close(); err != nil {
+	if err := c.f.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
 		return fmt.Errorf("rotating init log: %w", err)
 	}
 	if err := os.Rename(c.path, c.path+".1"); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -72,6 +72,7 @@ func Create(fifo, path string, lim Limits, log *slog.Logger) (*Log, error) {
 	wfd, err := unix.Open(fifo, unix.O_WRONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		l.r.Close()
+		l.out.close()
 		return nil, fmt.Errorf("opening %s for writing: %w", fifo, err)
 	}
 	l.w = os.NewFile(uintptr(wfd), fifo)
@@ -108,6 +109,7 @@ func open(fifo, path string, lim Limits, log *slog.Logger) (*Log, error) {
 	}
 	rfd, err := unix.Open(fifo, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
+		out.close()
 		return nil, fmt.Errorf("opening %s for reading: %w", fifo, err)
 	}
 	return &Log{fifo: fifo, out: out, r: os.NewFile(uintptr(rfd), fifo), log: log, done: make(chan struct{})}, nil
@@ -163,13 +165,16 @@ func (l *Log) start() {
 		defer close(l.done)
 		defer l.out.close()
 		buf := make([]byte, 64<<10)
+		failing := false // one warning per run of failed writes: the sandbox picks the read sizes
 		for {
 			n, err := l.r.Read(buf)
 			if n > 0 {
 				l.keepTail(buf[:n])
-				if werr := l.out.write(buf[:n], time.Now()); werr != nil {
-					l.log.Warn("writing init log", "path", l.out.path, "err", werr)
+				werr := l.out.write(buf[:n], time.Now())
+				if werr != nil && !failing {
+					l.log.Warn("writing init log (further failures not logged until a write succeeds)", "path", l.out.path, "err", werr)
 				}
+				failing = werr != nil
 			}
 			if err != nil {
 				if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrClosed) {
