@@ -53,7 +53,7 @@ func newCLI(t *testing.T) *cli {
 	}
 	t.Cleanup(func() { os.RemoveAll(run) })
 	return &cli{t: t, bin: bin, args: []string{"--data", t.TempDir(), "--run-dir", run, "--socket", filepath.Join(run, "none.sock"),
-		"--id-base", strconv.FormatUint(uint64(testutil.IDBase()), 10)}}
+		"--id-base", strconv.FormatUint(uint64(testutil.IDBase(t)), 10)}}
 }
 
 func (c *cli) run(stdin string, args ...string) (stdout, stderr string, code int) {

@@ -83,7 +83,7 @@ func TestDaemonKill9Restart(t *testing.T) {
 	data := t.TempDir()
 	run := "/run/moat-test-" + shortID()
 	sock := filepath.Join(run, "moat.sock")
-	idBase := strconv.FormatUint(uint64(testutil.IDBase()), 10)
+	idBase := strconv.FormatUint(uint64(testutil.IDBase(t)), 10)
 	defer os.RemoveAll(run)
 	start := func() *exec.Cmd {
 		cmd := exec.Command(filepath.Join(bin, "moat"), "serve", "--data", data, "--run-dir", run, "--socket", sock, "--warm", "1", "--id-base", idBase)

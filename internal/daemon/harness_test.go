@@ -81,7 +81,7 @@ func (e *env) start(initPath string, configure func(*daemon.Config)) {
 	log := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cfg := daemon.Config{
 		DataDir: e.dataDir, RunDir: e.runDir, Socket: filepath.Join(e.runDir, "moat.sock"),
-		InitPath: initPath, IDBase: testutil.IDBase(), Log: log,
+		InitPath: initPath, IDBase: testutil.IDBase(e.t), Log: log,
 	}
 	if configure != nil {
 		configure(&cfg)

@@ -4,10 +4,12 @@ package testutil
 
 import (
 	"crypto/rand"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -81,13 +83,27 @@ func ModuleRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// IDBase returns a host uid base for one test daemon, so that daemons of tests running at
-// the same time (each with its own state) never hand out the same uid range: 0x80000000
-// plus a random multiple of 256 slots.
-func IDBase() uint32 {
+// IDBase returns a host uid base for one test daemon: 0x80000000 plus a multiple of 256
+// slots, one of 120. Daemons of tests running at the same time on this host — in this
+// process, another package's test binary or another checkout — never get the same base:
+// each base is claimed by binding the abstract unix socket "@moat-test-idbase-K" (the
+// kernel makes the name exclusive, and frees it when the test ends or its process dies;
+// nothing is left on the host), which tb's cleanup releases.
+func IDBase(tb testing.TB) uint32 {
+	tb.Helper()
 	var b [1]byte
 	_, _ = rand.Read(b[:])
-	return 0x80000000 + uint32(b[0]%120)*256*65536
+	for i := range 120 {
+		k := (int(b[0]) + i) % 120
+		l, err := net.Listen("unix", "@moat-test-idbase-"+strconv.Itoa(k))
+		if err != nil {
+			continue // another test holds it
+		}
+		tb.Cleanup(func() { l.Close() })
+		return 0x80000000 + uint32(k)*256*65536
+	}
+	tb.Fatalf("no free test uid range: 120 test daemons hold one each")
+	return 0
 }
 
 // WaitFor polls cond every 20ms until it returns true or timeout passes.

@@ -89,7 +89,7 @@ func startDaemon(tb testing.TB, warm int) *daemon {
 	sock := filepath.Join(runDir, "moat.sock")
 	global := []string{
 		"--data", tb.TempDir(), "--run-dir", runDir, "--socket", sock,
-		"--id-base", strconv.FormatUint(uint64(testutil.IDBase()), 10),
+		"--id-base", strconv.FormatUint(uint64(testutil.IDBase(tb)), 10),
 	}
 	addr := freeAddr(tb)
 
