@@ -186,7 +186,8 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 // request acts as that key (with its grants). The gate is the one place that says who the
 // caller is: it puts it in the request's context (sandbox.WithCaller). Requests for a
 // sandbox's envd (E2B's E2b-Sandbox-Id header, or a signed /files URL) need no API key:
-// moat-init checks their access token or signature itself. GET /health is open.
+// moat-init checks their access token or signature itself (a token only the sandbox's owner
+// and the operator can obtain: see owned). GET /health is open.
 func (s *Server) Handler(auth Authenticator) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get(e2bSandboxHeader) != "" {
