@@ -276,6 +276,10 @@ func TestSandboxOwnership(t *testing.T) {
 			t.Errorf("the operator deletes %s: %v", id, err)
 		}
 	}
+	// The operator still reads a deleted sandbox's events (the audit of its credential use).
+	if code, body := call(t, "GET", unix.URL+"/v1/sandboxes/"+ofA+"/events", "", nil); code != 200 {
+		t.Errorf("the operator reads the events of deleted %s: %d %s", ofA, code, body)
+	}
 	if len(reached(ofA)) != 2 || len(reached(ofOp)) != 1 {
 		t.Errorf("moat-init saw %v and %v", reached(ofA), reached(ofOp))
 	}
