@@ -702,7 +702,7 @@ func (s *Server) e2bList(v2 bool) http.HandlerFunc {
 			}
 			limit = n
 		}
-		list, err := s.sandboxes.List(r.Context())
+		list, err := s.visible(r.Context())
 		if err != nil {
 			writeE2BError(w, err)
 			return

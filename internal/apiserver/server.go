@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -164,7 +165,11 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, route{"GET /health", s.health})
 	for _, r := range routes {
-		s.mux.HandleFunc(r.pattern, r.h)
+		h := r.h
+		if strings.Contains(r.pattern, "/sandboxes/{id}") {
+			h = s.owned(h, strings.Contains(r.pattern, "/v1/"))
+		}
+		s.mux.HandleFunc(r.pattern, h)
 	}
 	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("no route for %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound))
@@ -181,7 +186,8 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 // request acts as that key (with its grants). The gate is the one place that says who the
 // caller is: it puts it in the request's context (sandbox.WithCaller). Requests for a
 // sandbox's envd (E2B's E2b-Sandbox-Id header, or a signed /files URL) need no API key:
-// moat-init checks their access token or signature itself. GET /health is open.
+// moat-init checks their access token or signature itself (a token only the sandbox's owner
+// and the operator can obtain: see owned). GET /health is open.
 func (s *Server) Handler(auth Authenticator) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get(e2bSandboxHeader) != "" {
@@ -230,6 +236,46 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 	})
 }
 
+// owned guards every route that names a sandbox ({id}), native (errors as native) and
+// E2B: it passes the request on only when the caller may use that sandbox
+// (sandbox.Caller.MayUse: the operator every one, an API key those it created). A
+// sandbox the caller may not use answers as one that does not exist, 404 with the same
+// message, so a key learns nothing of other callers' sandboxes. The operator's requests
+// pass unlooked-at (it may use every sandbox, and read the events of deleted ones).
+func (s *Server) owned(h http.HandlerFunc, native bool) http.HandlerFunc {
+	fail := writeE2BError
+	if native {
+		fail = writeError
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		c := sandbox.CallerFrom(r.Context())
+		if c.Operator {
+			h(w, r)
+			return
+		}
+		id := r.PathValue("id")
+		sb, err := s.sandboxes.Get(r.Context(), id)
+		if err == nil && !c.MayUse(sb) {
+			err = fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		}
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// visible returns the sandboxes the caller of ctx may use (sandbox.Caller.MayUse).
+func (s *Server) visible(ctx context.Context) ([]*sandbox.Sandbox, error) {
+	list, err := s.sandboxes.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := sandbox.CallerFrom(ctx)
+	return slices.DeleteFunc(list, func(sb *sandbox.Sandbox) bool { return !c.MayUse(sb) }), nil
+}
+
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
@@ -258,7 +304,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	list, err := s.sandboxes.List(r.Context())
+	list, err := s.visible(r.Context())
 	if err != nil {
 		writeError(w, err)
 		return

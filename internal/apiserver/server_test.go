@@ -18,7 +18,8 @@ import (
 	"github.com/moatdev/moat/internal/sandbox"
 )
 
-// fakeSandboxes behaves like the manager for two sandboxes: "sb-running" and "sb-stopped".
+// fakeSandboxes behaves like the manager for two sandboxes: "sb-running" and "sb-stopped",
+// both created with the API key the test authenticator calls key-good.
 // Its envd transport reaches a real HTTP server standing in for moat-init.
 type fakeSandboxes struct {
 	envd *httptest.Server
@@ -27,9 +28,9 @@ type fakeSandboxes struct {
 func (f *fakeSandboxes) get(id string) (*sandbox.Sandbox, error) {
 	switch id {
 	case "sb-running":
-		return &sandbox.Sandbox{ID: id, State: sandbox.StateRunning, Runtime: "runc", AccessToken: "sandbox-token"}, nil
+		return &sandbox.Sandbox{ID: id, State: sandbox.StateRunning, Runtime: "runc", AccessToken: "sandbox-token", Owner: "key-good"}, nil
 	case "sb-stopped":
-		return &sandbox.Sandbox{ID: id, State: sandbox.StateStopped, Runtime: "runc", AccessToken: "t2"}, nil
+		return &sandbox.Sandbox{ID: id, State: sandbox.StateStopped, Runtime: "runc", AccessToken: "t2", Owner: "key-good"}, nil
 	}
 	return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 }

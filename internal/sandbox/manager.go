@@ -243,7 +243,8 @@ func (l Limits) Validate() error {
 
 // Create makes and starts a sandbox, or hands over a warm one (pool.go). On any error,
 // nothing of it remains. Credential bindings must be granted to the caller ctx carries
-// (CallerFrom) and lie within their secrets' scopes (checkBindings).
+// (CallerFrom) and lie within their secrets' scopes (checkBindings); the sandbox is that
+// caller's (Sandbox.Owner).
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
 	return m.create(ctx, opts, false)
 }
@@ -278,6 +279,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 		Repo: opts.Repo, User: opts.User, Env: opts.Env, Limits: opts.Limits, Metadata: opts.Metadata,
 		Policy: opts.Policy, OnTimeout: opts.OnTimeout, TemplateAlias: opts.TemplateAlias,
 		Credentials: opts.Credentials, CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
+		Owner: CallerFrom(ctx).Owner(),
 	}
 	if opts.Timeout > 0 {
 		exp := now.Add(opts.Timeout)

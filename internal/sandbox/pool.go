@@ -18,10 +18,11 @@ import (
 // sandbox: its limits are set with the runtime's Update (runsc cannot change limits, so its
 // pool serves default limits only), its policy with the egress boundary, its environment
 // (the same as a cold create's, trust variables included) and default user with
-// moat-init's POST /init, and its record takes the caller's options. Nothing but moat-init
-// has run in a warm sandbox before it is handed over, so it is as fresh as a new one. The
-// pool refills in the background; a daemon that stops deletes its warm sandboxes, and one
-// that crashed deletes them when it starts again (they are marked Warm in the store).
+// moat-init's POST /init, and its record takes the caller's options and becomes the
+// caller's (Sandbox.Owner). Nothing but moat-init has run in a warm sandbox before it is
+// handed over, so it is as fresh as a new one. The pool refills in the background; a daemon
+// that stops deletes its warm sandboxes, and one that crashed deletes them when it starts
+// again (they are marked Warm in the store).
 type pool struct {
 	mu    sync.Mutex
 	ready []string
@@ -193,6 +194,7 @@ func (m *Manager) handOver(ctx context.Context, id string, opts CreateOptions, t
 	now := time.Now().UTC()
 	return m.store.Update(ctx, id, func(s *Sandbox) error {
 		s.Warm = false
+		s.Owner = CallerFrom(ctx).Owner()
 		s.User, s.Env, s.Limits, s.Metadata, s.Policy = user, opts.Env, opts.Limits, opts.Metadata, opts.Policy
 		s.OnTimeout, s.TemplateAlias = opts.OnTimeout, opts.TemplateAlias
 		s.CreatedAt = now

@@ -90,6 +90,10 @@ type Sandbox struct {
 	// AccessToken authenticates the daemon to the sandbox's moat-init. It is never
 	// sent to API clients of the native API.
 	AccessToken string `json:"-"`
+	// Owner is the id of the API key that created the sandbox ("": the operator, or a
+	// warm sandbox not yet handed over). Only its owner and the operator may see it or act
+	// on it (Caller.MayUse). Fixed at create (or hand-over); stored in its own column.
+	Owner string `json:"-"`
 }
 
 // What a sandbox's timeout does (Sandbox.OnTimeout).

@@ -37,6 +37,25 @@ func CallerFrom(ctx context.Context) Caller {
 	return c
 }
 
+// Owner is the owner a sandbox created by c records: c's API key, or "" for the operator
+// (and for a caller without identity, whose sandbox only the operator can then use).
+func (c Caller) Owner() string {
+	if c.Operator {
+		return ""
+	}
+	return c.APIKey
+}
+
+// MayUse reports whether c may see sandbox sb and act on it: the operator may use every
+// sandbox, an API key only those it created (a sandbox of the operator, of another key or
+// of a deleted key is not its own), a caller without identity none.
+func (c Caller) MayUse(sb *Sandbox) bool {
+	if c.Operator {
+		return true
+	}
+	return c.APIKey != "" && sb.Owner == c.APIKey
+}
+
 // CheckGrants returns an error of class errdefs.ErrPermissionDenied, naming the first
 // secret and how to grant it, unless c may bind every secret creds name: the operator may
 // bind any, an API key those it is granted, anybody else none.

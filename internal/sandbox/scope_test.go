@@ -131,6 +131,45 @@ func TestCheckGrants(t *testing.T) {
 	}
 }
 
+// TestMayUse: the operator uses every sandbox, an API key only those it created; the owner
+// a sandbox records is its creator's key, "" for the operator's and for a caller without
+// identity (which only the operator can then use).
+func TestMayUse(t *testing.T) {
+	op, a, b, nobody := Caller{Operator: true}, Caller{APIKey: "key-a"}, Caller{APIKey: "key-b", Secrets: []string{"X"}}, Caller{}
+	for _, tc := range []struct {
+		caller Caller
+		owner  string
+		want   bool
+	}{
+		{op, "", true},
+		{op, "key-a", true},
+		{Caller{Operator: true, APIKey: "key-b"}, "key-a", true},
+		{a, "key-a", true},
+		{a, "", false},
+		{a, "key-b", false},
+		{a, "key-aa", false},
+		{Caller{APIKey: "KEY-A"}, "key-a", false},
+		{b, "key-a", false},
+		{nobody, "", false},
+		{nobody, "key-a", false},
+	} {
+		if got := tc.caller.MayUse(&Sandbox{Owner: tc.owner}); got != tc.want {
+			t.Errorf("%+v MayUse a sandbox of %q = %v, want %v", tc.caller, tc.owner, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		caller Caller
+		want   string
+	}{{op, ""}, {Caller{Operator: true, APIKey: "key-a"}, ""}, {a, "key-a"}, {nobody, ""}} {
+		if got := tc.caller.Owner(); got != tc.want {
+			t.Errorf("%+v.Owner() = %q, want %q", tc.caller, got, tc.want)
+		}
+		if sb := (&Sandbox{Owner: tc.caller.Owner()}); !tc.caller.MayUse(sb) && (tc.caller.Operator || tc.caller.APIKey != "") {
+			t.Errorf("%+v may not use the sandbox it created", tc.caller)
+		}
+	}
+}
+
 // TestCheckBindings: the manager's create-time decision with the real secret store: grants
 // first (an ungranted key learns nothing about the secret), then existence, then the
 // scope, whose limits the bindings take.

@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS sandboxes (
 	slot  INTEGER NOT NULL UNIQUE,
 	state TEXT NOT NULL,
 	data  TEXT NOT NULL,
-	token TEXT NOT NULL
+	token TEXT NOT NULL,
+	owner TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS events (
 	seq     INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -76,7 +77,26 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("creating schema: %w", err)
 	}
+	if err := migrate(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("migrating schema: %w", err)
+	}
 	return &Store{db: db}, nil
+}
+
+// migrate brings a database made by an older moat up to the schema: sandboxes gain an
+// owner column, in which their sandboxes are the operator's ("").
+func migrate(db *sql.DB) error {
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM pragma_table_info('sandboxes') WHERE name = 'owner'`).Scan(&n); err != nil {
+		return err
+	}
+	if n == 0 {
+		if _, err := db.Exec(`ALTER TABLE sandboxes ADD COLUMN owner TEXT NOT NULL DEFAULT ''`); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close closes the database.
@@ -129,8 +149,8 @@ func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes(id, slot, state, data, token) VALUES(?,?,?,?,?)`,
-		sb.ID, sb.Slot, string(sb.State), string(data), sb.AccessToken); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes(id, slot, state, data, token, owner) VALUES(?,?,?,?,?,?)`,
+		sb.ID, sb.Slot, string(sb.State), string(data), sb.AccessToken, sb.Owner); err != nil {
 		return fmt.Errorf("inserting sandbox %s: %w", sb.ID, err)
 	}
 	if err := addEvent(ctx, tx, sb.ID, "created", string(sb.State)); err != nil {
@@ -161,8 +181,8 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*sandbox.Sandbox)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = ?, data = ? WHERE id = ?`,
-		string(sb.State), string(data), id); err != nil {
+	if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = ?, data = ?, owner = ? WHERE id = ?`,
+		string(sb.State), string(data), sb.Owner, id); err != nil {
 		return nil, fmt.Errorf("updating sandbox %s: %w", id, err)
 	}
 	if sb.State != before {
@@ -187,18 +207,18 @@ func (s *Store) Get(ctx context.Context, id string) (*sandbox.Sandbox, error) {
 
 // List returns every sandbox, oldest first.
 func (s *Store) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT data, token FROM sandboxes`)
+	rows, err := s.db.QueryContext(ctx, `SELECT data, token, owner FROM sandboxes`)
 	if err != nil {
 		return nil, fmt.Errorf("listing sandboxes: %w", err)
 	}
 	defer rows.Close()
 	var out []*sandbox.Sandbox
 	for rows.Next() {
-		var data, token string
-		if err := rows.Scan(&data, &token); err != nil {
+		var data, token, owner string
+		if err := rows.Scan(&data, &token, &owner); err != nil {
 			return nil, err
 		}
-		sb, err := decode(data, token)
+		sb, err := decode(data, token, owner)
 		if err != nil {
 			return nil, err
 		}
@@ -265,23 +285,23 @@ type querier interface {
 }
 
 func get(ctx context.Context, q querier, id string) (*sandbox.Sandbox, error) {
-	var data, token string
-	err := q.QueryRowContext(ctx, `SELECT data, token FROM sandboxes WHERE id = ?`, id).Scan(&data, &token)
+	var data, token, owner string
+	err := q.QueryRowContext(ctx, `SELECT data, token, owner FROM sandboxes WHERE id = ?`, id).Scan(&data, &token, &owner)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading sandbox %s: %w", id, err)
 	}
-	return decode(data, token)
+	return decode(data, token, owner)
 }
 
-func decode(data, token string) (*sandbox.Sandbox, error) {
+func decode(data, token, owner string) (*sandbox.Sandbox, error) {
 	var sb sandbox.Sandbox
 	if err := json.Unmarshal([]byte(data), &sb); err != nil {
 		return nil, fmt.Errorf("decoding sandbox record: %w", err)
 	}
-	sb.AccessToken = token
+	sb.AccessToken, sb.Owner = token, owner
 	return &sb, nil
 }
 

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -218,5 +219,65 @@ func TestAPIKeyGrants(t *testing.T) {
 	_ = st.db.QueryRow(`SELECT COUNT(*) FROM api_key_secrets`).Scan(&rows)
 	if rows != 0 {
 		t.Errorf("%d grants left after deleting the keys' grants and key", rows)
+	}
+}
+
+// TestOwner: a sandbox's owner is kept in its own column, read back by Get and List, set by
+// Update (a warm sandbox handed over); a database of an older moat gains the column, its
+// sandboxes the operator's.
+func TestOwner(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "moat.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The table as moat made it before owners.
+	if _, err := db.Exec(`CREATE TABLE sandboxes (id TEXT PRIMARY KEY, slot INTEGER NOT NULL UNIQUE, state TEXT NOT NULL, data TEXT NOT NULL, token TEXT NOT NULL);
+		INSERT INTO sandboxes VALUES('old', 0, 'running', '{"id":"old","state":"running"}', 'tok-old')`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	st, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if sb, err := st.Get(ctx, "old"); err != nil || sb.Owner != "" || sb.AccessToken != "tok-old" {
+		t.Fatalf("an old record: %+v, %v", sb, err)
+	}
+	a := newSB("a")
+	a.Owner = "key-a"
+	if err := st.Insert(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if sb, err := st.Get(ctx, "a"); err != nil || sb.Owner != "key-a" {
+		t.Fatalf("Get: %+v, %v", sb, err)
+	}
+	var data string
+	if err := st.db.QueryRow(`SELECT data FROM sandboxes WHERE id = 'a'`).Scan(&data); err != nil || strings.Contains(data, "key-a") {
+		t.Errorf("the owner is in the record's data too: %s (%v)", data, err)
+	}
+	if _, err := st.Update(ctx, "old", func(sb *sandbox.Sandbox) error { sb.Owner = "key-b"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	list, err := st.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := map[string]string{}
+	for _, sb := range list {
+		owners[sb.ID] = sb.Owner
+	}
+	if owners["a"] != "key-a" || owners["old"] != "key-b" {
+		t.Errorf("List: owners %v", owners)
+	}
+	st.Close()
+	// Opening again leaves a migrated database as it is.
+	if st, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	if sb, err := st.Get(ctx, "old"); err != nil || sb.Owner != "key-b" {
+		t.Errorf("after reopening: %+v, %v", sb, err)
 	}
 }
