@@ -187,8 +187,8 @@ bindings outside it are no longer injected from their next connection on.
 // scopeFlags are the flags of a secret's scope, for moat secret set and scope.
 type scopeFlags struct {
 	hosts, methods, repos, headers []string
-	prefix                string
-	plain                 bool
+	prefix                         string
+	plain                          bool
 }
 
 func (f *scopeFlags) register(cmd *cobra.Command) {
