@@ -20,7 +20,8 @@ import (
 // (Authorization when it names none), nor a header template that puts the value inside
 // other data (a URL the host may log or send back). Verdicts are read at the receiving
 // upstream, which logs every header of every request: the value reaches it only in a header
-// the scope names.
+// the scope names. Headers taken out of a scope while a sandbox runs apply to its next
+// connection.
 func TestSecretScopeHeaders(t *testing.T) {
 	const (
 		plain = "plain-secret-5d19a7c3"
@@ -127,6 +128,15 @@ func TestSecretScopeHeaders(t *testing.T) {
 		}
 		if !in.log.contains("hdr path=/bound User-Agent=" + ph) {
 			t.Errorf("User-Agent did not keep the placeholder: %v", in.log.all())
+		}
+		// The operator takes X-Api-Key out of the scope: the running sandbox's binding is no
+		// longer injected, from its next connection on.
+		if err := e.c.SetSecretScope(ctx, "KEYED", v1.SecretScope{Hosts: []string{apiHost}, Headers: []string{"X-Callback-Url"}}); err != nil {
+			t.Fatal(err)
+		}
+		send(t, e, sb.ID, "KEYED", "narrowed")
+		if !in.log.contains("hdr path=/narrowed X-Api-Key=" + ph) {
+			t.Errorf("after narrowing, X-Api-Key did not keep the placeholder: %v", in.log.all())
 		}
 		if err := e.c.Delete(ctx, sb.ID); err != nil {
 			t.Error(err)
