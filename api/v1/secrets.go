@@ -29,6 +29,11 @@ type SecretScope struct {
 	// Repositories, for a GitHub App key only, are the repositories its tokens may be minted
 	// for (none: any the binding names).
 	Repositories []string `json:"repositories,omitempty"`
+	// Headers are the request headers a binding may write the value into: its
+	// placeholder_header, or a header binding's header (whose template must then be
+	// "{{value}}" or "SCHEME {{value}}"). Absent or empty: Authorization only. Names ignore
+	// case; the daemon returns them canonical (X-Api-Key).
+	Headers []string `json:"headers,omitempty"`
 }
 
 // GitHubApp identifies a GitHub App installation.

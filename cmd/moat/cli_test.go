@@ -542,6 +542,10 @@ func TestCLISecrets(t *testing.T) {
 		// Bindings outside a secret's scope are refused, for the operator too.
 		{"", []string{"run", "--credential", "PLAIN@evil.test", "--", "true"}, "host evil.test (port 443) is outside the secret's scope (api.test, *.example.org:8443)"},
 		{"", []string{"run", "--github-token", "GH_APP@github.com", "--github-repo", "gadget", "--", "true"}, "repository gadget is outside the GitHub App key's scope (widget)"},
+		// The value goes into Authorization only, unless the scope names other headers.
+		{"", []string{"run", "--credential", "PLAIN@api.test=User-Agent", "--", "true"}, "header User-Agent is outside the secret's scope (the value may be written into Authorization only)"},
+		{"", []string{"run", "--credential-header", "PLAIN@api.test=Authorization: https://evil.test/{{value}}", "--", "true"}, "header template \"https://evil.test/{{value}}\" is not allowed"},
+		{"", []string{"secret", "scope", "PLAIN", "--hosts", "api.test", "--headers", "Host"}, "not a header the value may be written into"},
 	} {
 		out, errOut, code := c.run(tc.stdin, tc.args...)
 		if code == 0 || !strings.Contains(errOut, tc.want) || strings.Contains(out+errOut, "not-a-key-value") {
@@ -552,12 +556,16 @@ func TestCLISecrets(t *testing.T) {
 	if _, errOut, code := c.run("", "run", "--credential", "PLAIN@a.example.org:8443/v1/", "--", "true"); code != 0 {
 		t.Errorf("run with a binding within the scope: %d %s", code, errOut)
 	}
-	if _, errOut, code := c.run("", "secret", "scope", "PLAIN", "--hosts", "api.test,*.example.org:8443", "--methods", "GET,POST", "--path-prefix", "/v1/"); code != 0 {
+	if _, errOut, code := c.run("", "secret", "scope", "PLAIN", "--hosts", "api.test,*.example.org:8443", "--methods", "GET,POST", "--path-prefix", "/v1/", "--headers", "x-api-key,authorization"); code != 0 {
 		t.Fatalf("secret scope: %d %s", code, errOut)
 	}
+	// A header the scope names may carry the value.
+	if _, errOut, code := c.run("", "run", "--credential", "PLAIN@api.test/v1/=X-API-Key", "--credential-header", "PLAIN@api.test/v1/=Authorization: Bearer {{value}}", "--", "true"); code != 0 {
+		t.Errorf("run with a header within the scope: %d %s", code, errOut)
+	}
 	out, _, code := c.run("", "secret", "ls")
-	if code != 0 || !strings.Contains(out, "github-app 123 installation 456") || !strings.Contains(out, "github.com,api.github.com repos widget") ||
-		!strings.Contains(out, "api.test,*.example.org:8443 GET,POST /v1/") || strings.Contains(out, "BAD") || strings.Contains(out, "PRIVATE") {
+	if code != 0 || !strings.Contains(out, "github-app 123 installation 456") || !strings.Contains(out, "github.com,api.github.com repos widget headers Authorization") ||
+		!strings.Contains(out, "api.test,*.example.org:8443 GET,POST /v1/ headers X-Api-Key,Authorization") || strings.Contains(out, "BAD") || strings.Contains(out, "PRIVATE") {
 		t.Errorf("secret ls:\n%s", out)
 	}
 	out, _, _ = c.run("", "secret", "ls", "--json")

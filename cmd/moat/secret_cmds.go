@@ -186,9 +186,9 @@ bindings outside it are no longer injected from their next connection on.
 
 // scopeFlags are the flags of a secret's scope, for moat secret set and scope.
 type scopeFlags struct {
-	hosts, methods, repos []string
-	prefix                string
-	plain                 bool
+	hosts, methods, repos, headers []string
+	prefix                         string
+	plain                          bool
 }
 
 func (f *scopeFlags) register(cmd *cobra.Command) {
@@ -198,20 +198,21 @@ func (f *scopeFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.prefix, "path-prefix", "", "the path prefix of every request carrying the value, e.g. /v1/")
 	fl.BoolVar(&f.plain, "plain-http", false, "bindings may send the value in plain HTTP too (default: TLS only)")
 	fl.StringSliceVar(&f.repos, "github-repo", nil, "for a GitHub App key: the only repositories (without owner) tokens may be minted for")
+	fl.StringSliceVar(&f.headers, "headers", nil, "the request headers bindings may write the value into, e.g. x-api-key,Authorization (default: Authorization only)")
 }
 
 // scope returns the scope the flags give; nil when none is given and none is required.
 func (f *scopeFlags) scope(required bool) (*v1.SecretScope, error) {
 	if len(f.hosts) == 0 {
-		if len(f.methods) > 0 || f.prefix != "" || f.plain || len(f.repos) > 0 {
-			return nil, errors.New("--methods, --path-prefix, --plain-http and --github-repo narrow --hosts; give it too (the scope is replaced whole)")
+		if len(f.methods) > 0 || f.prefix != "" || f.plain || len(f.repos) > 0 || len(f.headers) > 0 {
+			return nil, errors.New("--methods, --path-prefix, --plain-http, --github-repo and --headers narrow --hosts; give it too (the scope is replaced whole)")
 		}
 		if required {
 			return nil, errors.New("give --hosts: the hosts the value may be sent to (e.g. --hosts api.example.com,*.example.org)")
 		}
 		return nil, nil
 	}
-	return &v1.SecretScope{Hosts: f.hosts, Methods: f.methods, PathPrefix: f.prefix, PlainHTTP: f.plain, Repositories: f.repos}, nil
+	return &v1.SecretScope{Hosts: f.hosts, Methods: f.methods, PathPrefix: f.prefix, PlainHTTP: f.plain, Repositories: f.repos, Headers: f.headers}, nil
 }
 
 // scopeText renders a secret's scope for moat secret ls.
@@ -232,6 +233,11 @@ func scopeText(sc *v1.SecretScope) string {
 	if len(sc.Repositories) > 0 {
 		parts = append(parts, "repos "+strings.Join(sc.Repositories, ","))
 	}
+	headers := sc.Headers
+	if len(headers) == 0 {
+		headers = []string{"Authorization"}
+	}
+	parts = append(parts, "headers "+strings.Join(headers, ","))
 	return strings.Join(parts, " ")
 }
 

@@ -80,11 +80,11 @@ func memScope(in *v1.SecretScope) (*v1.SecretScope, error) {
 	if in == nil {
 		return nil, nil
 	}
-	n, err := secrets.Scope{Hosts: in.Hosts, Methods: in.Methods, PathPrefix: in.PathPrefix, PlainHTTP: in.PlainHTTP, Repositories: in.Repositories}.Normalize()
+	n, err := secrets.Scope{Hosts: in.Hosts, Methods: in.Methods, PathPrefix: in.PathPrefix, PlainHTTP: in.PlainHTTP, Repositories: in.Repositories, Headers: in.Headers}.Normalize()
 	if err != nil {
 		return nil, err
 	}
-	return &v1.SecretScope{Hosts: n.Hosts, Methods: n.Methods, PathPrefix: n.PathPrefix, PlainHTTP: n.PlainHTTP, Repositories: n.Repositories}, nil
+	return &v1.SecretScope{Hosts: n.Hosts, Methods: n.Methods, PathPrefix: n.PathPrefix, PlainHTTP: n.PlainHTTP, Repositories: n.Repositories, Headers: n.Headers}, nil
 }
 
 func (m *memSecrets) ListSecrets(ctx context.Context) ([]v1.SecretInfo, error) {

@@ -153,14 +153,14 @@ func fromAPIScope(in *v1.SecretScope) *secrets.Scope {
 	if in == nil {
 		return nil
 	}
-	return &secrets.Scope{Hosts: in.Hosts, Methods: in.Methods, PathPrefix: in.PathPrefix, PlainHTTP: in.PlainHTTP, Repositories: in.Repositories}
+	return &secrets.Scope{Hosts: in.Hosts, Methods: in.Methods, PathPrefix: in.PathPrefix, PlainHTTP: in.PlainHTTP, Repositories: in.Repositories, Headers: in.Headers}
 }
 
 func toAPIScope(sc *secrets.Scope) *v1.SecretScope {
 	if sc == nil {
 		return nil
 	}
-	return &v1.SecretScope{Hosts: sc.Hosts, Methods: sc.Methods, PathPrefix: sc.PathPrefix, PlainHTTP: sc.PlainHTTP, Repositories: sc.Repositories}
+	return &v1.SecretScope{Hosts: sc.Hosts, Methods: sc.Methods, PathPrefix: sc.PathPrefix, PlainHTTP: sc.PlainHTTP, Repositories: sc.Repositories, Headers: sc.Headers}
 }
 
 func (a secretStore) ListSecrets(ctx context.Context) ([]v1.SecretInfo, error) {

@@ -89,7 +89,12 @@ func CheckGrants(c Caller, creds []Credential) error {
 //   - methods: c's must be among sc's; c without methods takes sc's;
 //   - path prefix: c's must start with sc's; c without one takes sc's;
 //   - a GitHub App binding's repositories must be among sc's (GitHub's names ignore case)
-//     when sc names some.
+//     when sc names some;
+//   - header: the one c writes the value into (Header for a header binding, else
+//     PlaceholderHeader, else Authorization) must be among sc's (AllowedHeaders; names
+//     ignore case), and a header binding's template must be "{{value}}" or
+//     "SCHEME {{value}}" (SCHEME a token, as Bearer), so the value is the header's whole
+//     credential and not part of a URL or other data a host may log or send back.
 //
 // A nil sc (a secret stored without one) admits no binding. The result shares nothing
 // with c's slices.
@@ -133,6 +138,20 @@ func WithinScope(c Credential, sc *secrets.Scope) (Credential, error) {
 			return deny("path prefix %s is outside the secret's scope (%s); %s", out.PathPrefix, sc.PathPrefix, widen)
 		}
 	}
+	header := c.Header
+	if header == "" {
+		header = c.PlaceholderHeader
+	}
+	if header == "" {
+		header = secrets.DefaultHeader
+	}
+	allowed := sc.AllowedHeaders()
+	if !slices.ContainsFunc(allowed, func(h string) bool { return strings.EqualFold(h, header) }) {
+		return deny("header %s is outside the secret's scope (the value may be written into %s only); bind it to one of those, or %s --headers HEADER[,HEADER...]", header, strings.Join(allowed, ", "), widen)
+	}
+	if c.Header != "" && !credentialTemplate(c.Template) {
+		return deny("header template %.80q is not allowed: the value must be the header's whole credential, as \"{{value}}\" or \"SCHEME {{value}}\" (e.g. \"Bearer {{value}}\")", c.Template)
+	}
 	if g := c.GitHub; g != nil {
 		cp := *g
 		cp.Repositories = slices.Clone(g.Repositories)
@@ -146,6 +165,16 @@ func WithinScope(c Credential, sc *secrets.Scope) (Credential, error) {
 		}
 	}
 	return out, nil
+}
+
+// credentialTemplate reports whether a header binding's template t is "{{value}}" or
+// "SCHEME {{value}}": one token (an authentication scheme), one space, the value.
+func credentialTemplate(t string) bool {
+	if t == "{{value}}" {
+		return true
+	}
+	scheme, ok := strings.CutSuffix(t, " {{value}}")
+	return ok && headerNameRE.MatchString(scheme)
 }
 
 // hostPorts splits a normalized host entry into its name pattern and the ports it covers:

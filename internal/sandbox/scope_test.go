@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -60,6 +61,26 @@ func TestWithinScope(t *testing.T) {
 		{"a repository outside", Credential{Hosts: []string{"github.com"}, GitHub: &GitHubScope{Repositories: []string{"widget", "secrets"}}}, &secrets.Scope{Hosts: []string{"github.com"}, Repositories: []string{"widget"}}, "repository secrets is outside the GitHub App key's scope (widget)", "", ""},
 		{"any repository", Credential{Hosts: []string{"github.com"}, GitHub: &GitHubScope{Repositories: []string{"anything"}}}, scope("github.com"), "", "", ""},
 		{"an App key's host", Credential{Hosts: []string{"evil.test"}, GitHub: &GitHubScope{Repositories: []string{"widget"}}}, &secrets.Scope{Hosts: []string{"github.com"}, Repositories: []string{"widget"}}, "host evil.test", "", ""},
+		// The header the value is written into, and the form of a header binding's template.
+		{"Authorization by default", Credential{Hosts: []string{"api.test"}, PlaceholderHeader: "authorization"}, scope("api.test"), "", "", ""},
+		{"a placeholder header outside the default", Credential{Hosts: []string{"api.test"}, PlaceholderHeader: "User-Agent"}, scope("api.test"), "header User-Agent is outside the secret's scope (the value may be written into Authorization only)", "", ""},
+		{"Referer outside the default", Credential{Hosts: []string{"api.test"}, PlaceholderHeader: "Referer"}, scope("api.test"), "header Referer is outside", "", ""},
+		{"a placeholder header in scope (case-insensitive)", Credential{Hosts: []string{"api.test"}, PlaceholderHeader: "x-api-key"}, &secrets.Scope{Hosts: []string{"api.test"}, Headers: []string{"X-Api-Key"}}, "", "", ""},
+		{"Authorization not among the scope's headers", Credential{Hosts: []string{"api.test"}}, &secrets.Scope{Hosts: []string{"api.test"}, Headers: []string{"X-Api-Key"}}, "header Authorization is outside the secret's scope (the value may be written into X-Api-Key only)", "", ""},
+		{"a placeholder header not among several", Credential{Hosts: []string{"api.test"}, PlaceholderHeader: "X-Api-Key-2"}, &secrets.Scope{Hosts: []string{"api.test"}, Headers: []string{"X-Api-Key", "Authorization"}}, "header X-Api-Key-2", "", ""},
+		{"an App key's header", Credential{Hosts: []string{"github.com"}, PlaceholderHeader: "Cookie", GitHub: &GitHubScope{Repositories: []string{"widget"}}}, scope("github.com"), "header Cookie", "", ""},
+		{"a header binding of Authorization", Credential{Hosts: []string{"api.test"}, Header: "Authorization", Template: "Bearer {{value}}"}, scope("api.test"), "", "", ""},
+		{"a header binding of the bare value", Credential{Hosts: []string{"api.test"}, Header: "X-Api-Key", Template: "{{value}}"}, &secrets.Scope{Hosts: []string{"api.test"}, Headers: []string{"X-API-KEY"}}, "", "", ""},
+		{"a header binding outside the default", Credential{Hosts: []string{"api.test"}, Header: "X-Callback-Url", Template: "{{value}}"}, scope("api.test"), "header X-Callback-Url is outside", "", ""},
+		{"a header binding's header decides, not its placeholder header", Credential{Hosts: []string{"api.test"}, Header: "User-Agent", Template: "{{value}}", PlaceholderHeader: "Authorization"}, scope("api.test"), "header User-Agent is outside", "", ""},
+		{"a template that makes a URL", Credential{Hosts: []string{"api.test"}, Header: "X-Callback-Url", Template: "https://evil/{{value}}"}, &secrets.Scope{Hosts: []string{"api.test"}, Headers: []string{"X-Callback-Url"}}, `header template "https://evil/{{value}}" is not allowed`, "", ""},
+		{"a template with text after the value", Credential{Hosts: []string{"api.test"}, Header: "Authorization", Template: "Bearer {{value}} x"}, scope("api.test"), "is not allowed", "", ""},
+		{"a template with two words before the value", Credential{Hosts: []string{"api.test"}, Header: "Authorization", Template: "a b {{value}}"}, scope("api.test"), "is not allowed", "", ""},
+		{"a template with two spaces", Credential{Hosts: []string{"api.test"}, Header: "Authorization", Template: "Bearer  {{value}}"}, scope("api.test"), "is not allowed", "", ""},
+		{"a template with the value twice", Credential{Hosts: []string{"api.test"}, Header: "Authorization", Template: "{{value}} {{value}}"}, scope("api.test"), "is not allowed", "", ""},
+		{"a template with a scheme glued on", Credential{Hosts: []string{"api.test"}, Header: "Authorization", Template: "Bearer{{value}}"}, scope("api.test"), "is not allowed", "", ""},
+		{"a template of the value in a query", Credential{Hosts: []string{"api.test"}, Header: "Authorization", Template: "x?k={{value}}"}, scope("api.test"), "is not allowed", "", ""},
+		{"an empty template", Credential{Hosts: []string{"api.test"}, Header: "Authorization"}, scope("api.test"), "is not allowed", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cred.Secret = "TOKEN"
@@ -253,6 +274,39 @@ func scopeAdmits(sc *secrets.Scope, host string, port uint16, plain bool, method
 	})
 }
 
+// scopeAdmitsHeader is the independent reading of a scope's headers: whether it lets binding
+// c write the value into the header it names (a header binding's Header, else its
+// PlaceholderHeader, else Authorization), in the form its template gives: the value alone,
+// or after one authentication scheme and one space.
+func scopeAdmitsHeader(sc *secrets.Scope, c Credential) bool {
+	written := "Authorization"
+	switch {
+	case c.Header != "":
+		written = c.Header
+	case c.PlaceholderHeader != "":
+		written = c.PlaceholderHeader
+	}
+	allowed := sc.Headers
+	if len(allowed) == 0 {
+		allowed = []string{"Authorization"}
+	}
+	if !slices.ContainsFunc(allowed, func(h string) bool { return http.CanonicalHeaderKey(h) == http.CanonicalHeaderKey(written) }) {
+		return false
+	}
+	if c.Header == "" {
+		return true
+	}
+	const tchars = "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	words := strings.Split(c.Template, " ")
+	switch len(words) {
+	case 1:
+		return words[0] == "{{value}}"
+	case 2:
+		return words[1] == "{{value}}" && words[0] != "" && strings.Trim(words[0], tchars) == ""
+	}
+	return false
+}
+
 type probe struct {
 	host   string
 	port   uint16
@@ -297,28 +351,34 @@ func probes(c Credential, extra probe) []probe {
 
 // FuzzScope: whatever binding WithinScope admits sends the value only where the scope, read
 // independently, lets it (checked on probe requests built from the binding and one from the
-// fuzzer); whatever it refuses has a probe the binding would send the value in and the scope
-// does not let it. Seeds: testdata/fuzz/FuzzScope.
+// fuzzer) and writes it only into a header, and in a form, the scope allows; whatever it
+// refuses writes the value into a header or form the scope does not allow, or has a probe
+// the binding would send the value in and the scope does not let it. Seeds:
+// testdata/fuzz/FuzzScope.
 func FuzzScope(f *testing.F) {
-	f.Fuzz(func(t *testing.T, bHosts, bMethods, bPrefix string, bPlain bool, sHosts, sMethods, sPrefix string, sPlain bool, host string, port uint16, method, path string) {
+	f.Fuzz(func(t *testing.T, bHosts, bMethods, bPrefix string, bPlain bool, sHosts, sMethods, sPrefix string, sPlain bool, host string, port uint16, method, path string, bHeader, bTemplate, bPlaceholderHeader, sHeaders string) {
 		split := func(s string) []string {
 			if s == "" {
 				return nil
 			}
 			return strings.Split(s, ",")
 		}
-		creds := []Credential{{Secret: "TOKEN", Hosts: split(bHosts), Methods: split(bMethods), PathPrefix: bPrefix, PlainHTTP: bPlain}}
+		creds := []Credential{{Secret: "TOKEN", Hosts: split(bHosts), Methods: split(bMethods), PathPrefix: bPrefix, PlainHTTP: bPlain,
+			Header: bHeader, Template: bTemplate, PlaceholderHeader: bPlaceholderHeader}}
 		if validateCredentials(creds) != nil {
 			return
 		}
 		c := creds[0]
-		sc, err := secrets.Scope{Hosts: split(sHosts), Methods: split(sMethods), PathPrefix: sPrefix, PlainHTTP: sPlain}.Normalize()
+		sc, err := secrets.Scope{Hosts: split(sHosts), Methods: split(sMethods), PathPrefix: sPrefix, PlainHTTP: sPlain, Headers: split(sHeaders)}.Normalize()
 		if err != nil {
 			return
 		}
 		extra := probe{host, port, bPlain, method, path}
 		out, err := WithinScope(c, &sc)
 		if err == nil {
+			if !scopeAdmitsHeader(&sc, out) {
+				t.Fatalf("binding %+v admitted by scope %+v writes the value into a header or form the scope does not allow", out, sc)
+			}
 			for _, p := range probes(out, extra) {
 				if bindingSends(out, p.host, p.port, p.plain, p.method, p.path) && !scopeAdmits(&sc, p.host, p.port, p.plain, p.method, p.path) {
 					t.Fatalf("binding %+v admitted by scope %+v sends the value in %+v, which the scope does not allow", out, sc, p)
@@ -328,6 +388,9 @@ func FuzzScope(f *testing.F) {
 		}
 		if !errors.Is(err, errdefs.ErrPermissionDenied) {
 			t.Fatalf("refused with %v, not permission denied", err)
+		}
+		if !scopeAdmitsHeader(&sc, c) {
+			return
 		}
 		// What the binding would be with the scope's defaults: some request of it is outside.
 		eff := c

@@ -3,8 +3,10 @@ package secrets
 import (
 	"encoding/json"
 	"errors"
+	"net/http"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -41,14 +43,14 @@ func FuzzCheckName(f *testing.F) {
 // data file byte for byte, and whose hosts each normalize to themselves. Seeds:
 // testdata/fuzz/FuzzScopeNormalize.
 func FuzzScopeNormalize(f *testing.F) {
-	f.Fuzz(func(t *testing.T, hosts, methods, prefix, repos string, plain bool) {
+	f.Fuzz(func(t *testing.T, hosts, methods, prefix, repos string, plain bool, headers string) {
 		split := func(s string) []string {
 			if s == "" {
 				return nil
 			}
 			return strings.Split(s, ",")
 		}
-		sc, err := Scope{Hosts: split(hosts), Methods: split(methods), PathPrefix: prefix, PlainHTTP: plain, Repositories: split(repos)}.Normalize()
+		sc, err := Scope{Hosts: split(hosts), Methods: split(methods), PathPrefix: prefix, PlainHTTP: plain, Repositories: split(repos), Headers: split(headers)}.Normalize()
 		if err != nil {
 			if !errors.Is(err, errdefs.ErrInvalidArgument) {
 				t.Fatalf("Normalize: %v is not an invalid argument", err)
@@ -70,6 +72,15 @@ func FuzzScopeNormalize(f *testing.F) {
 		for _, h := range sc.Hosts {
 			if n, err := NormalizeHost(h); err != nil || n != h || strings.ContainsAny(h, "/@ \\") {
 				t.Fatalf("host %q normalizes to %q, %v", h, n, err)
+			}
+		}
+		for i, h := range sc.Headers {
+			if h == "" || h != http.CanonicalHeaderKey(h) || strings.ContainsAny(h, ": \r\n\x00") || slices.ContainsFunc(sc.Headers[:i], func(o string) bool { return strings.EqualFold(o, h) }) {
+				t.Fatalf("header %q kept in %v", h, sc.Headers)
+			}
+			switch strings.ToLower(h) {
+			case "host", "content-length", "transfer-encoding", "connection":
+				t.Fatalf("header %q kept", h)
 			}
 		}
 	})

@@ -2,10 +2,12 @@ package secrets
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/moatdev/moat/internal/egress/intercept"
 	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/errdefs"
 )
@@ -28,15 +30,31 @@ type Scope struct {
 	// Repositories, for a GitHub App key only, are the repositories (without owner) its
 	// installation tokens may be minted for; none: any the binding names.
 	Repositories []string `json:"repositories,omitempty"`
+	// Headers are the request headers a binding may write the value into (its
+	// placeholder_header, or the header of a header binding), in canonical form; none:
+	// Authorization only. A scope stored before moat kept headers has none.
+	Headers []string `json:"headers,omitempty"`
+}
+
+// DefaultHeader is the one header a scope without Headers lets the value into.
+const DefaultHeader = "Authorization"
+
+// AllowedHeaders returns the headers sc lets the value into: its Headers, else
+// DefaultHeader alone.
+func (sc Scope) AllowedHeaders() []string {
+	if len(sc.Headers) == 0 {
+		return []string{DefaultHeader}
+	}
+	return sc.Headers
 }
 
 // maxScopeEntries bounds each list of a scope.
 const maxScopeEntries = 100
 
 // Normalize returns sc in canonical form (hosts as NormalizeHost gives them, duplicates
-// dropped) or an error of class errdefs.ErrInvalidArgument saying what is wrong: no hosts,
-// a host, method or path prefix a binding could not have, or more than 100 entries in a
-// list. Every string it keeps is printable ASCII, so its JSON form (sealed with the value)
+// dropped, header names canonical as http.CanonicalHeaderKey gives them) or an error of
+// class errdefs.ErrInvalidArgument saying what is wrong: no hosts, a host, method, path
+// prefix or header a binding could not have, or more than 100 entries in a list. Every string it keeps is printable ASCII, so its JSON form (sealed with the value)
 // reads back byte for byte.
 func (sc Scope) Normalize() (Scope, error) {
 	bad := func(format string, args ...any) (Scope, error) {
@@ -45,8 +63,8 @@ func (sc Scope) Normalize() (Scope, error) {
 	if len(sc.Hosts) == 0 {
 		return bad("name the hosts the secret may be sent to (HOST, *.DOMAIN, optionally :PORT)")
 	}
-	if len(sc.Hosts) > maxScopeEntries || len(sc.Methods) > maxScopeEntries || len(sc.Repositories) > maxScopeEntries {
-		return bad("at most %d hosts, methods and repositories each", maxScopeEntries)
+	if len(sc.Hosts) > maxScopeEntries || len(sc.Methods) > maxScopeEntries || len(sc.Repositories) > maxScopeEntries || len(sc.Headers) > maxScopeEntries {
+		return bad("at most %d hosts, methods, repositories and headers each", maxScopeEntries)
 	}
 	out := Scope{PathPrefix: sc.PathPrefix, PlainHTTP: sc.PlainHTTP}
 	for _, h := range sc.Hosts {
@@ -75,6 +93,14 @@ func (sc Scope) Normalize() (Scope, error) {
 		}
 		if !slices.ContainsFunc(out.Repositories, func(o string) bool { return strings.EqualFold(o, r) }) {
 			out.Repositories = append(out.Repositories, r)
+		}
+	}
+	for _, h := range sc.Headers {
+		if !intercept.SwappableHeader(h) {
+			return bad("%.120q is not a header the value may be written into (a header name; not Host, Content-Length, Proxy-* or another that frames or routes the request)", h)
+		}
+		if h = http.CanonicalHeaderKey(h); !slices.Contains(out.Headers, h) {
+			out.Headers = append(out.Headers, h)
 		}
 	}
 	return out, nil

@@ -15,10 +15,10 @@ import (
 // decrypt.
 func TestScopeSealed(t *testing.T) {
 	s, dir := newStore(t)
-	if err := s.Put("API_TOKEN", NewValue("value-1"), nil, &Scope{Hosts: []string{"API.test", "*.Example.org:8443", "api.test"}, Methods: []string{"GET"}, PathPrefix: "/v1/"}); err != nil {
+	if err := s.Put("API_TOKEN", NewValue("value-1"), nil, &Scope{Hosts: []string{"API.test", "*.Example.org:8443", "api.test"}, Methods: []string{"GET"}, PathPrefix: "/v1/", Headers: []string{"x-api-key", "X-API-KEY"}}); err != nil {
 		t.Fatal(err)
 	}
-	want := &Scope{Hosts: []string{"api.test", "*.example.org:8443"}, Methods: []string{"GET"}, PathPrefix: "/v1/"}
+	want := &Scope{Hosts: []string{"api.test", "*.example.org:8443"}, Methods: []string{"GET"}, PathPrefix: "/v1/", Headers: []string{"X-Api-Key"}}
 	if info, err := s.Stat("API_TOKEN"); err != nil || !reflect.DeepEqual(info.Scope, want) {
 		t.Fatalf("Stat = %+v, %v; want the scope normalized: %+v", info.Scope, err, want)
 	}
@@ -34,6 +34,9 @@ func TestScopeSealed(t *testing.T) {
 		{"plain HTTP allowed", func(e *entry) { e.Scope.PlainHTTP = true }},
 		{"methods dropped", func(e *entry) { e.Scope.Methods = nil }},
 		{"prefix dropped", func(e *entry) { e.Scope.PathPrefix = "" }},
+		{"a header added", func(e *entry) { e.Scope.Headers = append(e.Scope.Headers, "User-Agent") }},
+		{"a header replaced", func(e *entry) { e.Scope.Headers = []string{"Referer"} }},
+		{"headers dropped (Authorization)", func(e *entry) { e.Scope.Headers = nil }},
 		{"scope removed", func(e *entry) { e.Scope = nil }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -41,6 +44,7 @@ func TestScopeSealed(t *testing.T) {
 				e := f.Secrets["API_TOKEN"]
 				sc := *want
 				sc.Hosts = append([]string(nil), want.Hosts...)
+				sc.Headers = append([]string(nil), want.Headers...)
 				e.Scope = &sc
 				tc.edit(&e)
 				f.Secrets["API_TOKEN"] = e
@@ -126,7 +130,9 @@ func TestScopeLifecycle(t *testing.T) {
 		t.Errorf("a static value keeping an App key's repositories: %v", err)
 	}
 	for _, bad := range []Scope{{}, {Hosts: []string{"*"}}, {Hosts: []string{"10.0.0.1"}}, {Hosts: []string{"api.test:0"}}, {Hosts: []string{"https://api.test"}},
-		{Hosts: []string{"api.test"}, Methods: []string{"get"}}, {Hosts: []string{"api.test"}, PathPrefix: "v1"}, {Hosts: []string{"api.test"}, PathPrefix: "/a/../b"}} {
+		{Hosts: []string{"api.test"}, Methods: []string{"get"}}, {Hosts: []string{"api.test"}, PathPrefix: "v1"}, {Hosts: []string{"api.test"}, PathPrefix: "/a/../b"},
+		{Hosts: []string{"api.test"}, Headers: []string{"Host"}}, {Hosts: []string{"api.test"}, Headers: []string{"Proxy-Authorization"}}, {Hosts: []string{"api.test"}, Headers: []string{"X Key"}},
+		{Hosts: []string{"api.test"}, Headers: []string{""}}, {Hosts: []string{"api.test"}, Headers: []string{"X-Key:"}}} {
 		if err := s.SetScope("A", bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("SetScope(%+v): %v, want invalid argument", bad, err)
 		}
@@ -162,5 +168,12 @@ func TestAADCompatible(t *testing.T) {
 	}
 	if a, b := aad("NAME", nil, &Scope{Hosts: []string{"a.test"}}), aad("NAME", nil, &Scope{Hosts: []string{"b.test"}}); string(a) == string(b) {
 		t.Error("two scopes give the same associated data")
+	}
+	// A scope without headers (as stored before scopes had them) seals as it did then.
+	if got := string(aad("NAME", nil, &Scope{Hosts: []string{"a.test"}})); got != "NAME\x00scope\x00"+`{"hosts":["a.test"]}` {
+		t.Errorf("aad of a scope without headers = %q", got)
+	}
+	if a, b := aad("NAME", nil, &Scope{Hosts: []string{"a.test"}}), aad("NAME", nil, &Scope{Hosts: []string{"a.test"}, Headers: []string{"Authorization"}}); string(a) == string(b) {
+		t.Error("a scope's headers are not in its associated data")
 	}
 }
