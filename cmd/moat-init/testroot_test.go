@@ -109,7 +109,8 @@ func newTestRoot(base, initBin string, u *osUser) (*testRoot, error) {
 func (r *testRoot) command(home string, args, env []string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append([]string{launchRootEnv + "=" + r.dir, launchHomeEnv + "=" + home, "MOAT_INIT_TEST_BIN=" + r.init}, env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+	// Pdeathsig: a test binary killed mid-run takes its moat-init (and the namespace) along.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
 	return cmd
 }
 
@@ -219,7 +220,7 @@ func shadowEtcCommand(etc string, pid1 bool, args, env []string) *exec.Cmd {
 	if pid1 {
 		flags |= syscall.CLONE_NEWPID
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: flags}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: flags, Pdeathsig: syscall.SIGKILL}
 	return cmd
 }
 
