@@ -240,17 +240,20 @@ func (s *Server) e2bOptions(ctx context.Context, req e2bCreateRequest) (sandbox.
 	case req.AutoResume != nil && req.AutoResume.Enabled:
 		return sandbox.CreateOptions{}, bad("autoResume", "resuming on traffic is not supported by moat; resume with Sandbox.connect()")
 	}
-	tmpl := cmp.Or(req.TemplateID, "base")
-	moatTmpl, err := s.e2bTemplate(ctx, tmpl)
-	if err != nil {
-		return sandbox.CreateOptions{}, err
-	}
 	timeout := s.e2b.DefaultTimeout
 	if req.Timeout != nil {
 		if *req.Timeout <= 0 {
 			return sandbox.CreateOptions{}, bad("timeout", "must be a positive number of seconds")
 		}
-		timeout = time.Duration(*req.Timeout) * time.Second
+		var err error
+		if timeout, err = timeoutSeconds("timeout", *req.Timeout); err != nil {
+			return sandbox.CreateOptions{}, err
+		}
+	}
+	tmpl := cmp.Or(req.TemplateID, "base")
+	moatTmpl, err := s.e2bTemplate(ctx, tmpl)
+	if err != nil {
+		return sandbox.CreateOptions{}, err
 	}
 	onTimeout := sandbox.OnTimeoutDelete
 	if req.AutoPause != nil && *req.AutoPause {
@@ -491,8 +494,12 @@ func (s *Server) e2bSetTimeout(w http.ResponseWriter, r *http.Request) {
 		writeE2BError(w, fmt.Errorf("timeout: must be a positive number of seconds: %w", errdefs.ErrInvalidArgument))
 		return
 	}
-	id := sb.ID
-	if _, err := s.sandboxes.SetTimeout(r.Context(), id, time.Duration(req.Timeout)*time.Second); err != nil {
+	d, err := timeoutSeconds("timeout", req.Timeout)
+	if err != nil {
+		writeE2BError(w, err)
+		return
+	}
+	if _, err := s.sandboxes.SetTimeout(r.Context(), sb.ID, d); err != nil {
 		writeE2BError(w, err)
 		return
 	}
@@ -509,7 +516,11 @@ func (s *Server) e2bRefresh(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := sb.ID
-	d := time.Duration(req.Duration) * time.Second
+	d, err := timeoutSeconds("duration", max(req.Duration, 0))
+	if err != nil {
+		writeE2BError(w, err)
+		return
+	}
 	if d <= 0 {
 		d = cmp.Or(sb.Timeout, s.e2b.DefaultTimeout)
 	}
@@ -566,6 +577,14 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	id := sb.ID
 	status := http.StatusOK
+	var asked time.Duration // checked before anything changes
+	if req.Timeout != nil && *req.Timeout > 0 {
+		var err error
+		if asked, err = timeoutSeconds("timeout", *req.Timeout); err != nil {
+			writeE2BError(w, err)
+			return
+		}
+	}
 	var err error
 	switch sb.State {
 	case sandbox.StatePaused:
@@ -587,8 +606,8 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := cmp.Or(sb.Timeout, s.e2b.DefaultTimeout)
-	if req.Timeout != nil && *req.Timeout > 0 {
-		d = time.Duration(*req.Timeout) * time.Second
+	if asked > 0 {
+		d = asked
 	}
 	// A resumed sandbox gets a deadline; a running one's only ever moves later, and one
 	// without a deadline (a native sandbox) gets one only when the request names it.

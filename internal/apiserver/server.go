@@ -172,9 +172,15 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 		s.mux.HandleFunc(r.pattern, h)
 	}
 	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		if s.notAllowed(w, r, writeError) {
+			return
+		}
 		writeError(w, fmt.Errorf("no route for %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound))
 	})
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if s.notAllowed(w, r, writeE2BError) {
+			return
+		}
 		writeE2BError(w, fmt.Errorf("moat does not implement %s %s (native API: /v1/; E2B: see the README): %w", r.Method, r.URL.Path, errdefs.ErrNotImplemented))
 	})
 	return s
@@ -286,12 +292,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	timeout, err := timeoutSeconds("timeout_seconds", req.TimeoutSeconds)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	sb, err := s.sandboxes.Create(r.Context(), sandbox.CreateOptions{
 		Runtime: req.Runtime, Template: req.Template, Repo: req.Repo, User: req.User, Env: req.Env,
 		Limits: sandbox.Limits{
 			MemoryBytes: req.MemoryBytes, CPUs: req.CPUs, Pids: req.Pids, DiskBytes: req.DiskBytes,
 		},
-		Timeout:     time.Duration(req.TimeoutSeconds) * time.Second,
+		Timeout:     timeout,
 		Metadata:    req.Metadata,
 		Policy:      FromAPIPolicy(req.Policy),
 		Credentials: fromAPICredentials(req.Credentials),
@@ -582,11 +593,16 @@ func decodeOptional(r *http.Request, v any) error {
 	return decode(r, v)
 }
 
+// decode reads one JSON object of v's type: unknown fields and anything after the object
+// are refused.
 func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("request body: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("request body: want one JSON value, found more after it: %w", errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -610,6 +626,7 @@ var classes = []struct {
 	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 	{errdefs.ErrUnauthenticated, http.StatusUnauthorized, "unauthenticated"},
 	{errdefs.ErrPermissionDenied, http.StatusForbidden, "permission_denied"},
+	{errdefs.ErrMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed"},
 	{errdefs.ErrNotImplemented, http.StatusNotImplemented, "unimplemented"},
 }
 

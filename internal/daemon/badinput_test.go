@@ -3,6 +3,9 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +41,8 @@ func TestBadInput(t *testing.T) {
 		{"tiny disk", v1.CreateSandboxRequest{DiskBytes: 1000, MemoryBytes: 64 << 20}, sdk.ErrInvalidArgument, []string{"disk"}},
 		{"bad env name", v1.CreateSandboxRequest{Env: map[string]string{"A=B": "c"}}, sdk.ErrInvalidArgument, []string{"A=B"}},
 		{"repo that is not a git tree", v1.CreateSandboxRequest{Repo: t.TempDir()}, nil, []string{"git"}},
+		{"timeout that would overflow", v1.CreateSandboxRequest{TimeoutSeconds: 1e15}, sdk.ErrInvalidArgument, []string{"timeout_seconds", "at most"}},
+		{"negative timeout", v1.CreateSandboxRequest{TimeoutSeconds: -1}, sdk.ErrInvalidArgument, []string{"timeout_seconds"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -58,6 +63,32 @@ func TestBadInput(t *testing.T) {
 				}
 			}
 		})
+	}
+	// Raw requests the SDK cannot make: JSON after the body, a known route with another
+	// method.
+	raw := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", filepath.Join(e.runDir, "moat.sock"))
+	}}}
+	for _, c := range []struct {
+		method, path, body string
+		status             int
+		says               string
+	}{
+		{"POST", "/v1/sandboxes", `{"runtime": "runc"} {"runtime": "runsc"}`, 400, "found more"},
+		{"PATCH", "/v1/sandboxes", ``, 405, "GET, HEAD, POST"},
+		{"GET", "/v1/sandboxes/sb-000000000000/stop", ``, 405, "POST"},
+	} {
+		req, _ := http.NewRequest(c.method, "http://moat"+c.path, strings.NewReader(c.body))
+		resp, err := raw.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || !strings.Contains(string(b), c.says) {
+			t.Errorf("%s %s %q: %d %s; want %d saying %q", c.method, c.path, c.body, resp.StatusCode, b, c.status, c.says)
+		}
 	}
 	if list, _ := e.c.List(ctx); len(list) != 0 {
 		t.Errorf("failed creates left %d sandboxes", len(list))

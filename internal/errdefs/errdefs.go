@@ -22,6 +22,8 @@ var (
 	// ErrPermissionDenied: the caller is known but may not do this (e.g. bind a secret it
 	// is not granted, or send a secret outside its scope).
 	ErrPermissionDenied = errors.New("permission denied")
+	// ErrMethodNotAllowed: the route exists, but not for this method.
+	ErrMethodNotAllowed = errors.New("method not allowed")
 	// ErrNotImplemented: a route or option moat does not provide (yet).
 	ErrNotImplemented = errors.New("not implemented")
 )
