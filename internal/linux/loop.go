@@ -23,7 +23,9 @@ import (
 // or mounted.
 //
 // Callers must serialize MountImage calls for the same image (the search for an existing
-// device and the attach are not atomic together).
+// device and the attach are not atomic together). Calls for different images may run at
+// any concurrency: each binds a device of its own (see loops), and a device another
+// process binds first or holds open exclusively is skipped.
 func MountImage(image, target, fstype string, flags uintptr, data string) error {
 	if err := os.MkdirAll(target, 0o700); err != nil {
 		return err
