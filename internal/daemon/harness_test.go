@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -266,3 +267,30 @@ func runtimesUnderTest(t *testing.T) []string {
 }
 
 func isNotFound(err error) bool { return errors.Is(err, sdk.ErrNotFound) }
+
+// freeLoopbackAddr returns 127.0.0.1:PORT with a port that was free a moment ago (for a
+// daemon's --listen).
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// assertPermissionDenied fails t unless err is a 403 permission_denied whose message says
+// each of want.
+func assertPermissionDenied(t *testing.T, err error, want ...string) {
+	t.Helper()
+	var se *sdk.Error
+	if !errors.As(err, &se) || se.Status != 403 || !errors.Is(err, sdk.ErrPermissionDenied) {
+		t.Fatalf("%v, want 403 permission_denied", err)
+	}
+	for _, w := range want {
+		if !strings.Contains(se.Message, w) {
+			t.Errorf("the refusal %q does not say %q", se.Message, w)
+		}
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -30,12 +29,7 @@ func TestSandboxOwnership(t *testing.T) {
 		in.log.add("owner path=%s auth=%s", r.URL.Path, r.Header.Get("Authorization"))
 		fmt.Fprintln(w, "ok")
 	}), "api.test")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := freeLoopbackAddr(t)
 	e := newEnvWith(t, func(c *daemon.Config) {
 		in.configure(c)
 		c.EgressHosts["api.test"] = []netip.Addr{netip.MustParseAddr("127.0.0.4")}

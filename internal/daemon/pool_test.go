@@ -3,7 +3,6 @@ package daemon_test
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"strings"
 	"testing"
@@ -122,12 +121,7 @@ func TestWarmPoolRunsc(t *testing.T) {
 // TestListenAPIKeys: the TCP listener serves only clients with a valid API key (created on
 // the unix socket), and forwards envd calls for them; key management stays on the socket.
 func TestListenAPIKeys(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := freeLoopbackAddr(t)
 	e := newEnvWith(t, func(c *daemon.Config) { c.Listen = addr })
 	ctx := context.Background()
 	key, err := e.c.CreateAPIKey(ctx)
