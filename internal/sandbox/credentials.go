@@ -5,7 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
-	"strconv"
+	"slices"
 	"strings"
 
 	"github.com/moatdev/moat/internal/egress/intercept"
@@ -67,21 +67,9 @@ func validateCredentials(creds []Credential) error {
 			return fmt.Errorf("%s: bind it to at least one host: %w", where, errdefs.ErrInvalidArgument)
 		}
 		for j, h := range c.Hosts {
-			hostPart, portPart, hasPort := strings.Cut(h, ":")
-			name := strings.TrimPrefix(hostPart, "*.")
-			n, err := policy.NormalizeName(name)
+			n, err := secrets.NormalizeHost(h)
 			if err != nil {
-				return fmt.Errorf("%s: host %q: %v: %w", where, h, err, errdefs.ErrInvalidArgument)
-			}
-			if strings.HasPrefix(hostPart, "*.") {
-				n = "*." + n
-			}
-			if hasPort {
-				p, err := strconv.ParseUint(portPart, 10, 16)
-				if err != nil || p == 0 {
-					return fmt.Errorf("%s: host %q: the port must be 1-65535: %w", where, h, errdefs.ErrInvalidArgument)
-				}
-				n += ":" + strconv.FormatUint(p, 10)
+				return fmt.Errorf("%s: %v: %w", where, err, errdefs.ErrInvalidArgument)
 			}
 			c.Hosts[j] = n
 		}
@@ -139,26 +127,19 @@ func validateCredentials(creds []Credential) error {
 func reservedEnv(name string) bool {
 	switch name {
 	case "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "PWD", "TMPDIR",
-		"SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
-		"PIP_CERT", "NPM_CONFIG_CAFILE", "CARGO_HTTP_CAINFO":
+		"SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS":
 		return true
 	}
-	return strings.HasPrefix(name, "LD_") || strings.HasPrefix(name, "MOAT_") || strings.HasPrefix(name, "LC_")
+	return slices.Contains(bundleEnv, name) || strings.HasPrefix(name, "LD_") || strings.HasPrefix(name, "MOAT_") || strings.HasPrefix(name, "LC_")
 }
 
 // MatchesHost reports whether the credential is bound to host (a normalized name) on
 // port. A host entry without a port binds port 443 (HTTPS), and port 80 too when the
-// binding allows plain HTTP; "HOST:PORT" binds that port only.
+// binding allows plain HTTP; "HOST:PORT" binds that port only (hostPorts).
 func (c Credential) MatchesHost(host string, port uint16) bool {
 	for _, h := range c.Hosts {
-		name, p, hasPort := strings.Cut(h, ":")
-		switch {
-		case hasPort && p != strconv.Itoa(int(port)):
-			continue
-		case !hasPort && port != 443 && !(c.PlainHTTP && port == 80):
-			continue
-		}
-		if name == host || strings.HasPrefix(name, "*.") && strings.HasSuffix(host, name[1:]) {
+		name, ports := hostPorts(h, c.PlainHTTP)
+		if slices.Contains(ports, port) && nameMatches(name, host) {
 			return true
 		}
 	}
@@ -171,12 +152,22 @@ func (c Credential) MatchesHost(host string, port uint16) bool {
 func (c Credential) MatchesName(host string) bool {
 	for _, h := range c.Hosts {
 		name, _, _ := strings.Cut(h, ":")
-		if name == host || strings.HasPrefix(name, "*.") && strings.HasSuffix(host, name[1:]) {
+		if nameMatches(name, host) {
 			return true
 		}
 	}
 	return false
 }
+
+// nameMatches reports whether the host name pattern name ("HOST", or "*.D" for the names
+// under D) matches host.
+func nameMatches(name, host string) bool {
+	return name == host || strings.HasPrefix(name, "*.") && strings.HasSuffix(host, name[1:])
+}
+
+// bundleEnv are the trust variables pointed at the CA bundle (credentialEnv); a
+// placeholder may not take their names (reservedEnv).
+var bundleEnv = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT", "NPM_CONFIG_CAFILE", "CARGO_HTTP_CAINFO"}
 
 // credentialEnv adds the placeholders of env-var bindings to env and, when the sandbox has
 // an interception CA, points the usual trust variables at the files moat-init writes
@@ -191,7 +182,7 @@ func credentialEnv(env map[string]string, creds []Credential, ca bool) map[strin
 		}
 	}
 	if ca {
-		for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT", "NPM_CONFIG_CAFILE", "CARGO_HTTP_CAINFO"} {
+		for _, k := range bundleEnv {
 			env[k] = "/etc/moat/ca-bundle.pem"
 		}
 		env["NODE_EXTRA_CA_CERTS"] = "/etc/moat/ca.pem"

@@ -803,7 +803,8 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			_, _ = m.stopLocked(ctx, sb, "interrupted while starting (daemon restart)")
 			unlock()
 		case StateRunning, StatePaused:
-			if m.alive(ctx, sb) && !m.fromOlderDaemon(sb.ID) {
+			older := m.fromOlderDaemon(sb.ID)
+			if !older && m.alive(ctx, sb) {
 				m.attachLog(sb.ID)
 				if _, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials); err == nil {
 					m.log.Info("adopted running sandbox", "sandbox", sb.ID, "state", sb.State)
@@ -813,7 +814,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 				}
 			}
 			reason := "container was gone after a daemon restart"
-			if m.fromOlderDaemon(sb.ID) {
+			if older {
 				reason = "started by an older moat without an output FIFO, a token pipe and closed directories; start it again"
 			}
 			unlock := m.lock(sb.ID)
