@@ -6,8 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,9 +21,7 @@ import (
 // or mounted.
 //
 // Callers must serialize MountImage calls for the same image (the search for an existing
-// device and the attach are not atomic together). Calls for different images may run at
-// any concurrency: each binds a device of its own (see loops), and a device another
-// process binds first or holds open exclusively is skipped.
+// device and the attach are not atomic together).
 func MountImage(image, target, fstype string, flags uintptr, data string) error {
 	if err := os.MkdirAll(target, 0o700); err != nil {
 		return err
@@ -112,108 +108,28 @@ func attachLoop(image string) (*os.File, string, error) {
 	defer ctl.Close()
 
 	var lastErr error
-	refused := map[int]bool{} // devices that answered EBUSY to this attach
-	for try := range maxLoopTries {
-		n, err := loops.reserve(int(ctl.Fd()), refused)
+	for range 16 {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {
-			return nil, "", err
+			return nil, "", fmt.Errorf("LOOP_CTL_GET_FREE: %w", err)
 		}
 		path := "/dev/loop" + strconv.Itoa(n)
 		dev, err := openLoopNode(path)
-		if err == nil {
-			err = configureLoop(int(dev.Fd()), int(img.Fd()), image)
-			if err != nil {
-				dev.Close()
-			}
+		if err != nil {
+			return nil, "", err
 		}
-		loops.release(n)
+		err = configureLoop(int(dev.Fd()), int(img.Fd()), image)
 		if err == nil {
 			return dev, path, nil
 		}
+		dev.Close()
 		lastErr = fmt.Errorf("binding %s to %s: %w", image, path, err)
 		if !errors.Is(err, unix.EBUSY) {
 			return nil, "", lastErr
 		}
-		// Another process bound n between GET_FREE and the bind, or holds it open
-		// exclusively: another device, after a pause that grows with the tries.
-		refused[n] = true
-		time.Sleep(time.Duration(try+1) * time.Millisecond)
+		// Another process took that device between GET_FREE and the bind: try again.
 	}
-	return nil, "", fmt.Errorf("no free loop device after %d tries: %w", maxLoopTries, lastErr)
-}
-
-// maxLoopTries bounds the devices one attach tries. Only other processes can make a try
-// fail (this process's attaches never race for one device), so it is large.
-const maxLoopTries = 64
-
-// loops hands out this process's loop devices. It is process-wide because loop devices
-// are: the kernel's LOOP_CTL_GET_FREE answers every caller with the same unbound device
-// until one of them has bound it, and all but one of the binds then fail with EBUSY.
-var loops = loopReservations{pending: map[int]int{}}
-
-// loopReservations keeps the devices this process is binding (got from GET_FREE or
-// LOOP_CTL_ADD, not yet bound), so that concurrent attaches bind different devices in
-// parallel instead of racing for one.
-type loopReservations struct {
-	mu      sync.Mutex
-	pending map[int]int // device number → attaches binding it
-}
-
-// reserve returns a loop device number to bind: the kernel's first free device, or when
-// this process is binding that one already (or it is in avoid) another unbound device, or
-// failing that a new one.
-func (r *loopReservations) reserve(ctl int, avoid map[int]bool) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n, err := unix.IoctlRetInt(ctl, unix.LOOP_CTL_GET_FREE)
-	if err != nil {
-		return 0, fmt.Errorf("LOOP_CTL_GET_FREE: %w", err)
-	}
-	if r.pending[n] > 0 || avoid[n] {
-		if m, ok := r.otherUnbound(avoid); ok {
-			n = m
-		} else if m, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(ctl), unix.LOOP_CTL_ADD, ^uintptr(0)); errno == 0 {
-			// LOOP_CTL_ADD of -1 adds a device at the first unused number. Older kernels
-			// refuse it (EEXIST) while any device is free; then n is tried anyway, and a
-			// lost race costs one more try.
-			n = int(m)
-		}
-	}
-	r.pending[n]++
-	return n, nil
-}
-
-// otherUnbound returns an existing loop device that is unbound (no /sys/block/loopN/loop),
-// not being bound by this process and not in avoid. Adding a device instead would leave
-// one more idle device behind after every burst of concurrent attaches.
-func (r *loopReservations) otherUnbound(avoid map[int]bool) (int, bool) {
-	ents, err := os.ReadDir("/sys/block")
-	if err != nil {
-		return 0, false
-	}
-	for _, e := range ents {
-		num, ok := strings.CutPrefix(e.Name(), "loop")
-		if !ok {
-			continue
-		}
-		n, err := strconv.Atoi(num)
-		if err != nil || r.pending[n] > 0 || avoid[n] {
-			continue
-		}
-		if _, err := os.Lstat("/sys/block/" + e.Name() + "/loop"); errors.Is(err, os.ErrNotExist) {
-			return n, true
-		}
-	}
-	return 0, false
-}
-
-// release ends the reservation of device n taken by reserve.
-func (r *loopReservations) release(n int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.pending[n]--; r.pending[n] <= 0 {
-		delete(r.pending, n)
-	}
+	return nil, "", lastErr
 }
 
 // openLoopNode opens /dev/loopN, waiting briefly for devtmpfs to create a fresh node.
