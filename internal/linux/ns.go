@@ -46,6 +46,14 @@ const (
 	OwnerRoot
 )
 
+// String is "range" or "root".
+func (o Owner) String() string {
+	if o == OwnerRoot {
+		return "root"
+	}
+	return "range"
+}
+
 // CreateUserAndNetNS creates a user namespace with ids mapped as r (uid and gid alike) and a
 // network namespace owned by it, and pins both by bind-mounting their nsfs files at
 // files.User and files.Net (created if missing). owner says who owns the user namespace

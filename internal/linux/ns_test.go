@@ -20,7 +20,7 @@ func TestCreateUserAndNetNS(t *testing.T) {
 		owner Owner
 		want  uint32
 	}{{OwnerRange, base}, {OwnerRoot, 0}} {
-		t.Run(fmt.Sprint(tc.owner), func(t *testing.T) {
+		t.Run(tc.owner.String(), func(t *testing.T) {
 			dir := t.TempDir()
 			files := NamespaceFiles{User: filepath.Join(dir, "userns"), Net: filepath.Join(dir, "netns")}
 			if err := CreateUserAndNetNS(files, IDRange{Host: base, Size: 65536}, tc.owner); err != nil {
@@ -57,5 +57,25 @@ func TestProbeOwnerRange(t *testing.T) {
 	testutil.RequiresRoot(t)
 	if err := ProbeOwnerRange(t.TempDir()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// BenchmarkCreateUserAndNetNS: one create and removal of a sandbox's pinned namespaces, per
+// owner (the range's own uid runs unshare(1) as that uid; root clones directly).
+func BenchmarkCreateUserAndNetNS(b *testing.B) {
+	testutil.RequiresRoot(b)
+	base := testutil.IDBase(b)
+	for _, owner := range []Owner{OwnerRange, OwnerRoot} {
+		b.Run(owner.String(), func(b *testing.B) {
+			dir := b.TempDir()
+			files := NamespaceFiles{User: filepath.Join(dir, "userns"), Net: filepath.Join(dir, "netns")}
+			for b.Loop() {
+				if err := CreateUserAndNetNS(files, IDRange{Host: base, Size: 65536}, owner); err != nil {
+					b.Fatal(err)
+				}
+				_ = UnmountFile(files.Net)
+				_ = UnmountFile(files.User)
+			}
+		})
 	}
 }
