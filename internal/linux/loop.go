@@ -51,7 +51,7 @@ func (l *Loops) MountImage(image, target, fstype string, flags uintptr, data str
 	}
 	var lastErr error
 	for range 5 {
-		held, dev, err := l.findHeld(image)
+		held, dev, err := findHeld(image)
 		if err != nil {
 			return err
 		}
@@ -79,7 +79,7 @@ func (l *Loops) MountImage(image, target, fstype string, flags uintptr, data str
 // LoopDeviceOf returns the path of the loop device that serves the image file image, or ""
 // if none does.
 func LoopDeviceOf(image string) (string, error) {
-	f, dev, err := (&Loops{}).findHeld(image)
+	f, dev, err := findHeld(image)
 	if f != nil {
 		f.Close()
 	}
@@ -94,7 +94,7 @@ const detachWait = 10 * time.Second
 // file (a mount of its path then mounts image). A device that is detaching from image (its
 // last user gone: it refuses opens with ENXIO and fails I/O with EIO until it is unbound) is
 // waited for, at most detachWait.
-func (l *Loops) findHeld(image string) (*os.File, string, error) {
+func findHeld(image string) (*os.File, string, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(image, &st); err != nil {
 		return nil, "", fmt.Errorf("stat %s: %w", image, err)
