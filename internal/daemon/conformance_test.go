@@ -423,7 +423,8 @@ func TestConcurrentCreateDelete(t *testing.T) {
 // drive a fresh copy whose first bind flushes it: every create succeeds, and deletes leave
 // nothing (no loop device among them). The loop-device race that once failed such creates
 // with "device or resource busy" is proved fixed by storage.TestDriveMountConcurrent and
-// linux.TestMountImageSkipsHeldLoopDevice; this is the same on the whole daemon.
+// linux.TestMountImageSkipsBusyDevice; this is the same on the whole daemon (where the other
+// create steps spread the binds out, so on a small host it may pass without the fix).
 func TestConcurrentColdCreates(t *testing.T) {
 	e := newEnv(t)
 	const n = 20
