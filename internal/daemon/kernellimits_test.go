@@ -126,6 +126,23 @@ func TestPerUserKernelLimits(t *testing.T) {
 					t.Errorf("the sandbox's user namespace belongs to host uid %d, want its own %d", owner, a.HostUID)
 				}
 			}
+			// The sandbox's user namespace no longer belongs to root, so a daemon without
+			// CAP_SYS_RESOURCE cannot have runc prlimit the container: moat-init sets the
+			// open-file limit itself, to what the spec would have given.
+			e.run("nofile", func(t *testing.T, e *env) {
+				var rl unix.Rlimit
+				if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+					t.Fatal(err)
+				}
+				want := "65536" // the spec's
+				if !hasCapSysResource(t) {
+					want = strconv.FormatUint(min(rl.Max, 65536), 10) // no more than the daemon's
+				}
+				got := strings.Fields(e.mustSh(a.ID, "ulimit -Sn; ulimit -Hn"))
+				if len(got) != 2 || got[0] != want || got[1] != want {
+					t.Errorf("open files (soft, hard) inside: %q, want %s for both", got, want)
+				}
+			})
 			for _, kind := range []string{"inotify", "mq"} {
 				e.run(kind, func(t *testing.T, e *env) {
 					held, why := e.holdKernelResource(a.ID, kind)
@@ -222,4 +239,25 @@ func readSysctl(t *testing.T, path string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// hasCapSysResource reports whether this process (the in-process daemon) has
+// CAP_SYS_RESOURCE in effect.
+func hasCapSysResource(t *testing.T) bool {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return caps&(1<<unix.CAP_SYS_RESOURCE) != 0
+		}
+	}
+	t.Fatal("no CapEff in /proc/self/status")
+	return false
 }
