@@ -2,10 +2,13 @@ package linux
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/moatdev/moat/internal/testutil"
 )
@@ -33,6 +36,22 @@ func TestCreateUserAndNetNS(t *testing.T) {
 			}
 			if got != tc.want {
 				t.Errorf("the user namespace belongs to uid %d, want %d", got, tc.want)
+			}
+			// The network namespace belongs to the pinned user namespace (NS_GET_USERNS).
+			netns, err := os.Open(files.Net)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer netns.Close()
+			fd, err := unix.IoctlRetInt(int(netns.Fd()), 0xb701)
+			if err != nil {
+				t.Fatalf("NS_GET_USERNS: %v", err)
+			}
+			var owning, pinned unix.Stat_t
+			err = unix.Fstat(fd, &owning)
+			unix.Close(fd)
+			if err != nil || unix.Stat(files.User, &pinned) != nil || owning.Ino != pinned.Ino {
+				t.Errorf("the network namespace belongs to user namespace inode %d, want the pinned %d (%v)", owning.Ino, pinned.Ino, err)
 			}
 			out, err := exec.Command("nsenter", "--user="+files.User, "--net="+files.Net, "--",
 				"sh", "-c", "cat /proc/self/uid_map /proc/self/gid_map /proc/self/setgroups; readlink /proc/self/ns/net").CombinedOutput()
