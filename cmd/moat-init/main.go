@@ -82,6 +82,9 @@ func run(addr string, idleTick time.Duration, log *slog.Logger) error {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	cfg.token = token
+	if err := setOpenFileLimit(); err != nil {
+		log.Warn("setting RLIMIT_NOFILE", "err", err)
+	}
 
 	if err := writeResolvConf("/etc/resolv.conf"); err != nil {
 		log.Warn("writing /etc/resolv.conf", "err", err)
@@ -246,3 +249,25 @@ func installCA(root, pem string) error {
 	}
 	return os.WriteFile(filepath.Join(root, caBundle), append(system, pem...), 0o644)
 }
+
+// maxOpenFiles is the RLIMIT_NOFILE every process in a sandbox gets (soft and hard), unless
+// the sandbox's hard limit is lower. Runtimes set it from the spec (internal/runtime) when
+// the daemon may; where it may not (no CAP_SYS_RESOURCE over the sandbox's user namespace,
+// which root has only as its owner), the limit is inherited and moat-init sets it here.
+const maxOpenFiles = 65536
+
+// setOpenFileLimit sets this process' RLIMIT_NOFILE to openFileLimit of its hard limit, so
+// every process it starts inherits that soft limit (Setrlimit also stops Go from restoring
+// the soft limit it started with in children).
+func setOpenFileLimit() error {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return err
+	}
+	n := openFileLimit(rl.Max)
+	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n})
+}
+
+// openFileLimit is the soft and hard RLIMIT_NOFILE for a hard limit of hard: never above
+// maxOpenFiles, never above what the process may have.
+func openFileLimit(hard uint64) uint64 { return min(hard, maxOpenFiles) }

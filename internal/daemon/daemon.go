@@ -227,6 +227,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, errors.New("no OCI runtime available: apt-get install runc (see `moat doctor`)")
 	}
 
+	ns := namespaces{owner: linux.OwnerRange}
+	if err := linux.ProbeOwnerRange(cfg.RunDir); err != nil {
+		ns.owner = linux.OwnerRoot
+		d.log.Warn("sandboxes' user namespaces will belong to root: every sandbox and host root share one budget of per-user kernel limits (inotify instances, POSIX message queues), so one sandbox can exhaust them for all (see `moat doctor`)", "err", err)
+	}
 	d.Manager = sandbox.NewManager(sandbox.Config{
 		RunDir: cfg.RunDir, DataDir: cfg.DataDir, InitPath: d.cfg.InitPath,
 		DefaultLimits: sandbox.Limits{MemoryBytes: 2 << 30, CPUs: 2, Pids: 1024, DiskBytes: 10 << 30},
@@ -234,7 +239,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Warm:          cfg.Warm,
 		IDBase:        cfg.IDBase,
 		Secrets:       sec,
-	}, st, runtimes, stor, net, d.Egress, namespaces{}, d.log.With("component", "sandbox"))
+	}, st, runtimes, stor, net, d.Egress, ns, d.log.With("component", "sandbox"))
 	// Closed after background work (reverse order): a deletion still closes its own.
 	d.addCloser("init logs", func() error { d.Manager.CloseLogs(); return nil })
 	d.addCloser("background work", func() error { d.Manager.Wait(); return nil })
@@ -397,11 +402,12 @@ func (d *Daemon) Close() error {
 	return errors.Join(errs...)
 }
 
-// namespaces implements sandbox.Namespaces with internal/linux.
-type namespaces struct{}
+// namespaces implements sandbox.Namespaces with internal/linux. owner is OwnerRange unless
+// this host cannot give a sandbox's user namespace to its own uid (ProbeOwnerRange).
+type namespaces struct{ owner linux.Owner }
 
-func (namespaces) Create(userns, netns string, ids sandbox.IDRange) error {
-	return linux.CreateUserAndNetNS(linux.NamespaceFiles{User: userns, Net: netns}, linux.IDRange{Host: ids.Host, Size: ids.Size})
+func (n namespaces) Create(userns, netns string, ids sandbox.IDRange) error {
+	return linux.CreateUserAndNetNS(linux.NamespaceFiles{User: userns, Net: netns}, linux.IDRange{Host: ids.Host, Size: ids.Size}, n.owner)
 }
 
 func (namespaces) Remove(userns, netns string) error {

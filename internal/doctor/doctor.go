@@ -92,6 +92,14 @@ func kernelChecks() []Check {
 
 	out = append(out, idmapCheck())
 
+	ownErr := linux.ProbeOwnerRange(os.TempDir())
+	ownDetail := "each sandbox's user namespace belongs to its own host uid: its inotify instances, POSIX message queues and other per-user kernel counters have a budget of their own"
+	if ownErr != nil {
+		ownDetail = "sandboxes and host root share one budget of per-user kernel limits (inotify instances, POSIX message queues): one sandbox can exhaust them for all — " + ownErr.Error()
+	}
+	out = append(out, Check{Name: "per-sandbox kernel limits", OK: ownErr == nil, Detail: ownDetail,
+		Fix: "apt-get install util-linux (unshare), and allow root to create user namespaces for other uids (user.max_user_namespaces > 0, no LSM denying it)"})
+
 	fwDetail := "the gateway firewall (nf_tables: NAT redirect, conntrack) installs in a test namespace"
 	fwErr := netns.ProbeFirewall(os.TempDir())
 	if fwErr != nil {
@@ -132,7 +140,7 @@ func idmapCheck() Check {
 	}
 	defer os.RemoveAll(dir)
 	files := linux.NamespaceFiles{User: filepath.Join(dir, "userns"), Net: filepath.Join(dir, "netns")}
-	if err := linux.CreateUserAndNetNS(files, linux.IDRange{Host: 0x7ffe0000, Size: 65536}); err != nil {
+	if err := linux.CreateUserAndNetNS(files, linux.IDRange{Host: 0x7ffe0000, Size: 65536}, linux.OwnerRoot); err != nil {
 		c.Detail = "creating a user namespace: " + err.Error()
 		return c
 	}
@@ -180,6 +188,7 @@ func toolChecks() []Check {
 	var out []Check
 	for _, t := range []struct{ name, why, pkg string }{
 		{"mkfs.ext4", "formats sandbox drives", "e2fsprogs"},
+		{"unshare", "gives each sandbox's user namespace to its own uid (per-sandbox kernel limits)", "util-linux"},
 		{"git", "repository layers (--repo)", "git"},
 		{"debootstrap", "`moat template build debian`", "debootstrap"},
 	} {

@@ -81,7 +81,7 @@ func (e *env) sandboxNS(tb testing.TB, id string) string {
 	tb.Helper()
 	dir := filepath.Join(e.runDir, "sandboxes", id)
 	files := linux.NamespaceFiles{User: filepath.Join(dir, "userns"), Net: filepath.Join(dir, "netns")}
-	if err := linux.CreateUserAndNetNS(files, testIDs); err != nil {
+	if err := linux.CreateUserAndNetNS(files, testIDs, linux.OwnerRange); err != nil {
 		tb.Fatalf("creating sandbox namespaces: %v", err)
 	}
 	tb.Cleanup(func() {

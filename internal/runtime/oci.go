@@ -66,6 +66,12 @@ type OCI struct {
 	// nofileMax caps the sandbox's RLIMIT_NOFILE when this process cannot raise hard
 	// limits (no CAP_SYS_RESOURCE): the runtime could not either. 0: no cap.
 	nofileMax uint64
+	// noRlimits: the spec carries no rlimits (runc/crun without CAP_SYS_RESOURCE). The
+	// runtime sets them with prlimit(2) on the container's init, which needs
+	// CAP_SYS_RESOURCE over the sandbox's user namespace: root has it there only as the
+	// namespace's owner, and the owner is the sandbox's own uid (internal/linux). moat-init
+	// sets RLIMIT_NOFILE itself.
+	noRlimits bool
 
 	// netns caches container id → network namespace path for runsc (see netnsOf).
 	netns sync.Map
@@ -111,7 +117,10 @@ func New(name string, opts Options, log *slog.Logger) (*OCI, error) {
 	if o.timeout <= 0 {
 		o.timeout = DefaultTimeout
 	}
-	if max, ok := nofileCeiling(); ok {
+	if !hasCapSysResource() && name != "runsc" {
+		o.noRlimits = true
+		o.log.Info("no CAP_SYS_RESOURCE: sandboxes inherit this process' RLIMIT_NOFILE hard limit, moat-init sets the rest")
+	} else if max, ok := nofileCeiling(); ok {
 		o.nofileMax = max
 		o.log.Info("no CAP_SYS_RESOURCE: sandboxes get this process' RLIMIT_NOFILE hard limit", "limit", max)
 	}
@@ -132,9 +141,22 @@ func New(name string, opts Options, log *slog.Logger) (*OCI, error) {
 // CAP_SYS_RESOURCE and so cannot give a container a higher hard limit (runc fails with
 // "error setting rlimits for ready process: operation not permitted" otherwise).
 func nofileCeiling() (uint64, bool) {
+	if hasCapSysResource() {
+		return 0, false
+	}
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || rl.Max >= 65536 {
+		return 0, false
+	}
+	return rl.Max, true
+}
+
+// hasCapSysResource reports whether this process has CAP_SYS_RESOURCE in effect (true when
+// it cannot tell).
+func hasCapSysResource() bool {
 	data, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		return 0, false
+		return true
 	}
 	for _, l := range strings.Split(string(data), "\n") {
 		v, ok := strings.CutPrefix(l, "CapEff:")
@@ -142,16 +164,9 @@ func nofileCeiling() (uint64, bool) {
 			continue
 		}
 		caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-		if err != nil || caps&(1<<unix.CAP_SYS_RESOURCE) != 0 {
-			return 0, false
-		}
-		var rl unix.Rlimit
-		if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || rl.Max >= 65536 {
-			return 0, false
-		}
-		return rl.Max, true
+		return err != nil || caps&(1<<unix.CAP_SYS_RESOURCE) != 0
 	}
-	return 0, false
+	return true
 }
 
 // hasFlag reports whether `runsc flags` output lists -name.
@@ -184,6 +199,9 @@ func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error)
 	s, err := BuildSpec(spec, o.name)
 	if err != nil {
 		return fmt.Errorf("starting container %s: %w", spec.ID, err)
+	}
+	if o.noRlimits {
+		s.Process.Rlimits = nil
 	}
 	if o.nofileMax > 0 {
 		for i, r := range s.Process.Rlimits {

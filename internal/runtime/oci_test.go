@@ -104,7 +104,7 @@ func newTestSandbox(t *testing.T, runtimeName string) *testSandbox {
 	ids := sandbox.IDRange{Host: 0x40000000 + uint32(2000+slot.Int64())*65536, Size: 65536}
 	userns, netns := filepath.Join(dir, "userns"), filepath.Join(dir, "netns")
 	if err := linux.CreateUserAndNetNS(linux.NamespaceFiles{User: userns, Net: netns},
-		linux.IDRange{Host: ids.Host, Size: ids.Size}); err != nil {
+		linux.IDRange{Host: ids.Host, Size: ids.Size}, linux.OwnerRange); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

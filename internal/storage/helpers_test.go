@@ -64,7 +64,7 @@ func sandboxDirs(t testing.TB, run, id string) (string, string) {
 func newUserNS(t testing.TB, dir string, host uint32) string {
 	t.Helper()
 	files := linux.NamespaceFiles{User: filepath.Join(dir, "userns"), Net: filepath.Join(dir, "netns")}
-	if err := linux.CreateUserAndNetNS(files, linux.IDRange{Host: host, Size: 65536}); err != nil {
+	if err := linux.CreateUserAndNetNS(files, linux.IDRange{Host: host, Size: 65536}, linux.OwnerRange); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

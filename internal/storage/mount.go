@@ -74,7 +74,7 @@ func (s *Store) Mount(ctx context.Context, req sandbox.MountRequest) (err error)
 		return err
 	}
 	driveDir := filepath.Join(run, "drive")
-	if err := linux.MountImage(s.drivePath(req.ID), driveDir, "ext4",
+	if err := s.loops.MountImage(s.drivePath(req.ID), driveDir, "ext4",
 		syscall.MS_NODEV|syscall.MS_NOSUID|syscall.MS_NOATIME, "discard"); err != nil {
 		return fmt.Errorf("mounting drive of sandbox %s: %w", req.ID, err)
 	}

@@ -98,7 +98,7 @@ func TestMountUserNS(t *testing.T) {
 
 	// The data is in the image itself.
 	probe := t.TempDir()
-	if err := linux.MountImage(s.drivePath(id), probe, "ext4", syscall.MS_RDONLY, ""); err != nil {
+	if err := s.loops.MountImage(s.drivePath(id), probe, "ext4", syscall.MS_RDONLY, ""); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(filepath.Join(probe, "root/upper/home/user/note"))
@@ -212,7 +212,7 @@ func TestMountRefusesSymlinkedMountPoint(t *testing.T) {
 	// What a hostile sandbox could leave in its upper: /usr -> a host directory.
 	victim := t.TempDir()
 	probe := filepath.Join(dir, "probe")
-	if err := linux.MountImage(s.drivePath(id), probe, "ext4", 0, ""); err != nil {
+	if err := s.loops.MountImage(s.drivePath(id), probe, "ext4", 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(victim, filepath.Join(probe, "root/upper/usr")); err != nil {

@@ -46,6 +46,9 @@ type Store struct {
 	// hostRoot is the filesystem the host template is made from ("/"; tests use a fake).
 	hostRoot string
 
+	// loops mounts drives; one for all of this Store's concurrent mounts.
+	loops *linux.Loops
+
 	mu       sync.Mutex
 	building map[string]bool // names in layers/ and templates/ being written right now
 	hostTmpl *sandbox.Template
@@ -71,7 +74,7 @@ func New(dataDir, runDir string, log *slog.Logger) (*Store, error) {
 			return nil, err
 		}
 	}
-	s := &Store{dir: dir, runDir: runDir, log: log, hostRoot: "/", building: map[string]bool{}}
+	s := &Store{dir: dir, runDir: runDir, log: log, hostRoot: "/", building: map[string]bool{}, loops: linux.NewLoops()}
 	for _, sub := range []struct {
 		name string
 		root **os.Root
