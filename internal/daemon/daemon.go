@@ -237,7 +237,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}, st, runtimes, stor, net, d.Egress, namespaces{}, d.log.With("component", "sandbox"))
 	// Closed after background work (reverse order): a deletion still closes its own.
 	d.addCloser("init logs", func() error { d.Manager.CloseLogs(); return nil })
-	d.addCloser("background work", func() error { d.Manager.Wait(); return nil })
+	d.addCloser("background work", func() error { d.Manager.Close(); return nil })
 
 	if exclusive {
 		if err := stor.Cleanup(ctx); err != nil {

@@ -71,6 +71,11 @@ type Sandbox struct {
 	UpdatedAt time.Time         `json:"updated_at"`
 	// Warm marks a pool sandbox not yet handed to anyone (pool.go).
 	Warm bool `json:"warm,omitempty"`
+	// Provisioning marks a sandbox whose create has not finished: it is stored before the
+	// first side effect (drive, namespaces, mounts, container) and cleared when the sandbox
+	// first runs. Nobody was ever handed such a sandbox, so a daemon that finds one at its
+	// start (it died mid-create) removes it entirely (Manager.Reconcile).
+	Provisioning bool `json:"provisioning,omitempty"`
 	// Timeout is the sandbox's lifetime per start (0: none); ExpiresAt is when the current
 	// run ends: the daemon stops the sandbox then.
 	Timeout   time.Duration `json:"timeout,omitempty"`
