@@ -87,6 +87,9 @@ type ExecRequest struct {
 	TTY *TermSize
 	// Resize delivers terminal size changes while a TTY command runs.
 	Resize <-chan TermSize
+	// End, when set, receives how the command ended: its exit code (128+signal for a
+	// signal), its status and, when the sandbox says more, the reason (an OOM kill).
+	End *ExitError
 }
 
 // TermSize is a terminal size in cells.
@@ -96,6 +99,10 @@ type TermSize struct{ Cols, Rows uint32 }
 type ExitError struct {
 	Code   int
 	Status string
+	// Reason says why the command ended when the sandbox knows more than its status,
+	// e.g. that the kernel's OOM killer ended it (its status is then "signal: killed",
+	// Code 137).
+	Reason string
 }
 
 func (e *ExitError) Error() string { return e.Status }
@@ -165,6 +172,12 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (int, err
 			// mid-way costs the daemon its upstream connection.
 			end := ev.GetEnd()
 			code = exitCode(end.GetExitCode(), end.GetExited(), end.GetStatus())
+			if req.End != nil {
+				*req.End = ExitError{Code: code, Status: end.GetStatus()}
+				if e := end.GetError(); e != "" && e != end.GetStatus() {
+					req.End.Reason = strings.TrimPrefix(e, end.GetStatus()+": ")
+				}
+			}
 		}
 	}
 	if code >= 0 {
@@ -199,10 +212,11 @@ func (c *Client) explain(ctx context.Context, id string, err error) error {
 
 // exitCode follows shell conventions: a signal-terminated process reports 128+signal.
 func exitCode(code int32, exited bool, status string) int {
-	if exited || code != 0 {
+	if exited {
 		return int(code)
 	}
 	if sig, ok := strings.CutPrefix(status, "signal: "); ok {
+		sig = strings.TrimSuffix(sig, " (core dumped)")
 		for n, name := range signalNames {
 			if name == sig {
 				return 128 + n

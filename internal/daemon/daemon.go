@@ -340,6 +340,7 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 			return d.shutdownServers()
 		case now := <-tick.C:
 			d.Manager.Expire(ctx, now)
+			d.Manager.WatchOOM(ctx)
 			if now.Sub(lastSweep) >= sweep {
 				lastSweep = now
 				d.Manager.Sweep(ctx)

@@ -35,6 +35,8 @@ type Store interface {
 	Get(ctx context.Context, id string) (*Sandbox, error)
 	List(ctx context.Context) ([]*Sandbox, error)
 	Delete(ctx context.Context, id string) error
+	// AddEvent records an event of sandbox id outside any state change.
+	AddEvent(ctx context.Context, id, kind, detail string) error
 }
 
 // Namespaces pins the per-sandbox user and network namespaces. Implemented in the
@@ -308,6 +310,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 		s.State = StateRunning
 		s.User = sb.User
 		s.Provisioning = false
+		s.OOMCounter = 0
 		return nil
 	})
 }
@@ -431,6 +434,7 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 		return fmt.Errorf("init log: %w", err)
 	}
 	m.logs.Store(sb.ID, lg)
+	m.watchInit(sb.ID, lg)
 	spec.Output = lg
 	if err := rt.Start(ctx, spec); err != nil {
 		return fmt.Errorf("starting %s container: %w", sb.Runtime, err)
@@ -684,6 +688,7 @@ func (m *Manager) Start(ctx context.Context, id string) (*Sandbox, error) {
 	}
 	return m.store.Update(ctx, id, func(s *Sandbox) error {
 		s.State = StateRunning
+		s.OOMCounter = 0
 		if s.Timeout > 0 {
 			exp := time.Now().UTC().Add(s.Timeout)
 			s.ExpiresAt = &exp
@@ -910,6 +915,30 @@ func (m *Manager) attachLog(id string) {
 		return
 	}
 	m.logs.Store(id, lg)
+	m.watchInit(id, lg)
+}
+
+// watchInit notices at once when sandbox id's moat-init (PID 1) is gone: its output FIFO
+// then has no writer left, because a PID 1 that ends takes every process of its sandbox
+// with it (under runsc, the sandbox process goes too). Unless the daemon itself closed the
+// log (stop, delete, shutdown: it is no longer lg in m.logs), the sandbox is checked and,
+// its container gone, recorded as stopped with the reason (Check). The liveness sweep
+// remains for whatever this misses.
+func (m *Manager) watchInit(id string, lg *initlog.Log) {
+	go func() {
+		<-lg.Ended()
+		if cur, ok := m.logs.Load(id); !ok || cur != lg {
+			return
+		}
+		select {
+		case <-m.done:
+			return
+		default:
+		}
+		if _, err := m.Check(context.Background(), id); err != nil {
+			m.log.Warn("checking a sandbox whose init ended", "sandbox", id, "err", err)
+		}
+	}()
 }
 
 func (m *Manager) alive(ctx context.Context, sb *Sandbox) bool {
@@ -944,8 +973,12 @@ func (m *Manager) Check(ctx context.Context, id string) (*Sandbox, error) {
 	if ok, err := rt.Running(ctx, id); err != nil || ok {
 		return sb, err
 	}
-	m.log.Warn("sandbox container exited on its own", "sandbox", id)
-	return m.stopLocked(ctx, sb, "the sandbox's container exited (killed by its memory or pids limit, or from outside)")
+	reason := "the sandbox's init (PID 1) exited and its container with it (killed from outside, or by its pids limit)"
+	if n := m.noteOOM(ctx, sb); n > 0 {
+		reason = fmt.Sprintf("the sandbox's container was ended by the OOM killer (memory limit %d bytes)", sb.Limits.MemoryBytes)
+	}
+	m.log.Warn("sandbox container exited on its own", "sandbox", id, "reason", reason)
+	return m.stopLocked(ctx, sb, reason)
 }
 
 // Sweep finds running sandboxes whose moat-init no longer answers and, when their container

@@ -72,7 +72,7 @@ func TestEndEvent(t *testing.T) {
 		{syscall.WaitStatus(syscall.SIGTERM), -1, false, "signal: terminated"},
 		{syscall.WaitStatus(syscall.SIGSEGV) | 0x80, -1, false, "signal: segmentation fault (core dumped)"},
 	} {
-		e := endEvent(tc.ws)
+		e := endEvent(tc.ws, false)
 		if e.GetExitCode() != tc.code || e.GetExited() != tc.exited || e.GetStatus() != tc.status {
 			t.Errorf("endEvent(%#x) = %v; want %d %v %q", int(tc.ws), e, tc.code, tc.exited, tc.status)
 		}

@@ -106,7 +106,8 @@ func (s *Server) spawn(r spawnRequest) (*proc, *subscriber, error) {
 	}
 
 	p := &proc{
-		tag:     r.tag,
+		oomKills: s.cfg.OOMKills,
+		tag:      r.tag,
 		config:  cfg,
 		started: time.Now(),
 		exited:  make(chan struct{}),
@@ -137,6 +138,9 @@ func (s *Server) spawn(r spawnRequest) (*proc, *subscriber, error) {
 		attr.Cred = &cred
 	}
 
+	if p.oomKills != nil {
+		p.oomBefore = p.oomKills()
+	}
 	sub := p.subscribe()
 	_, err = s.cfg.Reaper.Spawn(func() (int, error) {
 		pid, err := linux.ForkExec(attr)
