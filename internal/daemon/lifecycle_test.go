@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/store"
 	"github.com/moatdev/moat/internal/testutil"
@@ -264,5 +266,136 @@ func (e *env) assertGone(gone []v1.Sandbox) {
 				t.Errorf("sandbox %s: processes still running as its uids: %v", sb.ID, pids)
 			}
 		}
+	}
+}
+
+// containerPid is the host pid of moat-init (PID 1) of runc sandbox id.
+func (e *env) containerPid(rt, id string) int {
+	e.t.Helper()
+	bin, args, err := daemon.RuntimeArgs(e.runDir)(rt)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out, err := exec.Command(bin, append(args, "state", id)...).Output()
+	if err != nil {
+		e.t.Fatalf("%s state %s: %v", rt, id, err)
+	}
+	var st struct {
+		Pid int `json:"pid"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil || st.Pid <= 1 {
+		e.t.Fatalf("%s state %s: %q: %v", rt, id, out, err)
+	}
+	return st.Pid
+}
+
+// TestInitDeathNoticed: when a sandbox's PID 1 dies (killed from the host), the daemon
+// records the sandbox as stopped, with the reason and a transition event, well before its
+// liveness sweep (here an hour) would: within seconds, not the sweep's 30.
+func TestInitDeathNoticed(t *testing.T) {
+	e := newEnvWith(t, func(c *daemon.Config) { c.SweepInterval = time.Hour })
+	for _, rt := range runtimesUnderTest(t) {
+		e.run(rt, func(t *testing.T, e *env) {
+			sb := e.create(v1.CreateSandboxRequest{Runtime: rt})
+			if rt == "runsc" {
+				// runsc's state from outside the sandbox's network namespace does not
+				// know the sandbox process: every process of its cgroup (the gVisor
+				// sandbox, which runs PID 1, and its gofer) is killed instead.
+				procs, err := os.ReadFile("/sys/fs/cgroup/pids/moat/" + sb.ID + "/cgroup.procs")
+				if err != nil {
+					t.Skipf("no cgroup v1 pids hierarchy: %v", err)
+				}
+				for _, p := range strings.Fields(string(procs)) {
+					pid, _ := strconv.Atoi(p)
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			} else if err := syscall.Kill(e.containerPid(rt, sb.ID), syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			var got *v1.Sandbox
+			testutil.WaitFor(t, 5*time.Second, "the sandbox to be recorded as stopped", func() bool {
+				got, _ = e.c.Get(context.Background(), sb.ID)
+				return got != nil && got.State == "stopped"
+			})
+			if !strings.Contains(got.Error, "PID 1") {
+				t.Errorf("reason %q does not say that PID 1 exited", got.Error)
+			}
+			evs, err := e.c.Events(context.Background(), sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if last := evs[len(evs)-1]; last.Kind != "transition" || !strings.HasPrefix(last.Detail, "running -> stopped: ") {
+				t.Errorf("last event %+v, want the transition to stopped with its reason", last)
+			}
+			mounts, _ := os.ReadFile("/proc/self/mountinfo")
+			if strings.Contains(string(mounts), filepath.Join(e.runDir, "sandboxes", sb.ID)) {
+				t.Errorf("the stopped sandbox's mounts remain")
+			}
+			// It starts again, with its drive.
+			if st, err := e.c.Start(context.Background(), sb.ID); err != nil || st.State != "running" {
+				t.Fatalf("start after PID 1 died: %v", err)
+			}
+		})
+	}
+}
+
+// TestOOMKillRecorded: a process the kernel's OOM killer ends in a sandbox (a Python
+// memory hog above the sandbox's memory limit) is recorded: an "oom_kill" event with the
+// count, the sandbox's oom_kills and last_oom_at, and, under runc (where the rest of the
+// sandbox lives on), the exec ends with 137 and the reason. Under runsc the host's OOM
+// killer ends the gVisor sandbox process, so the whole sandbox stops, with that reason.
+func TestOOMKillRecorded(t *testing.T) {
+	e := newEnvWith(t, func(c *daemon.Config) { c.SweepInterval = time.Hour })
+	hog := "import time\nl = []\nwhile True:\n    l.append(bytearray(8 << 20))\n"
+	for _, rt := range runtimesUnderTest(t) {
+		e.run(rt, func(t *testing.T, e *env) {
+			ctx := context.Background()
+			sb := e.create(v1.CreateSandboxRequest{Runtime: rt, MemoryBytes: 128 << 20})
+			var end sdk.ExitError
+			var stderr strings.Builder
+			code, err := e.c.Exec(ctx, sb.ID, sdk.ExecRequest{Cmd: "python3", Args: []string{"-c", hog}, Stderr: &stderr, End: &end})
+			t.Logf("%s: exec: code %d err %v end %+v stderr %q", rt, code, err, end, stderr.String())
+			if rt == "runc" {
+				if err != nil || code != 137 || !strings.Contains(end.Reason, "OOM killer") {
+					t.Errorf("the OOM-killed exec: code %d err %v end %+v, want 137 and the OOM killer as the reason", code, err, end)
+				}
+			}
+			var got *v1.Sandbox
+			testutil.WaitFor(t, 10*time.Second, "the OOM kill to be recorded", func() bool {
+				got, _ = e.c.Get(ctx, sb.ID)
+				return got != nil && got.OOMKills > 0
+			})
+			if got.LastOOMAt == nil || time.Since(*got.LastOOMAt) > time.Minute {
+				t.Errorf("last_oom_at %v", got.LastOOMAt)
+			}
+			evs, err := e.c.Events(ctx, sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, ev := range evs {
+				if ev.Kind == "oom_kill" && strings.Contains(ev.Detail, "count=") {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("no oom_kill event with its count: %+v", evs)
+			}
+			if rt == "runc" {
+				// The sandbox lives on, and its record says so.
+				if got.State != "running" {
+					t.Errorf("state %s after a process's OOM kill", got.State)
+				}
+				e.mustSh(sb.ID, "true")
+				return
+			}
+			testutil.WaitFor(t, 10*time.Second, "the runsc sandbox to be recorded as stopped", func() bool {
+				got, _ = e.c.Get(ctx, sb.ID)
+				return got != nil && got.State == "stopped"
+			})
+			if !strings.Contains(got.Error, "OOM killer") {
+				t.Errorf("reason %q does not name the OOM killer", got.Error)
+			}
+		})
 	}
 }
