@@ -399,3 +399,51 @@ func TestOOMKillRecorded(t *testing.T) {
 		})
 	}
 }
+
+// TestWarmDeleteRetried: a warm sandbox whose deletion fails once (a file of its run
+// directory made immutable, so the teardown cannot remove it) is deleted as soon as the
+// cause is gone, without a daemon restart: record, drive, mounts, cgroups and run
+// directory all go.
+func TestWarmDeleteRetried(t *testing.T) {
+	e := newEnvWarm(t, map[string]int{"runc": 1})
+	ctx := context.Background()
+	testutil.WaitFor(t, 60*time.Second, "the warm pool to fill", func() bool { return len(e.warmIDs()) == 1 })
+	w, err := e.d.Store.Get(ctx, e.warmIDs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(e.runDir, "sandboxes", w.ID)
+	pinned := filepath.Join(dir, "bundle", "config.json")
+	if out, err := exec.Command("chattr", "+i", pinned).CombinedOutput(); err != nil {
+		t.Skipf("chattr +i %s: %v %s", pinned, err, out)
+	}
+	unpin := func() {
+		if _, err := os.Stat(pinned); err != nil {
+			return
+		}
+		if out, err := exec.Command("chattr", "-i", pinned).CombinedOutput(); err != nil {
+			t.Errorf("chattr -i: %v %s", err, out)
+		}
+	}
+	t.Cleanup(unpin)
+	// A create the warm sandbox cannot serve (no such user) hands it back for deletion.
+	if _, err := e.c.Create(ctx, v1.CreateSandboxRequest{User: "nosuchuser"}); !isNotFound(err) {
+		t.Fatalf("create as a missing user: %v, want not found", err)
+	}
+	// The teardown ran and failed on the pinned file: everything else of the run
+	// directory went, the record stays "deleting".
+	testutil.WaitFor(t, 30*time.Second, "the first deletion attempt to fail", func() bool {
+		top, _ := os.ReadDir(dir)
+		inner, _ := os.ReadDir(filepath.Join(dir, "bundle"))
+		return len(top) == 1 && top[0].Name() == "bundle" && len(inner) == 1
+	})
+	if sb, err := e.d.Store.Get(ctx, w.ID); err != nil || sb.State != "deleting" {
+		t.Fatalf("after the failed attempt: %+v %v, want deleting", sb, err)
+	}
+	unpin()
+	testutil.WaitFor(t, 30*time.Second, "the deletion to be retried", func() bool {
+		_, err := e.d.Store.Get(ctx, w.ID)
+		return errors.Is(err, errdefs.ErrNotFound)
+	})
+	e.assertGone([]v1.Sandbox{{ID: w.ID, HostUID: w.HostIDs().Host}})
+}
