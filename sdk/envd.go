@@ -21,6 +21,10 @@ import (
 // user selection. (Must match internal/apiserver.UserHeader.)
 const userHeader = "X-Moat-User"
 
+// endWithClientHeader asks moat-init to end a started process when its stream's client
+// goes away (moat-init's envd.EndWithClientHeader).
+const endWithClientHeader = "X-Moat-End-With-Client"
+
 func (c *Client) envdBase(id string) string {
 	return c.base + "/v1/sandboxes/" + url.PathEscape(id) + "/envd"
 }
@@ -127,7 +131,11 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (int, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := pc.Start(ctx, connect.NewRequest(start))
+	sreq := connect.NewRequest(start)
+	// The command ends when this call does (ctx cancelled, the connection lost): on a
+	// terminal with SIGHUP, otherwise its process group with SIGKILL.
+	sreq.Header().Set(endWithClientHeader, "1")
+	stream, err := pc.Start(ctx, sreq)
 	if err != nil {
 		return -1, c.explain(ctx, id, fmt.Errorf("starting command: %w", err))
 	}

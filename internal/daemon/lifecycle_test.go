@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	"github.com/moatdev/moat/api/envd/process"
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/errdefs"
@@ -446,4 +450,56 @@ func TestWarmDeleteRetried(t *testing.T) {
 		return errors.Is(err, errdefs.ErrNotFound)
 	})
 	e.assertGone([]v1.Sandbox{{ID: w.ID, HostUID: w.HostIDs().Host}})
+}
+
+// TestExecEndsWithClient: a command run with moat's exec ends when its client goes away
+// (its call's context cancelled, which closes the connection): without a terminal its
+// process group is killed, on a terminal it gets the hangup. A command started through
+// the envd protocol without asking for that (E2B's background commands) keeps running
+// after its client disconnects.
+func TestExecEndsWithClient(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(v1.CreateSandboxRequest{})
+	running := func(pattern string) bool {
+		return e.sh(sb.ID, "root", "pgrep -f '^"+pattern+"$'").code == 0
+	}
+
+	// The background command: Start without the header, the stream dropped after the
+	// start event.
+	bctx, bcancel := context.WithCancel(context.Background())
+	stream, err := e.c.Process(sb.ID, "").Start(bctx, connect.NewRequest(&process.StartRequest{
+		Process: &process.ProcessConfig{Cmd: "/bin/sleep", Args: []string{"1003"}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() || stream.Msg().GetEvent().GetStart() == nil {
+		t.Fatalf("no start event: %v", stream.Err())
+	}
+	bcancel()
+	stream.Close()
+
+	stdin, open := io.Pipe() // a terminal's input that stays open
+	defer open.Close()
+	for _, tc := range []struct {
+		name, pattern string
+		req           sdk.ExecRequest
+	}{
+		{"pipes", "sleep 1001", sdk.ExecRequest{Cmd: "/bin/bash", Args: []string{"-c", "sleep 1001; true"}}},
+		{"terminal", "sleep 1002", sdk.ExecRequest{Cmd: "/bin/bash", Args: []string{"-c", "sleep 1002; true"}, TTY: &sdk.TermSize{Cols: 80, Rows: 24}, Stdin: stdin}},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := e.c.Exec(ctx, sb.ID, tc.req)
+			done <- err
+		}()
+		testutil.WaitFor(t, 20*time.Second, tc.name+": the command to run", func() bool { return running(tc.pattern) })
+		cancel()
+		<-done
+		testutil.WaitFor(t, 10*time.Second, tc.name+": the command to end with its client", func() bool { return !running(tc.pattern) })
+	}
+	if !running("/bin/sleep 1003") {
+		t.Errorf("the background command ended with its client")
+	}
 }
