@@ -930,13 +930,23 @@ func (m *Manager) watchInit(id string, lg *initlog.Log) {
 		if cur, ok := m.logs.Load(id); !ok || cur != lg {
 			return
 		}
-		select {
-		case <-m.done:
-			return
-		default:
-		}
-		if _, err := m.Check(context.Background(), id); err != nil {
-			m.log.Warn("checking a sandbox whose init ended", "sandbox", id, "err", err)
+		// The runtime may report the container a moment after its output ended (its
+		// init not yet reaped): look again for a few seconds.
+		for range 25 {
+			select {
+			case <-m.done:
+				return
+			default:
+			}
+			sb, err := m.Check(context.Background(), id)
+			if err != nil {
+				m.log.Warn("checking a sandbox whose init ended", "sandbox", id, "err", err)
+				return
+			}
+			if sb.State != StateRunning {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
 	}()
 }

@@ -79,6 +79,22 @@ func TestEndEvent(t *testing.T) {
 	}
 }
 
+// TestEndEventOOM: a process the OOM killer ended keeps its status and carries the
+// reason in its error (what E2B's SDK shows as CommandExitError's message); an ordinary
+// SIGKILL and a failed exit have their status as their error.
+func TestEndEventOOM(t *testing.T) {
+	e := endEvent(syscall.WaitStatus(syscall.SIGKILL), true)
+	if e.GetStatus() != "signal: killed" || e.GetError() != "signal: killed: "+OOMKilledReason || e.GetExitCode() != -1 {
+		t.Errorf("OOM-killed: %v", e)
+	}
+	if e := endEvent(syscall.WaitStatus(syscall.SIGKILL), false); e.GetError() != "signal: killed" {
+		t.Errorf("killed: %v", e)
+	}
+	if e := endEvent(0, true); e.Error != nil {
+		t.Errorf("exit 0 has an error: %v", e)
+	}
+}
+
 func TestProcessEnv(t *testing.T) {
 	u := &users.User{Name: "user", Home: "/home/user", Shell: "/bin/bash"}
 	env := processEnv(u, map[string]string{"A": "default", "PATH": "/opt/bin"}, map[string]string{"A": "request", "B": "b"})

@@ -108,11 +108,11 @@ func (s *Server) spawn(r spawnRequest) (*proc, *subscriber, error) {
 	p := &proc{
 		oomKills: s.cfg.OOMKills,
 		tag:      r.tag,
-		config:  cfg,
-		started: time.Now(),
-		exited:  make(chan struct{}),
-		done:    make(chan struct{}),
-		subs:    make(map[*subscriber]struct{}),
+		config:   cfg,
+		started:  time.Now(),
+		exited:   make(chan struct{}),
+		done:     make(chan struct{}),
+		subs:     make(map[*subscriber]struct{}),
 	}
 	st, err := p.openStdio(r.pty, r.stdin)
 	// The child's ends are closed here once it has its copies.
