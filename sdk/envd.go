@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -141,11 +142,12 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (int, err
 	}
 	defer stream.Close()
 	stdout, stderr := orDiscard(req.Stdout), orDiscard(req.Stderr)
-	code := -1
+	code, started := -1, false
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
 		switch {
 		case ev.GetStart() != nil:
+			started = true
 			pid := ev.GetStart().GetPid()
 			if req.Stdin != nil {
 				go c.pumpInput(ctx, pc, pid, req.Stdin, req.TTY != nil)
@@ -192,9 +194,30 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (int, err
 		return code, nil
 	}
 	if err := stream.Err(); err != nil {
+		if started && ctx.Err() == nil {
+			// The stream broke after the command started: the sandbox may have ended
+			// (its PID 1 killed, its container ended by the OOM killer under runsc).
+			// The daemon records that within about a second; wait that long for it.
+			c.awaitNotRunning(ctx, id, 3*time.Second)
+		}
 		return -1, c.explain(ctx, id, err)
 	}
 	return -1, c.explain(ctx, id, errors.New("command stream ended without an exit status"))
+}
+
+// awaitNotRunning polls sandbox id until it is no longer running, for at most wait.
+func (c *Client) awaitNotRunning(ctx context.Context, id string, wait time.Duration) {
+	for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
+		sb, err := c.Get(ctx, id)
+		if err != nil || sb.State != "running" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // explain replaces a transport-level envd error with the sandbox's own state when that is

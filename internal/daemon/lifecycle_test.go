@@ -357,11 +357,11 @@ func TestOOMKillRecorded(t *testing.T) {
 			sb := e.create(v1.CreateSandboxRequest{Runtime: rt, MemoryBytes: 128 << 20})
 			var end sdk.ExitError
 			var stderr strings.Builder
-			code, err := e.c.Exec(ctx, sb.ID, sdk.ExecRequest{Cmd: "python3", Args: []string{"-c", hog}, Stderr: &stderr, End: &end})
-			t.Logf("%s: exec: code %d err %v end %+v stderr %q", rt, code, err, end, stderr.String())
+			code, execErr := e.c.Exec(ctx, sb.ID, sdk.ExecRequest{Cmd: "python3", Args: []string{"-c", hog}, Stderr: &stderr, End: &end})
+			t.Logf("%s: exec: code %d err %v end %+v stderr %q", rt, code, execErr, end, stderr.String())
 			if rt == "runc" {
-				if err != nil || code != 137 || !strings.Contains(end.Reason, "OOM killer") {
-					t.Errorf("the OOM-killed exec: code %d err %v end %+v, want 137 and the OOM killer as the reason", code, err, end)
+				if execErr != nil || code != 137 || !strings.Contains(end.Reason, "OOM killer") {
+					t.Errorf("the OOM-killed exec: code %d err %v end %+v, want 137 and the OOM killer as the reason", code, execErr, end)
 				}
 			}
 			var got *v1.Sandbox
@@ -399,6 +399,10 @@ func TestOOMKillRecorded(t *testing.T) {
 			})
 			if !strings.Contains(got.Error, "OOM killer") {
 				t.Errorf("reason %q does not name the OOM killer", got.Error)
+			}
+			// The exec's stream broke with the sandbox; its error says why.
+			if execErr == nil || !strings.Contains(execErr.Error(), "OOM killer") {
+				t.Errorf("the exec in the OOM-killed runsc sandbox: %v, want the OOM killer named", execErr)
 			}
 		})
 	}
