@@ -27,7 +27,7 @@ import (
 
 // TestKill9DuringCreate: a `moat serve` killed with SIGKILL at several points of a create
 // (while the drive is being copied, once it exists, once the root filesystem is mounted,
-// once the container exists) leaves no sandbox behind after its restart: no record, no
+// once the container exists, under runc and runsc) leaves no sandbox behind after its restart: no record, no
 // drive, no mounts, run directory, cgroups, links or loop devices of it; the sandboxes
 // made before the crash are still there and start.
 func TestKill9DuringCreate(t *testing.T) {
@@ -105,18 +105,19 @@ func TestKill9DuringCreate(t *testing.T) {
 		return ""
 	}
 	points := []struct {
-		name string
-		at   func() bool
+		name    string
+		runtime string // "": runc
+		at      func() bool
 	}{
-		{"drive being copied", func() bool {
+		{"drive being copied", "", func() bool {
 			tmp, _ := filepath.Glob(filepath.Join(data, "drives", ".tmp-sb-*"))
 			return len(tmp) > 0
 		}},
-		{"drive made", func() bool {
+		{"drive made", "", func() bool {
 			imgs, _ := filepath.Glob(filepath.Join(data, "drives", "sb-*.img"))
 			return len(imgs) > 2
 		}},
-		{"root filesystem mounted", func() bool {
+		{"root filesystem mounted", "", func() bool {
 			id := newDir()
 			if id == "" {
 				return false
@@ -124,9 +125,14 @@ func TestKill9DuringCreate(t *testing.T) {
 			mounts, _ := os.ReadFile("/proc/self/mountinfo")
 			return strings.Contains(string(mounts), filepath.Join(run, "sandboxes", id, "rootfs")+" ")
 		}},
-		{"container made", func() bool {
+		{"container made", "", func() bool {
 			id := newDir()
 			_, err := os.Stat(filepath.Join(run, "runtime", "runc", id))
+			return id != "" && err == nil
+		}},
+		{"runsc container made", "runsc", func() bool {
+			id := newDir()
+			_, err := os.Stat("/sys/fs/cgroup/memory/moat/" + id)
 			return id != "" && err == nil
 		}},
 	}
@@ -135,9 +141,14 @@ func TestKill9DuringCreate(t *testing.T) {
 			if cur == nil {
 				start()
 			}
+			if _, err := exec.LookPath("runsc"); p.runtime == "runsc" && err != nil {
+				t.Skip("runsc is not installed")
+			}
+			req := small
+			req.Runtime = p.runtime
 			done := make(chan error, 1)
 			go func() {
-				_, err := c.Create(ctx, small)
+				_, err := c.Create(ctx, req)
 				done <- err
 			}()
 			hit := false
