@@ -503,16 +503,18 @@ func TestExecEndsWithClient(t *testing.T) {
 		{"pipes", "sleep 1001", sdk.ExecRequest{Cmd: "/bin/bash", Args: []string{"-c", "sleep 1001; true"}}},
 		{"terminal", "sleep 1002", sdk.ExecRequest{Cmd: "/bin/bash", Args: []string{"-c", "sleep 1002; true"}, TTY: &sdk.TermSize{Cols: 80, Rows: 24}, Stdin: stdin}},
 	} {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			_, err := e.c.Exec(ctx, sb.ID, tc.req)
-			done <- err
-		}()
-		testutil.WaitFor(t, 20*time.Second, tc.name+": the command to run", func() bool { return running(tc.pattern) })
-		cancel()
-		<-done
-		testutil.WaitFor(t, 10*time.Second, tc.name+": the command to end with its client", func() bool { return !running(tc.pattern) })
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, err := e.c.Exec(ctx, sb.ID, tc.req)
+				done <- err
+			}()
+			testutil.WaitFor(t, 20*time.Second, "the command to run", func() bool { return running(tc.pattern) })
+			cancel()
+			<-done
+			testutil.WaitFor(t, 10*time.Second, "the command to end with its client", func() bool { return !running(tc.pattern) })
+		})
 	}
 	if !running("/bin/sleep 1003") {
 		t.Errorf("the background command ended with its client")
