@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -20,6 +21,10 @@ import (
 // userHeader carries the user an envd call runs as; the daemon turns it into envd's
 // user selection. (Must match internal/apiserver.UserHeader.)
 const userHeader = "X-Moat-User"
+
+// endWithClientHeader asks moat-init to end a started process when its stream's client
+// goes away (moat-init's envd.EndWithClientHeader).
+const endWithClientHeader = "X-Moat-End-With-Client"
 
 func (c *Client) envdBase(id string) string {
 	return c.base + "/v1/sandboxes/" + url.PathEscape(id) + "/envd"
@@ -87,6 +92,9 @@ type ExecRequest struct {
 	TTY *TermSize
 	// Resize delivers terminal size changes while a TTY command runs.
 	Resize <-chan TermSize
+	// End, when set, receives how the command ended: its exit code (128+signal for a
+	// signal), its status and, when the sandbox says more, the reason (an OOM kill).
+	End *ExitError
 }
 
 // TermSize is a terminal size in cells.
@@ -96,6 +104,10 @@ type TermSize struct{ Cols, Rows uint32 }
 type ExitError struct {
 	Code   int
 	Status string
+	// Reason says why the command ended when the sandbox knows more than its status,
+	// e.g. that the kernel's OOM killer ended it (its status is then "signal: killed",
+	// Code 137).
+	Reason string
 }
 
 func (e *ExitError) Error() string { return e.Status }
@@ -120,17 +132,22 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (int, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := pc.Start(ctx, connect.NewRequest(start))
+	sreq := connect.NewRequest(start)
+	// The command ends when this call does (ctx cancelled, the connection lost): on a
+	// terminal with SIGHUP, otherwise its process group with SIGKILL.
+	sreq.Header().Set(endWithClientHeader, "1")
+	stream, err := pc.Start(ctx, sreq)
 	if err != nil {
 		return -1, c.explain(ctx, id, fmt.Errorf("starting command: %w", err))
 	}
 	defer stream.Close()
 	stdout, stderr := orDiscard(req.Stdout), orDiscard(req.Stderr)
-	code := -1
+	code, started := -1, false
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
 		switch {
 		case ev.GetStart() != nil:
+			started = true
 			pid := ev.GetStart().GetPid()
 			if req.Stdin != nil {
 				go c.pumpInput(ctx, pc, pid, req.Stdin, req.TTY != nil)
@@ -165,15 +182,42 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (int, err
 			// mid-way costs the daemon its upstream connection.
 			end := ev.GetEnd()
 			code = exitCode(end.GetExitCode(), end.GetExited(), end.GetStatus())
+			if req.End != nil {
+				*req.End = ExitError{Code: code, Status: end.GetStatus()}
+				if e := end.GetError(); e != "" && e != end.GetStatus() {
+					req.End.Reason = strings.TrimPrefix(e, end.GetStatus()+": ")
+				}
+			}
 		}
 	}
 	if code >= 0 {
 		return code, nil
 	}
 	if err := stream.Err(); err != nil {
+		if started && ctx.Err() == nil {
+			// The stream broke after the command started: the sandbox may have ended
+			// (its PID 1 killed, its container ended by the OOM killer under runsc).
+			// The daemon records that within about a second; wait that long for it.
+			c.awaitNotRunning(ctx, id, 3*time.Second)
+		}
 		return -1, c.explain(ctx, id, err)
 	}
 	return -1, c.explain(ctx, id, errors.New("command stream ended without an exit status"))
+}
+
+// awaitNotRunning polls sandbox id until it is no longer running, for at most wait.
+func (c *Client) awaitNotRunning(ctx context.Context, id string, wait time.Duration) {
+	for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
+		sb, err := c.Get(ctx, id)
+		if err != nil || sb.State != "running" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // explain replaces a transport-level envd error with the sandbox's own state when that is
@@ -199,10 +243,11 @@ func (c *Client) explain(ctx context.Context, id string, err error) error {
 
 // exitCode follows shell conventions: a signal-terminated process reports 128+signal.
 func exitCode(code int32, exited bool, status string) int {
-	if exited || code != 0 {
+	if exited {
 		return int(code)
 	}
 	if sig, ok := strings.CutPrefix(status, "signal: "); ok {
+		sig = strings.TrimSuffix(sig, " (core dumped)")
 		for n, name := range signalNames {
 			if name == sig {
 				return 128 + n

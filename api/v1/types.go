@@ -74,6 +74,10 @@ type Sandbox struct {
 	Policy Policy `json:"policy"`
 	// Credentials are the secret bindings (never the values).
 	Credentials []Credential `json:"credentials,omitempty"`
+	// OOMKills counts the sandbox's processes the kernel's OOM killer ended (its memory
+	// limit was reached), over all its runs; LastOOMAt is when the latest was seen.
+	OOMKills  uint64     `json:"oom_kills,omitempty"`
+	LastOOMAt *time.Time `json:"last_oom_at,omitempty"`
 }
 
 // Limits are a sandbox's resource limits.

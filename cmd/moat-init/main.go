@@ -108,6 +108,7 @@ func run(addr string, idleTick time.Duration, log *slog.Logger) error {
 		Users:       users.NewDB("/etc/passwd", "/etc/group"),
 		Reaper:      reaper,
 		Log:         log,
+		OOMKills:    oomCounter("/sys/fs/cgroup"),
 	})
 
 	trimmer := &idleTrimmer{log: log}

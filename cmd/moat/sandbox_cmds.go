@@ -280,9 +280,14 @@ func (a *app) execCmd() *cobra.Command {
 			if tty {
 				return a.interactive(cmd.Context(), c, args[0], req)
 			}
+			var end sdk.ExitError
+			req.End = &end
 			code, err := c.Exec(cmd.Context(), args[0], req)
 			if err != nil {
 				return err
+			}
+			if end.Reason != "" {
+				fmt.Fprintf(os.Stderr, "moat: %s: %s\n", end.Status, end.Reason)
 			}
 			if code != 0 {
 				return exitError{code}

@@ -563,6 +563,7 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 		ID: sb.ID, State: string(sb.State), Runtime: sb.Runtime, Template: sb.Template, Repo: sb.Repo,
 		User: sb.User, Env: sb.Env, Metadata: sb.Metadata, Error: sb.Error,
 		CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, ExpiresAt: sb.ExpiresAt,
+		OOMKills: sb.OOMKills, LastOOMAt: sb.LastOOMAt,
 		Limits: v1.Limits{MemoryBytes: sb.Limits.MemoryBytes, CPUs: sb.Limits.CPUs, Pids: sb.Limits.Pids, DiskBytes: sb.Limits.DiskBytes},
 	}
 	if sb.Runtime != "runsc" {

@@ -242,7 +242,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}, st, runtimes, stor, net, d.Egress, ns, d.log.With("component", "sandbox"))
 	// Closed after background work (reverse order): a deletion still closes its own.
 	d.addCloser("init logs", func() error { d.Manager.CloseLogs(); return nil })
-	d.addCloser("background work", func() error { d.Manager.Wait(); return nil })
+	d.addCloser("background work", func() error { d.Manager.Close(); return nil })
 
 	if exclusive {
 		if err := stor.Cleanup(ctx); err != nil {
@@ -345,6 +345,7 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 			return d.shutdownServers()
 		case now := <-tick.C:
 			d.Manager.Expire(ctx, now)
+			d.Manager.WatchOOM(ctx)
 			if now.Sub(lastSweep) >= sweep {
 				lastSweep = now
 				d.Manager.Sweep(ctx)

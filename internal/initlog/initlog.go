@@ -148,6 +148,10 @@ func (l *Log) Tail(wait time.Duration) string {
 	return string(l.tail)
 }
 
+// Ended is closed once reading has ended: every writer is gone (the container's
+// processes, moat-init first among them, have all exited) or Close was called.
+func (l *Log) Ended() <-chan struct{} { return l.done }
+
 // Close stops reading (what is still in the FIFO stays there for the next reader) and
 // closes the log file. Idempotent.
 func (l *Log) Close() error {

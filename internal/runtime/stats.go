@@ -44,6 +44,40 @@ func (o *OCI) Stats(ctx context.Context, id string) (sandbox.Stats, error) {
 	return s, nil
 }
 
+// OOMKills returns how many processes the kernel's OOM killer has killed in container id's
+// memory cgroup since the cgroup was made (a new start of a sandbox makes a new one):
+// cgroup v1 memory.oom_control "oom_kill", v2 memory.events "oom_kill". Under runsc the
+// cgroup holds the gVisor sandbox process, so a kill there ends the whole sandbox. Errors
+// as for Stats.
+func (o *OCI) OOMKills(ctx context.Context, id string) (uint64, error) {
+	if !validID(id) {
+		return 0, fmt.Errorf("OOM kills of container %q: bad id: %w", id, errdefs.ErrInvalidArgument)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := oomKills(id)
+	if err != nil {
+		return 0, fmt.Errorf("OOM kills of container %s: %w", id, err)
+	}
+	return n, nil
+}
+
+func oomKills(id string) (uint64, error) {
+	if detectHost().cgroupV2 {
+		dir := filepath.Join(cgroupRoot, "moat", id)
+		if _, err := os.Stat(dir); err != nil {
+			return 0, notFound(err)
+		}
+		return statField(filepath.Join(dir, "memory.events"), "oom_kill")
+	}
+	dir, err := v1Dir("memory", id)
+	if err != nil {
+		return 0, err
+	}
+	return statField(filepath.Join(dir, "memory.oom_control"), "oom_kill")
+}
+
 // unlimitedMemory is where a v1 memory limit stops being a limit: "unlimited" reads as
 // the page counter's maximum, 9223372036854771712 on 4 KiB pages.
 const unlimitedMemory = 1 << 62

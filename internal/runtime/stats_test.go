@@ -150,9 +150,15 @@ func TestStatsUnknown(t *testing.T) {
 	if _, err := o.Stats(ctx, "sb-000000000000"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("unknown container: %v, want ErrNotFound", err)
 	}
+	if _, err := o.OOMKills(ctx, "sb-000000000000"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("OOM kills of an unknown container: %v, want ErrNotFound", err)
+	}
 	for _, id := range []string{"", "..", "../../memory", "a/b"} {
 		if _, err := o.Stats(ctx, id); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("id %q: %v, want ErrInvalidArgument", id, err)
+		}
+		if _, err := o.OOMKills(ctx, id); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("OOM kills of id %q: %v, want ErrInvalidArgument", id, err)
 		}
 	}
 }

@@ -32,6 +32,9 @@ type Runtime interface {
 	// Stats reads the running container's CPU and memory figures from its cgroup
 	// (ErrNotFound for an unknown container, ErrUnavailable where they cannot be read).
 	Stats(ctx context.Context, id string) (Stats, error)
+	// OOMKills counts the processes the kernel's OOM killer killed in the container's
+	// memory cgroup since its start (ErrNotFound for an unknown container).
+	OOMKills(ctx context.Context, id string) (uint64, error)
 }
 
 // ContainerSpec is everything a runtime needs to start one sandbox's container.

@@ -35,6 +35,8 @@ type Store interface {
 	Get(ctx context.Context, id string) (*Sandbox, error)
 	List(ctx context.Context) ([]*Sandbox, error)
 	Delete(ctx context.Context, id string) error
+	// AddEvent records an event of sandbox id outside any state change.
+	AddEvent(ctx context.Context, id, kind, detail string) error
 }
 
 // Namespaces pins the per-sandbox user and network namespaces. Implemented in the
@@ -85,6 +87,9 @@ type Manager struct {
 	pools map[string]*pool // runtime → warm pool
 	bg    sync.WaitGroup
 	envd  *http.Transport
+	// done closes when the daemon shuts down (Close): background retries end.
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
 // NewManager wires a Manager. runtimes maps runtime names ("runc", "runsc", …) to drivers;
@@ -95,7 +100,7 @@ func NewManager(cfg Config, st Store, runtimes map[string]Runtime, storage Stora
 	}
 	m := &Manager{
 		cfg: cfg, store: st, runtimes: runtimes, storage: storage, network: network, egress: egress, ns: ns, log: log,
-		pools: map[string]*pool{},
+		pools: map[string]*pool{}, done: make(chan struct{}),
 	}
 	for rt, n := range cfg.Warm {
 		if n > 0 && runtimes[rt] != nil {
@@ -279,7 +284,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 		Repo: opts.Repo, User: opts.User, Env: opts.Env, Limits: opts.Limits, Metadata: opts.Metadata,
 		Policy: opts.Policy, OnTimeout: opts.OnTimeout, TemplateAlias: opts.TemplateAlias,
 		Credentials: opts.Credentials, CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
-		Owner: CallerFrom(ctx).Owner(),
+		Owner: CallerFrom(ctx).Owner(), Provisioning: true,
 	}
 	if opts.Timeout > 0 {
 		exp := now.Add(opts.Timeout)
@@ -304,6 +309,8 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 		}
 		s.State = StateRunning
 		s.User = sb.User
+		s.Provisioning = false
+		s.OOMCounter = 0
 		return nil
 	})
 }
@@ -427,6 +434,7 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 		return fmt.Errorf("init log: %w", err)
 	}
 	m.logs.Store(sb.ID, lg)
+	m.watchInit(sb.ID, lg)
 	spec.Output = lg
 	if err := rt.Start(ctx, spec); err != nil {
 		return fmt.Errorf("starting %s container: %w", sb.Runtime, err)
@@ -578,24 +586,20 @@ func (m *Manager) down(id string, runtime string) error {
 	return errors.Join(errs...)
 }
 
-// destroy removes every trace of a sandbox that never became usable (failed create).
+// destroy removes every trace of a sandbox that never became usable (a failed or
+// interrupted create). The caller holds the sandbox's lock. The record turns "deleting"
+// first, so what a failed teardown leaves is retried (finishDelete) and never shows up as
+// a sandbox someone could start.
 func (m *Manager) destroy(id string) {
-	sb, err := m.store.Get(context.Background(), id)
-	rt := ""
-	if err == nil {
-		rt = sb.Runtime
-	}
-	if err := m.down(id, rt); err != nil {
+	ctx := context.Background()
+	sb, err := m.store.Update(ctx, id, func(s *Sandbox) error { s.State = StateDeleting; return nil })
+	if err != nil {
 		m.log.Error("cleaning up failed sandbox", "sandbox", id, "err", err)
+		sb = &Sandbox{ID: id}
 	}
-	ctx := context.WithoutCancel(context.Background())
-	if err := m.storage.DeleteDrive(ctx, id); err != nil {
-		m.log.Error("deleting drive of failed sandbox", "sandbox", id, "err", err)
-	}
-	m.egress.Forget(id)
-	_ = initlog.Remove(m.LogPath(id))
-	if err := m.store.Delete(ctx, id); err != nil {
-		m.log.Error("deleting record of failed sandbox", "sandbox", id, "err", err)
+	if err := m.remove(sb); err != nil {
+		m.log.Error("cleaning up failed sandbox; retrying", "sandbox", id, "err", err)
+		m.retryDelete(sb)
 	}
 }
 
@@ -684,6 +688,7 @@ func (m *Manager) Start(ctx context.Context, id string) (*Sandbox, error) {
 	}
 	return m.store.Update(ctx, id, func(s *Sandbox) error {
 		s.State = StateRunning
+		s.OOMCounter = 0
 		if s.Timeout > 0 {
 			exp := time.Now().UTC().Add(s.Timeout)
 			s.ExpiresAt = &exp
@@ -756,32 +761,87 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
+// finishDelete removes a deleting sandbox: container, mounts, network, drive, record. A
+// teardown that fails is retried in the background with backoff (retryDelete) until it
+// succeeds or the manager closes; a daemon that stops meanwhile finishes it when it starts
+// again (Reconcile).
 func (m *Manager) finishDelete(sb *Sandbox) {
 	unlock := m.lock(sb.ID)
-	defer unlock()
-	defer m.locks.Delete(sb.ID)
+	err := m.remove(sb)
+	unlock()
+	if err != nil {
+		m.log.Error("deleting sandbox; retrying", "sandbox", sb.ID, "err", err)
+		m.retryDelete(sb)
+		return
+	}
+	m.locks.Delete(sb.ID)
+}
+
+// retryDelete retries remove for sb in the background, backing off from 1 s to 30 s,
+// until it succeeds or the manager closes.
+func (m *Manager) retryDelete(sb *Sandbox) {
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		for attempt := 1; ; attempt++ {
+			select {
+			case <-m.done:
+				return
+			case <-time.After(deleteBackoff(attempt)):
+			}
+			unlock := m.lock(sb.ID)
+			err := m.remove(sb)
+			unlock()
+			if err == nil {
+				m.locks.Delete(sb.ID)
+				m.log.Info("deleted sandbox after retrying", "sandbox", sb.ID, "attempts", attempt+1)
+				return
+			}
+			m.log.Warn("deleting sandbox failed again", "sandbox", sb.ID, "attempt", attempt+1, "err", err)
+		}
+	}()
+}
+
+// deleteBackoff is the wait before the given retry (1, 2, …) of a failed deletion.
+func deleteBackoff(attempt int) time.Duration {
+	return min(time.Second<<min(attempt-1, 5), 30*time.Second)
+}
+
+// remove is one attempt at removing everything of sandbox sb, in an order that keeps what
+// is left findable: teardown (down), then the drive, then the record. It is idempotent;
+// the caller holds the sandbox's lock.
+func (m *Manager) remove(sb *Sandbox) error {
 	if err := m.down(sb.ID, sb.Runtime); err != nil {
-		m.log.Error("deleting sandbox: teardown", "sandbox", sb.ID, "err", err)
-		return // stays "deleting"; retried at the next start
+		return fmt.Errorf("teardown: %w", err)
 	}
 	ctx := context.Background()
 	if err := m.storage.DeleteDrive(ctx, sb.ID); err != nil {
-		m.log.Error("deleting sandbox: drive", "sandbox", sb.ID, "err", err)
-		return
+		return fmt.Errorf("drive: %w", err)
 	}
 	m.egress.Forget(sb.ID)
 	_ = initlog.Remove(m.LogPath(sb.ID))
 	if err := m.store.Delete(ctx, sb.ID); err != nil {
-		m.log.Error("deleting sandbox: record", "sandbox", sb.ID, "err", err)
+		return fmt.Errorf("record: %w", err)
 	}
+	return nil
 }
 
-// Wait blocks until background work (deletions) has finished.
+// Wait blocks until background work (deletions, with their retries) has finished.
 func (m *Manager) Wait() { m.bg.Wait() }
 
+// Close ends the retries of failed deletions (the next daemon start finishes them) and
+// waits for background work. For daemon shutdown.
+func (m *Manager) Close() {
+	m.closeOnce.Do(func() { close(m.done) })
+	m.bg.Wait()
+}
+
 // Reconcile makes the host match the store after a (possibly unclean) daemon start:
-// interrupted deletions finish, interrupted creations stop, running sandboxes whose
-// container is alive and healthy stay running, and the rest are stopped cleanly.
+// interrupted deletions finish; interrupted creates (Sandbox.Provisioning: no client was
+// ever answered with them) are removed with everything they made, since the drive may be
+// missing and nobody knows their ID; interrupted starts of existing sandboxes stop (their
+// drive holds the owner's data); running sandboxes whose container is alive and healthy
+// stay running, and the rest are stopped cleanly.
 func (m *Manager) Reconcile(ctx context.Context) error {
 	list, err := m.store.List(ctx)
 	if err != nil {
@@ -795,14 +855,19 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			}
 			continue
 		}
-		switch sb.State {
-		case StateDeleting:
+		switch {
+		case sb.State == StateDeleting:
 			m.finishDelete(sb)
-		case StateCreating:
+		case sb.Provisioning:
+			m.log.Warn("removing a sandbox whose create was interrupted", "sandbox", sb.ID, "state", sb.State)
+			unlock := m.lock(sb.ID)
+			m.destroy(sb.ID)
+			unlock()
+		case sb.State == StateCreating:
 			unlock := m.lock(sb.ID)
 			_, _ = m.stopLocked(ctx, sb, "interrupted while starting (daemon restart)")
 			unlock()
-		case StateRunning, StatePaused:
+		case sb.State == StateRunning || sb.State == StatePaused:
 			older := m.fromOlderDaemon(sb.ID)
 			if !older && m.alive(ctx, sb) {
 				m.attachLog(sb.ID)
@@ -820,7 +885,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			unlock := m.lock(sb.ID)
 			_, _ = m.stopLocked(ctx, sb, reason)
 			unlock()
-		case StateStopped:
+		case sb.State == StateStopped:
 			// Leftovers of a crash between teardown steps are removed; the drive stays.
 			if _, err := os.Stat(m.paths(sb.ID).dir); err == nil {
 				if err := m.down(sb.ID, sb.Runtime); err != nil {
@@ -850,6 +915,40 @@ func (m *Manager) attachLog(id string) {
 		return
 	}
 	m.logs.Store(id, lg)
+	m.watchInit(id, lg)
+}
+
+// watchInit notices at once when sandbox id's moat-init (PID 1) is gone: its output FIFO
+// then has no writer left, because a PID 1 that ends takes every process of its sandbox
+// with it (under runsc, the sandbox process goes too). Unless the daemon itself closed the
+// log (stop, delete, shutdown: it is no longer lg in m.logs), the sandbox is checked and,
+// its container gone, recorded as stopped with the reason (Check). The liveness sweep
+// remains for whatever this misses.
+func (m *Manager) watchInit(id string, lg *initlog.Log) {
+	go func() {
+		<-lg.Ended()
+		if cur, ok := m.logs.Load(id); !ok || cur != lg {
+			return
+		}
+		// The runtime may report the container a moment after its output ended (its
+		// init not yet reaped): look again for a few seconds.
+		for range 25 {
+			select {
+			case <-m.done:
+				return
+			default:
+			}
+			sb, err := m.Check(context.Background(), id)
+			if err != nil {
+				m.log.Warn("checking a sandbox whose init ended", "sandbox", id, "err", err)
+				return
+			}
+			if sb.State != StateRunning {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
 }
 
 func (m *Manager) alive(ctx context.Context, sb *Sandbox) bool {
@@ -884,8 +983,12 @@ func (m *Manager) Check(ctx context.Context, id string) (*Sandbox, error) {
 	if ok, err := rt.Running(ctx, id); err != nil || ok {
 		return sb, err
 	}
-	m.log.Warn("sandbox container exited on its own", "sandbox", id)
-	return m.stopLocked(ctx, sb, "the sandbox's container exited (killed by its memory or pids limit, or from outside)")
+	reason := "the sandbox's init (PID 1) exited and its container with it (killed from outside, or by its pids limit)"
+	if n := m.noteOOM(ctx, sb); n > 0 {
+		reason = fmt.Sprintf("the sandbox's container was ended by the OOM killer (memory limit %d bytes)", sb.Limits.MemoryBytes)
+	}
+	m.log.Warn("sandbox container exited on its own", "sandbox", id, "reason", reason)
+	return m.stopLocked(ctx, sb, reason)
 }
 
 // Sweep finds running sandboxes whose moat-init no longer answers and, when their container

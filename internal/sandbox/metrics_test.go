@@ -25,6 +25,9 @@ func (r *statsRuntime) Running(ctx context.Context, id string) (bool, error) {
 func (r *statsRuntime) Update(ctx context.Context, id string, l Limits) error { return nil }
 func (r *statsRuntime) Pause(ctx context.Context, id string) error            { return nil }
 func (r *statsRuntime) Resume(ctx context.Context, id string) error           { return nil }
+func (r *statsRuntime) OOMKills(ctx context.Context, id string) (uint64, error) {
+	return 0, nil
+}
 
 func (r *statsRuntime) Stats(ctx context.Context, id string) (Stats, error) {
 	if id != "sb" || len(r.readings) == 0 {

@@ -71,6 +71,18 @@ type Sandbox struct {
 	UpdatedAt time.Time         `json:"updated_at"`
 	// Warm marks a pool sandbox not yet handed to anyone (pool.go).
 	Warm bool `json:"warm,omitempty"`
+	// Provisioning marks a sandbox whose create has not finished: it is stored before the
+	// first side effect (drive, namespaces, mounts, container) and cleared when the sandbox
+	// first runs. Nobody was ever handed such a sandbox, so a daemon that finds one at its
+	// start (it died mid-create) removes it entirely (Manager.Reconcile).
+	Provisioning bool `json:"provisioning,omitempty"`
+	// OOMKills counts the sandbox's processes the kernel's OOM killer killed (its memory
+	// limit was reached), over all its runs; LastOOMAt is when the daemon saw the latest.
+	// OOMCounter is the current run's cgroup counter at the daemon's last look (0 at each
+	// start, whose container gets a new cgroup).
+	OOMKills   uint64     `json:"oom_kills,omitempty"`
+	LastOOMAt  *time.Time `json:"last_oom_at,omitempty"`
+	OOMCounter uint64     `json:"oom_counter,omitempty"`
 	// Timeout is the sandbox's lifetime per start (0: none); ExpiresAt is when the current
 	// run ends: the daemon stops the sandbox then.
 	Timeout   time.Duration `json:"timeout,omitempty"`

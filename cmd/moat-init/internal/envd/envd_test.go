@@ -72,10 +72,26 @@ func TestEndEvent(t *testing.T) {
 		{syscall.WaitStatus(syscall.SIGTERM), -1, false, "signal: terminated"},
 		{syscall.WaitStatus(syscall.SIGSEGV) | 0x80, -1, false, "signal: segmentation fault (core dumped)"},
 	} {
-		e := endEvent(tc.ws)
+		e := endEvent(tc.ws, false)
 		if e.GetExitCode() != tc.code || e.GetExited() != tc.exited || e.GetStatus() != tc.status {
 			t.Errorf("endEvent(%#x) = %v; want %d %v %q", int(tc.ws), e, tc.code, tc.exited, tc.status)
 		}
+	}
+}
+
+// TestEndEventOOM: a process the OOM killer ended keeps its status and carries the
+// reason in its error (what E2B's SDK shows as CommandExitError's message); an ordinary
+// SIGKILL and a failed exit have their status as their error.
+func TestEndEventOOM(t *testing.T) {
+	e := endEvent(syscall.WaitStatus(syscall.SIGKILL), true)
+	if e.GetStatus() != "signal: killed" || e.GetError() != "signal: killed: "+OOMKilledReason || e.GetExitCode() != -1 {
+		t.Errorf("OOM-killed: %v", e)
+	}
+	if e := endEvent(syscall.WaitStatus(syscall.SIGKILL), false); e.GetError() != "signal: killed" {
+		t.Errorf("killed: %v", e)
+	}
+	if e := endEvent(0, true); e.Error != nil {
+		t.Errorf("exit 0 has an error: %v", e)
 	}
 }
 

@@ -90,6 +90,10 @@ type proc struct {
 	tag     *string
 	config  *pb.ProcessConfig
 	started time.Time
+	// oomKills reads the sandbox's OOM-kill counter (nil: unknown); oomBefore is its
+	// value when the process started.
+	oomKills  func() uint64
+	oomBefore uint64
 
 	// inMu guards stdin and pty; writeMu serializes input writes.
 	inMu    sync.Mutex
@@ -204,17 +208,29 @@ func (p *proc) finish(t *processTable, log *slog.Logger) {
 	}
 
 	t.remove(p)
-	end := endEvent(p.status)
+	end := endEvent(p.status, p.oomKilled())
 	log.Debug("process ended", "pid", p.pid, "status", end.GetStatus())
 	p.publish(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}}, true)
 	close(p.done)
 }
 
+// oomKilled says whether the process, which has ended, was killed by SIGKILL while the
+// sandbox's OOM-kill counter grew: the kernel's OOM killer chose it (or, rarely, killed
+// another process of the sandbox while something else SIGKILLed this one).
+func (p *proc) oomKilled() bool {
+	return p.status.Signaled() && p.status.Signal() == syscall.SIGKILL &&
+		p.oomKills != nil && p.oomKills() > p.oomBefore
+}
+
+// OOMKilledReason is the error of the end event of a process the OOM killer ended.
+const OOMKilledReason = "killed by the OOM killer: the sandbox reached its memory limit"
+
 // endEvent describes a wait status the way Go's os.ProcessState does, which
 // is what E2B's envd reports. A process that did not exit with 0 also gets
 // the status as its error (envd sets the error of exec's Wait): the E2B SDK
-// shows it as CommandExitError's message.
-func endEvent(ws syscall.WaitStatus) *pb.ProcessEvent_EndEvent {
+// shows it as CommandExitError's message. A process the OOM killer ended
+// (oomKilled) has OOMKilledReason as its error instead, after its status.
+func endEvent(ws syscall.WaitStatus, oomKilled bool) *pb.ProcessEvent_EndEvent {
 	var end *pb.ProcessEvent_EndEvent
 	switch {
 	case ws.Exited():
@@ -233,7 +249,11 @@ func endEvent(ws syscall.WaitStatus) *pb.ProcessEvent_EndEvent {
 		end = &pb.ProcessEvent_EndEvent{ExitCode: -1, Status: fmt.Sprintf("wait status %#x", int(ws))}
 	}
 	if end.ExitCode != 0 {
-		end.Error = &end.Status
+		msg := end.Status
+		if oomKilled {
+			msg += ": " + OOMKilledReason
+		}
+		end.Error = &msg
 	}
 	return end
 }

@@ -24,7 +24,9 @@ var _ processconnect.ProcessHandler = (*processService)(nil)
 // (connect-timeout-ms) bounds the process's life, as in envd: when it
 // passes, the process group is killed, whether or not the client is still
 // connected, and a connected stream ends with DeadlineExceeded. A client
-// that merely disconnects leaves the process running.
+// that merely disconnects leaves the process running (E2B's background
+// commands, and any command a client detaches from and reconnects to later),
+// unless it asked otherwise with EndWithClientHeader (endWithClient).
 func (ps *processService) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
 	u, err := ps.s.rpcUser(req.Header())
 	if err != nil {
@@ -58,8 +60,39 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[pb.Sta
 		})
 		go func() { <-p.done; kill.Stop() }()
 	}
+	if req.Header().Get(EndWithClientHeader) == "1" {
+		go ps.endWithClient(ctx, p, r.pty != nil)
+	}
 	send := func(ev *pb.ProcessEvent) error { return stream.Send(&pb.StartResponse{Event: ev}) }
 	return ps.follow(ctx, req.Header(), p, sub, send)
+}
+
+// EndWithClientHeader, set to "1" on a Start request, ties the process to its
+// stream: when the client goes away before the process ends, the process ends too
+// (endWithClient). moat's own exec (sdk.Exec, `moat exec`) sets it; E2B clients do
+// not, so their background commands outlive their streams as in envd.
+const EndWithClientHeader = "X-Moat-End-With-Client"
+
+// endWithClient ends process p once ctx, its Start stream's, is cancelled because
+// the client went away (not at the deadline, whose own timer kills the group): a
+// process on a terminal gets SIGHUP, as when a terminal hangs up (shells pass it
+// on to their jobs; what a user started under nohup lives on, as it would); any
+// other process group gets SIGKILL.
+func (ps *processService) endWithClient(ctx context.Context, p *proc, tty bool) {
+	select {
+	case <-p.done:
+		return
+	case <-ctx.Done():
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return
+	}
+	sig := syscall.SIGKILL
+	if tty {
+		sig = syscall.SIGHUP
+	}
+	ps.s.cfg.Log.Info("client went away, ending process", "pid", p.pid, "signal", sig)
+	p.signal(sig)
 }
 
 // Connect attaches to a running process: a start event, then its further

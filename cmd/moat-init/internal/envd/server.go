@@ -37,6 +37,10 @@ type Config struct {
 	Log    *slog.Logger
 	// Now is the clock for signature expiry; nil means time.Now.
 	Now func() time.Time
+	// OOMKills reads how many processes the kernel's OOM killer has killed in the
+	// sandbox's memory cgroup (OOMKillsFromCgroup); nil: unknown, no process's end is
+	// put down to it.
+	OOMKills func() uint64
 }
 
 // Server is the envd service. Create it with New.

@@ -106,12 +106,13 @@ func (s *Server) spawn(r spawnRequest) (*proc, *subscriber, error) {
 	}
 
 	p := &proc{
-		tag:     r.tag,
-		config:  cfg,
-		started: time.Now(),
-		exited:  make(chan struct{}),
-		done:    make(chan struct{}),
-		subs:    make(map[*subscriber]struct{}),
+		oomKills: s.cfg.OOMKills,
+		tag:      r.tag,
+		config:   cfg,
+		started:  time.Now(),
+		exited:   make(chan struct{}),
+		done:     make(chan struct{}),
+		subs:     make(map[*subscriber]struct{}),
 	}
 	st, err := p.openStdio(r.pty, r.stdin)
 	// The child's ends are closed here once it has its copies.
@@ -137,6 +138,9 @@ func (s *Server) spawn(r spawnRequest) (*proc, *subscriber, error) {
 		attr.Cred = &cred
 	}
 
+	if p.oomKills != nil {
+		p.oomBefore = p.oomKills()
+	}
 	sub := p.subscribe()
 	_, err = s.cfg.Reaper.Spawn(func() (int, error) {
 		pid, err := linux.ForkExec(attr)
