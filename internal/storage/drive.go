@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/linux"
 )
 
 // Drive sizes: the 64 MiB minimum keeps room for ext4's metadata and a useful upper; the
@@ -32,12 +33,15 @@ var mkfsArgs = []string{"-q", "-F", "-m", "0", "-E", "lazy_itable_init=0,lazy_jo
 // maxDriveTemplates bounds the formatted images kept for reuse (one per distinct size).
 const maxDriveTemplates = 4
 
-// CreateDrive makes drives/<id>.img: a sparse file of sizeBytes formatted ext4. The ext4
-// size is the sandbox's disk limit: writes inside fail with ENOSPC once it is full, and the
-// host never spends more than sizeBytes on it. Formatting is done once per distinct size;
-// later drives of that size are sparse copies of that image (a few milliseconds). Sizes
-// outside [MinDriveBytes, MaxDriveBytes] give ErrInvalidArgument, an existing drive
-// ErrAlreadyExists. On error no drive file remains.
+// CreateDrive makes drives/<id>.img: a file of sizeBytes formatted ext4. The ext4 size is
+// the sandbox's disk limit: writes inside fail with ENOSPC once it is full. Unless the
+// store's DiskPolicy overcommits, every block of the file is allocated before it is used
+// (fallocate), so the data filesystem can always hold what the sandbox may write; a drive
+// that does not fit next to the other drives and the reserve gives ErrResourceExhausted
+// (capacity.go) and nothing is made. Formatting is done once per distinct size; later
+// drives of that size are sparse copies of that image (a few milliseconds), then
+// allocated. Sizes outside [MinDriveBytes, MaxDriveBytes] give ErrInvalidArgument, an
+// existing drive ErrAlreadyExists. On error no drive file remains.
 func (s *Store) CreateDrive(ctx context.Context, id string, sizeBytes int64) error {
 	if err := validSandboxID(id); err != nil {
 		return err
@@ -50,6 +54,11 @@ func (s *Store) CreateDrive(ctx context.Context, id string, sizeBytes int64) err
 	if _, err := s.drives.Lstat(final); err == nil {
 		return fmt.Errorf("drive of sandbox %s: %w", id, errdefs.ErrAlreadyExists)
 	}
+	release, err := s.admit(sizeBytes)
+	if err != nil {
+		return fmt.Errorf("creating drive of sandbox %s: %w", id, err)
+	}
+	defer release()
 	tmp := tmpPrefix + id + "-" + randHex(4) + ".img"
 	s.mark(tmp)
 	defer s.unmark(tmp)
@@ -63,7 +72,7 @@ func (s *Store) CreateDrive(ctx context.Context, id string, sizeBytes int64) err
 	if err != nil {
 		return err
 	}
-	if err := s.copySparse(tpl, tmp, sizeBytes); err != nil {
+	if err := s.copySparse(tpl, tmp, sizeBytes, !s.policy.Overcommit); err != nil {
 		return fmt.Errorf("creating drive of sandbox %s: %w", id, err)
 	}
 	// Link, not rename: it fails if a concurrent CreateDrive of the same id won.
@@ -163,8 +172,9 @@ func mkfs(ctx context.Context, path string) error {
 }
 
 // copySparse copies drives/src to a new drives/dst of size bytes, copying only the data
-// extents (SEEK_DATA/SEEK_HOLE) so holes stay holes.
-func (s *Store) copySparse(src, dst string, size int64) error {
+// extents (SEEK_DATA/SEEK_HOLE) so holes stay holes; with allocate, the holes are then
+// allocated (linux.Allocate) so the copy's every block is the drive's own.
+func (s *Store) copySparse(src, dst string, size int64, allocate bool) error {
 	in, err := s.drives.Open(src)
 	if err != nil {
 		return err
@@ -177,10 +187,29 @@ func (s *Store) copySparse(src, dst string, size int64) error {
 	// No fsync: a drive lost to a crash moments after its creation held nothing, and the
 	// first journal commit after mounting flushes the image anyway (loop passes flushes on).
 	err = copyExtents(in, out, size)
+	if err == nil && allocate {
+		err = allocateDrive(out, size, s.dir)
+	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// allocateDrive allocates the whole drive file f of size bytes on the data filesystem dir.
+func allocateDrive(f *os.File, size int64, dir string) error {
+	err := linux.Allocate(f, size)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, syscall.ENOSPC):
+		// Space taken since the admission by something other than drives (layers, logs).
+		return fmt.Errorf("data filesystem %s cannot hold %s more: %w", dir, sizeText(size), errdefs.ErrResourceExhausted)
+	case errors.Is(err, syscall.EOPNOTSUPP):
+		return fmt.Errorf("data filesystem %s cannot allocate drives ahead (fallocate: %v); use a filesystem that can (ext4, xfs) or run the daemon with --disk-overcommit: %w",
+			dir, err, errdefs.ErrUnavailable)
+	}
+	return fmt.Errorf("allocating %s for the drive: %w", sizeText(size), err)
 }
 
 const (

@@ -75,7 +75,7 @@ func (s *Store) Mount(ctx context.Context, req sandbox.MountRequest) (err error)
 	}
 	driveDir := filepath.Join(run, "drive")
 	if err := linux.MountImage(s.drivePath(req.ID), driveDir, "ext4",
-		syscall.MS_NODEV|syscall.MS_NOSUID|syscall.MS_NOATIME, "discard"); err != nil {
+		syscall.MS_NODEV|syscall.MS_NOSUID|syscall.MS_NOATIME, s.driveMountData()); err != nil {
 		return fmt.Errorf("mounting drive of sandbox %s: %w", req.ID, err)
 	}
 	drive, err := os.OpenRoot(driveDir)
