@@ -87,6 +87,20 @@ func TestDiskSpaceIsReserved(t *testing.T) {
 	e := newEnvWith(t, func(c *daemon.Config) { c.DataDir, c.DiskReserve = mnt, reserve })
 	e.dataDir = mnt
 	ctx := context.Background()
+	// Ballast freed first when the test ends (before the daemon deletes its sandboxes):
+	// if the data filesystem did fill up (a moat without reservations), its database gets
+	// room again and the teardown leaves nothing behind.
+	ballast := filepath.Join(mnt, "ballast")
+	if f, err := os.Create(ballast); err != nil {
+		t.Fatal(err)
+	} else {
+		err = unix.Fallocate(int(f.Fd()), 0, 0, 32<<20)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = os.Remove(ballast) })
 	drives := filepath.Join(mnt, "drives")
 
 	// driveFiles lists the drive images (and any half-made one) on the data filesystem.
