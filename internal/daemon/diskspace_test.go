@@ -51,6 +51,25 @@ func smallDataFS(t *testing.T, size int64) string {
 	return mnt
 }
 
+// addBallast takes 32 MiB of the filesystem at mnt and gives them back first when the
+// test ends (register it after the daemon, so it runs before the daemon's teardown): if
+// the filesystem did fill up, the daemon's database gets room again and the teardown
+// leaves nothing behind.
+func addBallast(t *testing.T, mnt string) {
+	t.Helper()
+	ballast := filepath.Join(mnt, "ballast")
+	f, err := os.Create(ballast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = unix.Fallocate(int(f.Fd()), 0, 0, 32<<20)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(ballast) })
+}
+
 // freeBytes is what an unprivileged writer can still allocate on the filesystem of path.
 func freeBytes(t *testing.T, path string) int64 {
 	t.Helper()
@@ -87,20 +106,7 @@ func TestDiskSpaceIsReserved(t *testing.T) {
 	e := newEnvWith(t, func(c *daemon.Config) { c.DataDir, c.DiskReserve = mnt, reserve })
 	e.dataDir = mnt
 	ctx := context.Background()
-	// Ballast freed first when the test ends (before the daemon deletes its sandboxes):
-	// if the data filesystem did fill up (a moat without reservations), its database gets
-	// room again and the teardown leaves nothing behind.
-	ballast := filepath.Join(mnt, "ballast")
-	if f, err := os.Create(ballast); err != nil {
-		t.Fatal(err)
-	} else {
-		err = unix.Fallocate(int(f.Fd()), 0, 0, 32<<20)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() { _ = os.Remove(ballast) })
+	addBallast(t, mnt)
 	drives := filepath.Join(mnt, "drives")
 
 	// driveFiles lists the drive images (and any half-made one) on the data filesystem.
@@ -237,5 +243,82 @@ func TestDiskSpaceIsReserved(t *testing.T) {
 	e.d.Manager.Wait()
 	if got := driveFiles(); len(got) != 1 || got[0] != peer.ID+".img" {
 		t.Errorf("drives after the deletes: %v, want only the peer's", got)
+	}
+}
+
+// assertNotInternal fails if err is a 500: on a full data filesystem the API answers with
+// a class (429 resource_exhausted), never "internal error: database or disk is full".
+func assertNotInternal(t *testing.T, what string, err error) {
+	t.Helper()
+	var apiErr *sdk.Error
+	if errors.As(err, &apiErr) && apiErr.Status == http.StatusInternalServerError {
+		t.Errorf("%s on a full data filesystem: 500 %s", what, apiErr.Message)
+	}
+}
+
+// TestDiskOvercommitFull runs an overcommitting daemon (--disk-overcommit) on a small data
+// filesystem until a sandbox fills it. What the daemon promises then: the API never
+// answers 500 (a create or stop that cannot be recorded gets 429), delete always works
+// and gives the space back, and creates work again afterwards. What happens to the
+// sandboxes is logged (see docs/internals.md): overcommitted drives have no guarantee.
+func TestDiskOvercommitFull(t *testing.T) {
+	mnt := smallDataFS(t, 640<<20)
+	e := newEnvWith(t, func(c *daemon.Config) { c.DataDir, c.DiskOvercommit, c.DiskReserve = mnt, true, 96<<20 })
+	e.dataDir = mnt
+	addBallast(t, mnt)
+	ctx := context.Background()
+
+	peer := e.create(v1.CreateSandboxRequest{DiskBytes: 1 << 30})
+	filler := e.create(v1.CreateSandboxRequest{DiskBytes: 1 << 30})
+	sum := e.mustSh(peer.ID, `head -c 16M /dev/urandom > /home/user/keep && sync /home/user/keep && sha256sum < /home/user/keep`)
+
+	r := e.sh(filler.ID, "", `dd if=/dev/zero of=/home/user/fill bs=1M conv=fsync 2>&1; sync`)
+	t.Logf("filler: %s", strings.TrimSpace(r.stdout))
+	free := freeBytes(t, mnt)
+	t.Logf("data filesystem: %d MiB free after the fill", free>>20)
+
+	// Whatever the fill did, the API answers with a class.
+	if sb, err := e.c.Create(ctx, v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 64 << 20}); err != nil {
+		t.Logf("create after the fill: %v", err)
+		assertNotInternal(t, "create", err)
+	} else if err := e.c.Delete(ctx, sb.ID); err != nil {
+		t.Errorf("delete of a new sandbox: %v", err)
+	}
+	w := e.sh(peer.ID, "", `echo more > /home/user/after && sync /home/user/after && cat /home/user/after`)
+	t.Logf("peer writes after the fill: exit %d %s%s", w.code, w.stdout, w.stderr)
+	if _, err := e.c.Stop(ctx, peer.ID); err != nil {
+		t.Logf("stop of the peer after the fill: %v", err)
+		assertNotInternal(t, "stop", err)
+	}
+
+	// Delete frees space, also when the database has none left to record it.
+	if err := e.c.Delete(ctx, filler.ID); err != nil {
+		t.Fatalf("delete of the filler on a full data filesystem: %v", err)
+	}
+	e.d.Manager.Wait()
+	if _, err := os.Stat(filepath.Join(mnt, "drives", filler.ID+".img")); err == nil {
+		t.Errorf("the filler's drive is still there after its delete")
+	}
+	if free := freeBytes(t, mnt); free < 96<<20 {
+		t.Errorf("%d MiB free after deleting the filler", free>>20)
+	}
+	if _, err := e.c.Get(ctx, peer.ID); err != nil {
+		t.Fatalf("the peer after the filler's delete: %v", err)
+	}
+	if _, err := e.c.Stop(ctx, peer.ID); err != nil {
+		t.Errorf("stop of the peer once space is free: %v", err)
+	}
+	if _, err := e.c.Start(ctx, peer.ID); err != nil {
+		t.Logf("start of the peer after the fill: %v", err)
+		return
+	}
+	got := e.sh(peer.ID, "", `sha256sum < /home/user/keep`)
+	t.Logf("peer's synced file after its restart: intact %v (exit %d %s)", got.stdout == sum, got.code, strings.TrimSpace(got.stderr))
+	sb, err := e.c.Create(ctx, v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 64 << 20})
+	if err != nil {
+		t.Fatalf("create once space is free: %v", err)
+	}
+	if err := e.c.Delete(ctx, sb.ID); err != nil {
+		t.Errorf("delete: %v", err)
 	}
 }
