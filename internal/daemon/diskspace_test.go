@@ -100,7 +100,15 @@ func assertRefusedForSpace(t *testing.T, err error) {
 // creates never share the same free space, and a sandbox that fills its own drive gets
 // ENOSPC inside while a peer's synced file survives the peer's stop and start, the peer
 // can still write, the daemon's reserve stays free, and create, stop and delete still work.
+// Every runtime's drives go through the same admission (runsc's root filesystem is the
+// same overlay on a drive).
 func TestDiskSpaceIsReserved(t *testing.T) {
+	for _, rt := range runtimesUnderTest(t) {
+		t.Run(rt, func(t *testing.T) { diskSpaceIsReserved(t, rt) })
+	}
+}
+
+func diskSpaceIsReserved(t *testing.T, rt string) {
 	const reserve = 96 << 20
 	mnt := smallDataFS(t, 640<<20)
 	e := newEnvWith(t, func(c *daemon.Config) { c.DataDir, c.DiskReserve = mnt, reserve })
@@ -131,8 +139,8 @@ func TestDiskSpaceIsReserved(t *testing.T) {
 		return len(list)
 	}
 
-	peer := e.create(v1.CreateSandboxRequest{DiskBytes: 128 << 20})
-	filler := e.create(v1.CreateSandboxRequest{DiskBytes: 128 << 20})
+	peer := e.create(v1.CreateSandboxRequest{Runtime: rt, DiskBytes: 128 << 20})
+	filler := e.create(v1.CreateSandboxRequest{Runtime: rt, DiskBytes: 128 << 20})
 
 	// Creates at once: no more of them succeed than the space left holds.
 	const each = 128<<20 + 8<<20 // the drive and its sandbox's init log
@@ -148,7 +156,7 @@ func TestDiskSpaceIsReserved(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sb, err := e.c.Create(ctx, v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 128 << 20})
+			sb, err := e.c.Create(ctx, v1.CreateSandboxRequest{Runtime: rt, MemoryBytes: 256 << 20, DiskBytes: 128 << 20})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -180,7 +188,7 @@ func TestDiskSpaceIsReserved(t *testing.T) {
 	if got := driveFiles(); len(got) != 2 {
 		t.Fatalf("drives before the big create: %v, want the two sandboxes'", got)
 	}
-	big, err := e.c.Create(ctx, v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 1 << 30})
+	big, err := e.c.Create(ctx, v1.CreateSandboxRequest{Runtime: rt, MemoryBytes: 256 << 20, DiskBytes: 1 << 30})
 	if err == nil {
 		t.Errorf("a 1 GiB drive was accepted on a 640 MiB data filesystem")
 		filler = big // today's main: it fills the data filesystem itself
@@ -218,7 +226,7 @@ func TestDiskSpaceIsReserved(t *testing.T) {
 
 	// The API still answers every call: a create that fits, stop, start, delete.
 	toDelete := []string{filler.ID}
-	if small, err := e.c.Create(ctx, v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 64 << 20}); err != nil {
+	if small, err := e.c.Create(ctx, v1.CreateSandboxRequest{Runtime: rt, MemoryBytes: 256 << 20, DiskBytes: 64 << 20}); err != nil {
 		t.Errorf("create of a drive that fits, after the fill: %v", err)
 	} else {
 		toDelete = append(toDelete, small.ID)
