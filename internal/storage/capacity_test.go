@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/linux"
+	"github.com/moatdev/moat/internal/sandbox"
+	"golang.org/x/sys/unix"
 )
 
 // TestAdmitDrive is the admission decision: with reservations, a drive fits only if the
@@ -275,5 +278,75 @@ func BenchmarkCreateDrive(b *testing.B) {
 				b.ReportMetric(float64(deleting.Nanoseconds())/float64(b.N), "delete-ns/op")
 			})
 		}
+	}
+}
+
+// TestReservedDriveKeepsItsBlocks: what a sandbox can do to files on its drive (allocate,
+// write into allocated space, zero and punch ranges, delete) never gives blocks of its
+// image back to the data filesystem, which would turn its reservation into a promise. (It
+// fails with the drive mounted with discard.)
+func TestReservedDriveKeepsItsBlocks(t *testing.T) {
+	s, run := newTestStore(t)
+	ctx := ctxT(t)
+	const id = "sb-000000000007"
+	const size = 128 << 20
+	_, rootfs := sandboxDirs(t, run, id)
+	tmpl, err := s.Template(ctx, HostTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateDrive(ctx, id, size); err != nil {
+		t.Fatal(err)
+	}
+	allocated := func() int64 {
+		fi, err := os.Stat(s.drivePath(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return linux.AllocatedBytes(fi)
+	}
+	before := allocated()
+	if before < size {
+		t.Fatalf("new drive: %d of %d bytes allocated", before, size)
+	}
+	if err := s.Mount(ctx, sandbox.MountRequest{ID: id, Template: tmpl, Target: rootfs}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Unmount(ctx, id, rootfs)
+	block := bytes.Repeat([]byte{0x5a}, 4096)
+	for i := range 40 {
+		f, err := os.Create(filepath.Join(rootfs, "tmp", fmt.Sprintf("f%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// An unwritten extent, one block written into its middle (a split), then a zeroed
+		// and a punched range: the ext4 operations that may send zero-outs or discards.
+		steps := []func() error{
+			func() error { return unix.Fallocate(int(f.Fd()), 0, 0, 1<<20) },
+			func() error { _, err := f.WriteAt(block, 64<<10); return err },
+			func() error { return f.Sync() },
+			func() error { return unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_ZERO_RANGE, 128<<10, 256<<10) },
+			func() error {
+				return unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 512<<10, 256<<10)
+			},
+			func() error { return f.Sync() },
+		}
+		for n, step := range steps {
+			if err := step(); err != nil {
+				t.Fatalf("file %d step %d: %v", i, n, err)
+			}
+		}
+		f.Close()
+		if i%2 == 0 {
+			if err := os.Remove(f.Name()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := linux.SyncFS(filepath.Join(rootfs, "tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if after := allocated(); after < before {
+		t.Errorf("the drive gave %d KiB back to the data filesystem: reservation lost", (before-after)>>10)
 	}
 }
