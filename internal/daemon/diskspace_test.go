@@ -194,6 +194,7 @@ func diskSpaceIsReserved(t *testing.T, rt string) {
 		filler = big // today's main: it fills the data filesystem itself
 	} else {
 		assertRefusedForSpace(t, err)
+		t.Logf("refused: %v", err)
 		if got := driveFiles(); len(got) != 2 {
 			t.Errorf("drives after a refused create: %v, want only the two sandboxes'", got)
 		}

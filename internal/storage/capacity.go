@@ -71,7 +71,7 @@ func admitDrive(a driveAsk) error {
 	}
 	promised := ""
 	if a.Promised > 0 {
-		promised = fmt.Sprintf(" (%s of it promised to other drives)", sizeText(a.Promised))
+		promised = fmt.Sprintf(" (%s of it promised to other sandboxes)", sizeText(a.Promised))
 	}
 	return fmt.Errorf("data filesystem %s has %s free%s, a %s drive needs %s and %s stays reserved for the daemon's database and logs: "+
 		"delete sandboxes, ask for a smaller disk, or enlarge the filesystem: %w",

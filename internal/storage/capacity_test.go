@@ -40,7 +40,7 @@ func TestAdmitDrive(t *testing.T) {
 			[]string{"1000 MiB free", "a 600 MiB drive needs 608 MiB", "392 MiB stays reserved"}},
 		{"the sandbox's share counts", driveAsk{Size: 600 * M, Free: 1000 * M, Policy: reserved(392*M, 8*M+1)}, false, nil},
 		{"promises to other drives count", driveAsk{Size: 400 * M, Free: 1000 * M, Promised: 500 * M, Policy: reserved(100*M, 8*M)}, false,
-			[]string{"500 MiB of it promised to other drives"}},
+			[]string{"500 MiB of it promised to other sandboxes"}},
 		{"promised beyond free", driveAsk{Size: 64 * M, Free: 100 * M, Promised: 1 << 40, Policy: reserved(0, 0)}, false, nil},
 		{"no space at all", driveAsk{Size: 64 * M, Free: 0, Policy: reserved(256*M, 8*M)}, false, []string{"has 0 bytes free"}},
 		{"largest drive on a small disk", driveAsk{Size: MaxDriveBytes, Free: 1 << 40, Policy: reserved(256*M, 8*M)}, false, nil},

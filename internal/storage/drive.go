@@ -54,9 +54,9 @@ func (s *Store) CreateDrive(ctx context.Context, id string, sizeBytes int64) err
 	if _, err := s.drives.Lstat(final); err == nil {
 		return fmt.Errorf("drive of sandbox %s: %w", id, errdefs.ErrAlreadyExists)
 	}
-	release, err := s.admit(sizeBytes)
+	release, err := s.admit(sizeBytes) // its refusal is written for the client as it is
 	if err != nil {
-		return fmt.Errorf("creating drive of sandbox %s: %w", id, err)
+		return err
 	}
 	defer release()
 	tmp := tmpPrefix + id + "-" + randHex(4) + ".img"
