@@ -22,8 +22,8 @@ func FSSpace(path string) (size, avail int64, err error) {
 // Allocate makes the filesystem allocate every block of f's first size bytes now
 // (fallocate(2), mode 0): holes become unwritten extents, data stays as it is, and later
 // writes within size never fail for lack of space on the filesystem. It fails with ENOSPC
-// (nothing of the request kept on ext4 and xfs) when there is not enough room, and with
-// EOPNOTSUPP on filesystems that cannot preallocate.
+// when there is not enough room (what was allocated before the failure may stay allocated),
+// and with EOPNOTSUPP on filesystems that cannot preallocate.
 func Allocate(f *os.File, size int64) error {
 	for {
 		err := unix.Fallocate(int(f.Fd()), 0, 0, size)

@@ -3,6 +3,7 @@ package storage
 import (
 	"fmt"
 	"io/fs"
+	"os"
 	"strings"
 
 	"github.com/moatdev/moat/internal/errdefs"
@@ -110,9 +111,7 @@ func (s *Store) admit(size int64) (release func(), err error) {
 		return nil, fmt.Errorf("measuring the data filesystem: %w", err)
 	}
 	p := s.policy
-	if p.Reserve <= 0 {
-		p.Reserve = DefaultReserve(fsSize)
-	}
+	p.Reserve = s.reserve(fsSize)
 	promised := s.pending
 	if !p.Overcommit {
 		promised += s.unallocated(p.PerDrive)
@@ -170,4 +169,45 @@ func (s *Store) driveMountData() string {
 		return "discard,errors=remount-ro"
 	}
 	return "errors=remount-ro"
+}
+
+// allocateSparse allocates the rest of drive id (fi: its Lstat) when the store reserves
+// drives and it is sparse: a drive made by an older moat, or while the daemon overcommitted,
+// then holds its space like a new one. Only when that leaves the reserve free; otherwise the
+// drive stays sparse (its holes stay counted as promised by admit) and a warning is logged.
+// Under spaceMu, so an admission never sees the space both free and promised.
+func (s *Store) allocateSparse(id string, fi fs.FileInfo) {
+	if s.policy.Overcommit || !fi.Mode().IsRegular() {
+		return
+	}
+	alloc := linux.AllocatedBytes(fi)
+	if alloc < 0 || alloc >= fi.Size() {
+		return
+	}
+	s.spaceMu.Lock()
+	defer s.spaceMu.Unlock()
+	fsSize, free, err := linux.FSSpace(s.drivePathRaw(""))
+	if err == nil {
+		if reserve := s.reserve(fsSize); free-(fi.Size()-alloc) < reserve {
+			err = fmt.Errorf("%s free, %s missing, %s reserved", sizeText(free), sizeText(fi.Size()-alloc), sizeText(reserve))
+		}
+	}
+	if err == nil {
+		var f *os.File
+		if f, err = s.drives.OpenFile(id+".img", os.O_WRONLY, 0); err == nil {
+			err = linux.Allocate(f, fi.Size())
+			f.Close()
+		}
+	}
+	if err != nil {
+		s.log.Warn("drive stays partly sparse: the data filesystem cannot hold all of it", "sandbox", id, "size", fi.Size(), "err", err)
+	}
+}
+
+// reserve is the space no drive may take on a data filesystem of fsSize bytes.
+func (s *Store) reserve(fsSize int64) int64 {
+	if s.policy.Reserve > 0 {
+		return s.policy.Reserve
+	}
+	return DefaultReserve(fsSize)
 }

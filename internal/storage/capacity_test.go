@@ -350,3 +350,49 @@ func TestReservedDriveKeepsItsBlocks(t *testing.T) {
 		t.Errorf("the drive gave %d KiB back to the data filesystem: reservation lost", (before-after)>>10)
 	}
 }
+
+// TestMountAllocatesSparseDrive: a sparse drive (an older moat's, or made while
+// overcommitting) is allocated in full when a reserving store mounts it, unless that would
+// eat into the reserve; then it stays sparse and mounts all the same.
+func TestMountAllocatesSparseDrive(t *testing.T) {
+	s := smallStore(t, 512<<20, DiskPolicy{Overcommit: true, Reserve: 64 << 20})
+	ctx := ctxT(t)
+	tmpl, err := s.Template(ctx, HostTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocated := func(id string) int64 {
+		fi, err := os.Stat(s.drivePath(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return linux.AllocatedBytes(fi)
+	}
+	for _, c := range []struct {
+		id     string
+		size   int64
+		filled bool
+	}{{"sb-000000000001", 128 << 20, true}, {"sb-000000000002", 2 << 30, false}} {
+		s.SetDiskPolicy(DiskPolicy{Overcommit: true, Reserve: 64 << 20})
+		if err := s.CreateDrive(ctx, c.id, c.size); err != nil {
+			t.Fatal(err)
+		}
+		if a := allocated(c.id); a >= c.size {
+			t.Fatalf("overcommitted drive allocated in full (%d bytes)", a)
+		}
+		s.SetDiskPolicy(DiskPolicy{Reserve: 64 << 20})
+		_, rootfs := sandboxDirs(t, s.runDir, c.id)
+		if err := s.Mount(ctx, sandbox.MountRequest{ID: c.id, Template: tmpl, Target: rootfs}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Unmount(ctx, c.id, rootfs); err != nil {
+			t.Fatal(err)
+		}
+		if got := allocated(c.id) >= c.size; got != c.filled {
+			t.Errorf("%d MiB drive on a 512 MiB filesystem: allocated in full %v, want %v", c.size>>20, got, c.filled)
+		}
+		if _, free, _ := linux.FSSpace(s.dir); free < 64<<20 {
+			t.Errorf("%d MiB free after mounting, under the reserve", free>>20)
+		}
+	}
+}
