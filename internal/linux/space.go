@@ -42,3 +42,24 @@ func AllocatedBytes(fi os.FileInfo) int64 {
 	}
 	return st.Blocks * 512
 }
+
+// LockExclusive takes an exclusive flock(2) of the file or directory path, waiting for it,
+// and returns its release. Each call opens path anew, so it excludes other calls of this
+// process as well as other processes.
+func LockExclusive(path string) (unlock func(), err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
+}

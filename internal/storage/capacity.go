@@ -99,41 +99,47 @@ func sizeText(n int64) string {
 	return s + " " + []string{"KiB", "MiB", "GiB", "TiB", "PiB"}[exp]
 }
 
-// admit checks that a drive of size bytes fits (admitDrive) and, if so, counts it as
-// promised until release is called (after the drive is allocated or has failed). The
-// check and the counting are one step under s.spaceMu, so concurrent creates never both
-// take the same free space.
-func (s *Store) admit(size int64) (release func(), err error) {
-	s.spaceMu.Lock()
-	defer s.spaceMu.Unlock()
+// admit checks that a drive of size bytes fits (admitDrive) and, if so, creates drives/tmp
+// as a sparse file of that size: the promise. The drives directory is the ledger — what
+// every drive image (also one being made, by any moat process on this data directory)
+// still lacks of its size counts as promised — and the check and the creation of tmp are
+// one step under an exclusive lock of that directory, so concurrent creates, also of
+// several processes, never both take the same free space. The caller removes tmp on
+// failure.
+func (s *Store) admit(tmp string, size int64) error {
+	unlock, err := linux.LockExclusive(s.drivePathRaw(""))
+	if err != nil {
+		return fmt.Errorf("locking the drives directory: %w", err)
+	}
+	defer unlock()
 	fsSize, free, err := linux.FSSpace(s.drivePathRaw(""))
 	if err != nil {
-		return nil, fmt.Errorf("measuring the data filesystem: %w", err)
+		return fmt.Errorf("measuring the data filesystem: %w", err)
 	}
 	p := s.policy
 	p.Reserve = s.reserve(fsSize)
-	promised := s.pending
+	var promised int64
 	if !p.Overcommit {
-		promised += s.unallocated(p.PerDrive)
+		promised = s.unallocated(p.PerDrive)
 	}
 	if err := admitDrive(driveAsk{FS: s.dir, Size: size, Free: free, Promised: promised, Policy: p}); err != nil {
-		return nil, err
+		return err
 	}
-	held := size + p.PerDrive
-	if p.Overcommit {
-		held = 0
+	f, err := s.drives.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
 	}
-	s.pending += held
-	return func() {
-		s.spaceMu.Lock()
-		s.pending -= held
-		s.spaceMu.Unlock()
-	}, nil
+	err = f.Truncate(size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
-// unallocated sums what existing drives may still take from the filesystem: the part of
-// each that is not allocated (drives of an overcommitting daemon, or of an older moat, are
-// sparse) plus perDrive for each.
+// unallocated sums what drive images may still take from the filesystem: the part of each
+// that is not allocated (a drive being made; drives of an overcommitting daemon or of an
+// older moat are sparse) plus perDrive for each. Formatted images (.format-*, being
+// formatted: .tmp-format-*) are sources of copies, not promises.
 func (s *Store) unallocated(perDrive int64) int64 {
 	entries, err := fs.ReadDir(s.drives.FS(), ".")
 	if err != nil {
@@ -142,8 +148,8 @@ func (s *Store) unallocated(perDrive int64) int64 {
 	var sum int64
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".img") {
-			continue // formatted templates and drives being made (counted in s.pending)
+		if !strings.HasSuffix(name, ".img") || strings.HasPrefix(name, ".format-") || strings.HasPrefix(name, tmpPrefix+"format-") {
+			continue
 		}
 		fi, err := e.Info()
 		if err != nil || !fi.Mode().IsRegular() {
@@ -175,7 +181,8 @@ func (s *Store) driveMountData() string {
 // drives and it is sparse: a drive made by an older moat, or while the daemon overcommitted,
 // then holds its space like a new one. Only when that leaves the reserve free; otherwise the
 // drive stays sparse (its holes stay counted as promised by admit) and a warning is logged.
-// Under spaceMu, so an admission never sees the space both free and promised.
+// Under the drives directory's lock (admit), so an admission never sees the space both free
+// and promised.
 func (s *Store) allocateSparse(id string, fi fs.FileInfo) {
 	if s.policy.Overcommit || !fi.Mode().IsRegular() {
 		return
@@ -184,8 +191,12 @@ func (s *Store) allocateSparse(id string, fi fs.FileInfo) {
 	if alloc < 0 || alloc >= fi.Size() {
 		return
 	}
-	s.spaceMu.Lock()
-	defer s.spaceMu.Unlock()
+	unlock, err := linux.LockExclusive(s.drivePathRaw(""))
+	if err != nil {
+		s.log.Warn("drive stays sparse: locking the drives directory", "sandbox", id, "err", err)
+		return
+	}
+	defer unlock()
 	fsSize, free, err := linux.FSSpace(s.drivePathRaw(""))
 	if err == nil {
 		if reserve := s.reserve(fsSize); free-(fi.Size()-alloc) < reserve {

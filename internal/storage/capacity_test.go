@@ -129,7 +129,7 @@ func smallStore(t *testing.T, size int64, p DiskPolicy) *Store {
 }
 
 // TestCreateDriveReserves runs CreateDrive on a small filesystem: drives are allocated in
-// full, concurrent creates never share free space, a refused drive leaves no file, and the
+// full, concurrent creates (also of two stores, as of two processes) never share free space, a refused drive leaves no file, and the
 // holes of a sparse drive (an older or overcommitting daemon's) count as promised.
 func TestCreateDriveReserves(t *testing.T) {
 	const reserve, perDrive = 64 << 20, 8 << 20
@@ -142,13 +142,21 @@ func TestCreateDriveReserves(t *testing.T) {
 	const size = 96 << 20
 	room := int((free - reserve) / (size + perDrive))
 	n := room + 3
+	// Two stores on one data directory: two moat processes (e.g. two `moat run`s).
+	other, err := New(s.dir, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	other.SetDiskPolicy(s.policy)
+	stores := []*Store{s, other}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.CreateDrive(ctx, fmt.Sprintf("sb-%012d", i), size)
+			errs[i] = stores[i%2].CreateDrive(ctx, fmt.Sprintf("sb-%012d", i), size)
 		}()
 	}
 	wg.Wait()

@@ -54,11 +54,6 @@ func (s *Store) CreateDrive(ctx context.Context, id string, sizeBytes int64) err
 	if _, err := s.drives.Lstat(final); err == nil {
 		return fmt.Errorf("drive of sandbox %s: %w", id, errdefs.ErrAlreadyExists)
 	}
-	release, err := s.admit(sizeBytes) // its refusal is written for the client as it is
-	if err != nil {
-		return err
-	}
-	defer release()
 	tmp := tmpPrefix + id + "-" + randHex(4) + ".img"
 	s.mark(tmp)
 	defer s.unmark(tmp)
@@ -68,6 +63,10 @@ func (s *Store) CreateDrive(ctx context.Context, id string, sizeBytes int64) err
 			_ = s.drives.Remove(tmp)
 		}
 	}()
+	// Creates tmp, the size promised; its refusal is written for the client as it is.
+	if err := s.admit(tmp, sizeBytes); err != nil {
+		return err
+	}
 	tpl, err := s.driveTemplate(ctx, sizeBytes)
 	if err != nil {
 		return err
@@ -171,7 +170,7 @@ func mkfs(ctx context.Context, path string) error {
 	return nil
 }
 
-// copySparse copies drives/src to a new drives/dst of size bytes, copying only the data
+// copySparse copies drives/src into drives/dst (empty, made by admit) of size bytes, copying only the data
 // extents (SEEK_DATA/SEEK_HOLE) so holes stay holes; with allocate, the holes are then
 // allocated (linux.Allocate) so the copy's every block is the drive's own.
 func (s *Store) copySparse(src, dst string, size int64, allocate bool) error {
@@ -180,7 +179,7 @@ func (s *Store) copySparse(src, dst string, size int64, allocate bool) error {
 		return err
 	}
 	defer in.Close()
-	out, err := s.drives.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	out, err := s.drives.OpenFile(dst, os.O_WRONLY, 0) // made by admit
 	if err != nil {
 		return err
 	}

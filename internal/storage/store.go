@@ -54,9 +54,7 @@ type Store struct {
 	hostMu sync.Mutex // serializes building the host layer
 	locks  keyedMutex // one build per repository layer, one drive format at a time
 
-	policy  DiskPolicy // how drives take the data filesystem's space (capacity.go)
-	spaceMu sync.Mutex // one admission decision at a time
-	pending int64      // bytes admitted to drives still being made; under spaceMu
+	policy DiskPolicy // how drives take the data filesystem's space (capacity.go)
 }
 
 // New opens (creating if needed) the storage under dataDir. runDir is the daemon's run
