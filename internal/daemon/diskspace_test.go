@@ -95,6 +95,20 @@ func assertRefusedForSpace(t *testing.T, err error) {
 	}
 }
 
+// startRetryingLoopRace starts sandbox id, once more if the first start failed with EIO
+// mounting its drive: a loop device being attached or cleared by another process at that
+// moment (issue 20 item 5, seen here with tests of other packages running). A damaged
+// drive fails again, and what it holds is checked after.
+func startRetryingLoopRace(t *testing.T, e *env, id string) (*v1.Sandbox, error) {
+	t.Helper()
+	sb, err := e.c.Start(context.Background(), id)
+	if err != nil && strings.Contains(err.Error(), "mounting drive") && strings.Contains(err.Error(), "input/output error") {
+		t.Logf("start hit the loop-device race, starting again: %v", err)
+		sb, err = e.c.Start(context.Background(), id)
+	}
+	return sb, err
+}
+
 // TestDiskSpaceIsReserved runs a daemon on a small data filesystem (issue 20 item 1):
 // drives that do not fit are refused with a clear 429 and leave nothing behind, concurrent
 // creates never share the same free space, and a sandbox that fills its own drive gets
@@ -235,7 +249,7 @@ func diskSpaceIsReserved(t *testing.T, rt string) {
 	if _, err := e.c.Stop(ctx, peer.ID); err != nil {
 		t.Fatalf("stopping the peer: %v", err)
 	}
-	if _, err := e.c.Start(ctx, peer.ID); err != nil {
+	if _, err := startRetryingLoopRace(t, e, peer.ID); err != nil {
 		t.Fatalf("starting the peer: %v", err)
 	}
 	if got := e.sh(peer.ID, "", `sha256sum < /home/user/keep`); got.code != 0 || got.stdout != sum {
