@@ -72,6 +72,8 @@ func (e *Error) Is(target error) bool {
 		return e.Code == "conflict" || e.Code == "already_exists"
 	case ErrUnavailable:
 		return e.Code == "unavailable"
+	case ErrResourceExhausted:
+		return e.Code == "resource_exhausted"
 	case ErrUnauthenticated:
 		return e.Code == "unauthenticated"
 	case ErrPermissionDenied:
@@ -86,7 +88,11 @@ var (
 	ErrInvalidArgument = errors.New("invalid argument")
 	ErrConflict        = errors.New("conflict")
 	ErrUnavailable     = errors.New("unavailable")
-	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrResourceExhausted: the host has no room for this now (e.g. the data filesystem
+	// cannot hold another drive of the asked size); deleting sandboxes or asking for less
+	// can make it succeed.
+	ErrResourceExhausted = errors.New("resource exhausted")
+	ErrUnauthenticated   = errors.New("unauthenticated")
 	// ErrPermissionDenied: the caller may not do this (e.g. an API key binding a secret it
 	// is not granted, or a binding outside the secret's scope).
 	ErrPermissionDenied = errors.New("permission denied")

@@ -570,8 +570,9 @@ behind a symlink), and never more than the length the sandbox announces nor more
 }
 
 func (a *app) serveCmd() *cobra.Command {
-	var listen string
+	var listen, diskReserve string
 	var warm, warmRunsc int
+	var diskOvercommit bool
 	var e2bTemplates []string
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -590,6 +591,12 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 				return err
 			}
 			cfg.Listen, cfg.Warm = listen, map[string]int{"runc": warm, "runsc": warmRunsc}
+			cfg.DiskOvercommit = diskOvercommit
+			if diskReserve != "" {
+				if cfg.DiskReserve, err = parseSize(diskReserve); err != nil || cfg.DiskReserve <= 0 {
+					return fmt.Errorf("--disk-reserve %q: want a positive size, e.g. 1G", diskReserve)
+				}
+			}
 			if len(e2bTemplates) > 0 {
 				cfg.E2BTemplates = map[string]string{}
 				for _, kv := range e2bTemplates {
@@ -611,6 +618,8 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this TCP address (API keys required)")
 	cmd.Flags().IntVar(&warm, "warm", 2, "default runc sandboxes (host template, default disk) kept started for fast creates; 0: none")
 	cmd.Flags().IntVar(&warmRunsc, "warm-runsc", 0, "the same for runsc (serves creates with default limits only)")
+	cmd.Flags().BoolVar(&diskOvercommit, "disk-overcommit", false, "let drive sizes add up to more than the data filesystem holds: drives stay sparse, and once it is full every sandbox writing new blocks gets I/O errors (default: each drive is allocated in full at create, and a create that does not fit is refused)")
+	cmd.Flags().StringVar(&diskReserve, "disk-reserve", "", "space of the data filesystem no drive may take, kept for the database, logs and layers (default 2% of it, at least 256M, at most 4G)")
 	cmd.Flags().StringArrayVar(&e2bTemplates, "e2b-template", nil, "map an E2B template name to a moat template, NAME=TEMPLATE (repeatable; default base=debian)")
 	return cmd
 }

@@ -625,6 +625,8 @@ var classes = []struct {
 	{errdefs.ErrAlreadyExists, http.StatusConflict, "already_exists"},
 	{errdefs.ErrConflict, http.StatusConflict, "conflict"},
 	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
+	// 429 as in gRPC and Connect: the request is fine, the room for it is not there now.
+	{errdefs.ErrResourceExhausted, http.StatusTooManyRequests, "resource_exhausted"},
 	{errdefs.ErrUnauthenticated, http.StatusUnauthorized, "unauthenticated"},
 	{errdefs.ErrPermissionDenied, http.StatusForbidden, "permission_denied"},
 	{errdefs.ErrMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed"},

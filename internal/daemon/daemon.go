@@ -23,6 +23,7 @@ import (
 	"github.com/moatdev/moat/internal/apiserver"
 	"github.com/moatdev/moat/internal/doctor"
 	"github.com/moatdev/moat/internal/egress"
+	"github.com/moatdev/moat/internal/initlog"
 	"github.com/moatdev/moat/internal/linux"
 	"github.com/moatdev/moat/internal/netns"
 	moatruntime "github.com/moatdev/moat/internal/runtime"
@@ -60,6 +61,15 @@ type Config struct {
 	EgressIdleTimeout time.Duration
 	EgressMaxDuration time.Duration
 	EgressMaxConns    int
+	// DiskOvercommit lets the sizes of the drives add up to more than the data filesystem
+	// holds (--disk-overcommit): drives stay sparse, and once the filesystem is full every
+	// sandbox that writes to a not yet allocated part of its drive gets I/O errors (see
+	// storage.DiskPolicy). Default: every drive is allocated in full when it is created, and
+	// a create that does not fit is refused.
+	DiskOvercommit bool
+	// DiskReserve is the space of the data filesystem kept free of drives for the
+	// database, logs, layers and templates (--disk-reserve); 0: storage.DefaultReserve.
+	DiskReserve int64
 	// E2BTemplates maps E2B template names to moat templates (default: base → debian).
 	E2BTemplates map[string]string
 	Log          *slog.Logger
@@ -175,6 +185,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("opening storage: %w", err)
 	}
 	d.addCloser("storage", stor.Close)
+	// Each sandbox's init log (and its one rotated part) is written beside its drive.
+	stor.SetDiskPolicy(storage.DiskPolicy{Overcommit: cfg.DiskOvercommit, Reserve: cfg.DiskReserve, PerDrive: 2 * initlog.DefaultLimits.MaxBytes})
 
 	net := netns.New(cfg.RunDir, d.log.With("component", "netns"))
 	d.addCloser("network", net.Close)

@@ -17,6 +17,10 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrUnavailable: a needed facility (runtime, kernel feature) is missing on this host.
 	ErrUnavailable = errors.New("unavailable")
+	// ErrResourceExhausted: the host (or the operator's budget) has no room for this right
+	// now, e.g. the data filesystem cannot hold another drive of the asked size. Freeing
+	// resources (deleting sandboxes) or asking for less can make the same request succeed.
+	ErrResourceExhausted = errors.New("resource exhausted")
 	// ErrUnauthenticated: missing or wrong credentials.
 	ErrUnauthenticated = errors.New("unauthenticated")
 	// ErrPermissionDenied: the caller is known but may not do this (e.g. bind a secret it

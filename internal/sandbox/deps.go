@@ -88,7 +88,8 @@ type Storage interface {
 	// RepoLayer returns the cached layer holding a checkout of dir's HEAD at /workspace,
 	// building it on first use.
 	RepoLayer(ctx context.Context, dir string) (Layer, error)
-	// CreateDrive makes the sandbox's empty drive of the given size.
+	// CreateDrive makes the sandbox's empty drive of the given size; errdefs.ErrResourceExhausted
+	// when the host's storage cannot hold it (nothing is made then).
 	CreateDrive(ctx context.Context, id string, sizeBytes int64) error
 	// Mount assembles the sandbox's root filesystem at req.Target.
 	Mount(ctx context.Context, req MountRequest) error

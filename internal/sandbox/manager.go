@@ -737,18 +737,36 @@ func (m *Manager) freeze(ctx context.Context, id string, to State) (*Sandbox, er
 // Delete removes a sandbox. The record turns "deleting" at once; the teardown (container,
 // mounts, network, drive) runs in the background, and a daemon that dies meanwhile
 // finishes it on its next start. Wait blocks until background deletions are done.
+//
+// Deleting frees space, so it works also when the data filesystem is full (possible when
+// the daemon overcommits drives): if the database cannot record the deletion, the sandbox
+// is torn down and its drive removed first, and then the deletion is recorded.
 func (m *Manager) Delete(ctx context.Context, id string) error {
 	unlock := m.lock(id)
-	sb, err := m.store.Update(ctx, id, func(s *Sandbox) error {
-		if s.State == StateDeleting {
+	markDeleting := func() (*Sandbox, error) {
+		return m.store.Update(ctx, id, func(s *Sandbox) error {
+			if s.State == StateDeleting {
+				return nil
+			}
+			if err := checkTransition(s.ID, s.State, StateDeleting); err != nil {
+				return err
+			}
+			s.State = StateDeleting
 			return nil
+		})
+	}
+	sb, err := markDeleting()
+	if errors.Is(err, errdefs.ErrResourceExhausted) {
+		m.log.Warn("data filesystem full: freeing the sandbox's drive before recording its deletion", "sandbox", id, "err", err)
+		if cur, gerr := m.store.Get(ctx, id); gerr == nil && checkTransition(id, cur.State, StateDeleting) == nil {
+			if derr := m.down(id, cur.Runtime); derr != nil {
+				m.log.Error("deleting sandbox on a full data filesystem: teardown", "sandbox", id, "err", derr)
+			} else if derr := m.storage.DeleteDrive(context.WithoutCancel(ctx), id); derr != nil {
+				m.log.Error("deleting sandbox on a full data filesystem: drive", "sandbox", id, "err", derr)
+			}
 		}
-		if err := checkTransition(s.ID, s.State, StateDeleting); err != nil {
-			return err
-		}
-		s.State = StateDeleting
-		return nil
-	})
+		sb, err = markDeleting()
+	}
 	unlock()
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/linux"
 )
 
 // Drive sizes: the 64 MiB minimum keeps room for ext4's metadata and a useful upper; the
@@ -32,12 +33,15 @@ var mkfsArgs = []string{"-q", "-F", "-m", "0", "-E", "lazy_itable_init=0,lazy_jo
 // maxDriveTemplates bounds the formatted images kept for reuse (one per distinct size).
 const maxDriveTemplates = 4
 
-// CreateDrive makes drives/<id>.img: a sparse file of sizeBytes formatted ext4. The ext4
-// size is the sandbox's disk limit: writes inside fail with ENOSPC once it is full, and the
-// host never spends more than sizeBytes on it. Formatting is done once per distinct size;
-// later drives of that size are sparse copies of that image (a few milliseconds). Sizes
-// outside [MinDriveBytes, MaxDriveBytes] give ErrInvalidArgument, an existing drive
-// ErrAlreadyExists. On error no drive file remains.
+// CreateDrive makes drives/<id>.img: a file of sizeBytes formatted ext4. The ext4 size is
+// the sandbox's disk limit: writes inside fail with ENOSPC once it is full. Unless the
+// store's DiskPolicy overcommits, every block of the file is allocated before it is used
+// (fallocate), so the data filesystem can always hold what the sandbox may write; a drive
+// that does not fit next to the other drives and the reserve gives ErrResourceExhausted
+// (capacity.go) and nothing is made. Formatting is done once per distinct size; later
+// drives of that size are sparse copies of that image (a few milliseconds), then
+// allocated. Sizes outside [MinDriveBytes, MaxDriveBytes] give ErrInvalidArgument, an
+// existing drive ErrAlreadyExists. On error no drive file remains.
 func (s *Store) CreateDrive(ctx context.Context, id string, sizeBytes int64) error {
 	if err := validSandboxID(id); err != nil {
 		return err
@@ -59,11 +63,15 @@ func (s *Store) CreateDrive(ctx context.Context, id string, sizeBytes int64) err
 			_ = s.drives.Remove(tmp)
 		}
 	}()
+	// Creates tmp, the size promised; its refusal is written for the client as it is.
+	if err := s.admit(tmp, sizeBytes); err != nil {
+		return err
+	}
 	tpl, err := s.driveTemplate(ctx, sizeBytes)
 	if err != nil {
 		return err
 	}
-	if err := s.copySparse(tpl, tmp, sizeBytes); err != nil {
+	if err := s.copySparse(tpl, tmp, sizeBytes, !s.policy.Overcommit); err != nil {
 		return fmt.Errorf("creating drive of sandbox %s: %w", id, err)
 	}
 	// Link, not rename: it fails if a concurrent CreateDrive of the same id won.
@@ -162,25 +170,45 @@ func mkfs(ctx context.Context, path string) error {
 	return nil
 }
 
-// copySparse copies drives/src to a new drives/dst of size bytes, copying only the data
-// extents (SEEK_DATA/SEEK_HOLE) so holes stay holes.
-func (s *Store) copySparse(src, dst string, size int64) error {
+// copySparse copies drives/src into drives/dst (empty, made by admit) of size bytes, copying only the data
+// extents (SEEK_DATA/SEEK_HOLE) so holes stay holes; with allocate, the holes are then
+// allocated (linux.Allocate) so the copy's every block is the drive's own.
+func (s *Store) copySparse(src, dst string, size int64, allocate bool) error {
 	in, err := s.drives.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := s.drives.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	out, err := s.drives.OpenFile(dst, os.O_WRONLY, 0) // made by admit
 	if err != nil {
 		return err
 	}
 	// No fsync: a drive lost to a crash moments after its creation held nothing, and the
 	// first journal commit after mounting flushes the image anyway (loop passes flushes on).
 	err = copyExtents(in, out, size)
+	if err == nil && allocate {
+		err = allocateDrive(out, size, s.dir)
+	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// allocateDrive allocates the whole drive file f of size bytes on the data filesystem dir.
+func allocateDrive(f *os.File, size int64, dir string) error {
+	err := linux.Allocate(f, size)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, syscall.ENOSPC):
+		// Space taken since the admission by something other than drives (layers, logs).
+		return fmt.Errorf("data filesystem %s cannot hold %s more: %w", dir, sizeText(size), errdefs.ErrResourceExhausted)
+	case errors.Is(err, syscall.EOPNOTSUPP):
+		return fmt.Errorf("data filesystem %s cannot allocate drives ahead (fallocate: %v); use a filesystem that can (ext4, xfs) or run the daemon with --disk-overcommit: %w",
+			dir, err, errdefs.ErrUnavailable)
+	}
+	return fmt.Errorf("allocating %s for the drive: %w", sizeText(size), err)
 }
 
 const (

@@ -35,7 +35,8 @@ import (
 // points inside the root filesystem must be real directories there (a sandbox that
 // replaced /usr by a symlink cannot redirect the mount): otherwise ErrConflict. A missing
 // drive gives ErrNotFound, a root filesystem already mounted ErrConflict. On error nothing
-// stays mounted.
+// stays mounted. Unless the store overcommits, a drive that is not allocated in full (made
+// sparse by an older moat or an overcommitting run) is allocated first, if there is room.
 func (s *Store) Mount(ctx context.Context, req sandbox.MountRequest) (err error) {
 	if err := validSandboxID(req.ID); err != nil {
 		return err
@@ -48,9 +49,11 @@ func (s *Store) Mount(ctx context.Context, req sandbox.MountRequest) (err error)
 	if err != nil {
 		return err
 	}
-	if _, err := s.drives.Lstat(req.ID + ".img"); err != nil {
+	fi, err := s.drives.Lstat(req.ID + ".img")
+	if err != nil {
 		return fmt.Errorf("drive of sandbox %s: %w", req.ID, errdefs.ErrNotFound)
 	}
+	s.allocateSparse(req.ID, fi)
 	// One sandbox's mounts are serialized (a drive image must never be attached twice);
 	// different sandboxes mount in parallel.
 	unlock, err := s.locks.lock(ctx, "mount/"+req.ID)
@@ -75,7 +78,7 @@ func (s *Store) Mount(ctx context.Context, req sandbox.MountRequest) (err error)
 	}
 	driveDir := filepath.Join(run, "drive")
 	if err := s.loops.MountImage(s.drivePath(req.ID), driveDir, "ext4",
-		syscall.MS_NODEV|syscall.MS_NOSUID|syscall.MS_NOATIME, "discard"); err != nil {
+		syscall.MS_NODEV|syscall.MS_NOSUID|syscall.MS_NOATIME, s.driveMountData()); err != nil {
 		return fmt.Errorf("mounting drive of sandbox %s: %w", req.ID, err)
 	}
 	drive, err := os.OpenRoot(driveDir)

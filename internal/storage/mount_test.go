@@ -335,8 +335,9 @@ func TestDiskLimit(t *testing.T) {
 	if err := syscall.Stat(s.drivePath(id), &st); err != nil {
 		t.Fatal(err)
 	}
-	if used := st.Blocks * 512; used > limit {
-		t.Errorf("the image takes %d bytes on the host, more than its %d-byte limit", used, limit)
+	// Allocated in full at create; beyond its size only the blocks of its extent tree.
+	if used := st.Blocks * 512; used < limit || used > limit+1<<20 {
+		t.Errorf("the image takes %d bytes on the host, want its %d-byte limit", used, limit)
 	}
 	var after syscall.Statfs_t
 	if err := syscall.Statfs(s.dir, &after); err != nil {
@@ -441,13 +442,16 @@ func TestTimings(t *testing.T) {
 	}
 	id := func(i int) string { return "sb-t" + string(rune('a'+i/26)) + string(rune('a'+i%26)) }
 	const n = 15
+	// Drives are allocated in full: 16 of the default 10 GiB would take 160 GiB of the
+	// test host's disk. BenchmarkCreateDrive measures the 10 GiB case.
+	const size = 256 << 20
 	first := time.Now()
-	if err := s.CreateDrive(ctx, "sb-first", 10<<30); err != nil {
+	if err := s.CreateDrive(ctx, "sb-first", size); err != nil {
 		t.Fatal(err)
 	}
 	firstDur := time.Since(first)
 	create := measure(t, n, func(i int) {
-		if err := s.CreateDrive(ctx, id(i), 10<<30); err != nil {
+		if err := s.CreateDrive(ctx, id(i), size); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -471,7 +475,7 @@ func TestTimings(t *testing.T) {
 	})
 	var st syscall.Stat_t
 	_ = syscall.Stat(s.drivePath(id(0)), &st)
-	t.Logf("CreateDrive 10 GiB: first (formats) %v, median of %d later %v; image uses %d KiB",
+	t.Logf("CreateDrive 256 MiB: first (formats) %v, median of %d later %v; image uses %d KiB",
 		firstDur.Round(time.Microsecond), n, create.Round(time.Microsecond), st.Blocks/2)
 	t.Logf("Mount (host template, idmapped): median %v; Unmount median %v",
 		mount.Round(time.Microsecond), unmount.Round(time.Microsecond))
@@ -483,12 +487,12 @@ func TestTimings(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.Truncate(10 << 30)
+		f.Truncate(size)
 		f.Close()
 		if err := mkfs(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	})
-	t.Logf("mkfs.ext4 per drive instead (10 GiB): median %v", direct.Round(time.Microsecond))
+	t.Logf("mkfs.ext4 per drive instead (256 MiB, sparse): median %v", direct.Round(time.Microsecond))
 	_ = io.Discard
 }

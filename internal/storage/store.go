@@ -5,7 +5,8 @@
 //	templates/<name>.json   template manifest
 //	layers/<id>/            immutable layer trees; a layer exists under its final name only
 //	                        once complete (built under layers/.tmp-*, then renamed)
-//	drives/<id>.img         a sandbox's drive: sparse ext4 image, size = its disk limit
+//	drives/<id>.img         a sandbox's drive: ext4 image, size = its disk limit, allocated
+//	                        in full unless the daemon overcommits (DiskPolicy)
 //
 // Names and IDs that come from users or sandboxes are validated against strict patterns
 // before they become path components, and files are opened through os.Root, so no input can
@@ -55,6 +56,8 @@ type Store struct {
 
 	hostMu sync.Mutex // serializes building the host layer
 	locks  keyedMutex // one build per repository layer, one drive format at a time
+
+	policy DiskPolicy // how drives take the data filesystem's space (capacity.go)
 }
 
 // New opens (creating if needed) the storage under dataDir. runDir is the daemon's run
@@ -96,6 +99,11 @@ func New(dataDir, runDir string, log *slog.Logger) (*Store, error) {
 	}
 	return s, nil
 }
+
+// SetDiskPolicy sets how drives take the data filesystem's space (DiskPolicy; the zero
+// value reserves every drive in full and keeps DefaultReserve free). Call it before the
+// store is used.
+func (s *Store) SetDiskPolicy(p DiskPolicy) { s.policy = p }
 
 // Close releases the store's directory handles. Mounts are left alone.
 func (s *Store) Close() error {

@@ -18,7 +18,8 @@ import (
 	"slices"
 	"time"
 
-	_ "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
+	"modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/sandbox"
@@ -99,11 +100,24 @@ func migrate(db *sql.DB) error {
 	return nil
 }
 
+// classifyFull gives SQLite's "database or disk is full" (the data filesystem has no room
+// left) the class errdefs.ErrResourceExhausted and a message for the client; other errors
+// pass unchanged.
+func classifyFull(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL {
+		return fmt.Errorf("%w: the daemon's database cannot grow because its data filesystem is full (deleting sandboxes frees space): %w",
+			err, errdefs.ErrResourceExhausted)
+	}
+	return err
+}
+
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
 // Insert stores a new sandbox, allocating a free slot (round-robin). It sets sb.Slot.
-func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox) error {
+func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox) (err error) {
+	defer func() { err = classifyFull(err) }()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("inserting sandbox: %w", err)
@@ -162,7 +176,8 @@ func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox) error {
 // Update runs fn on the current record of id inside a transaction and stores the result.
 // fn may return an error to abort. The record's UpdatedAt is set. When the state changed,
 // a transition event is recorded.
-func (s *Store) Update(ctx context.Context, id string, fn func(*sandbox.Sandbox) error) (*sandbox.Sandbox, error) {
+func (s *Store) Update(ctx context.Context, id string, fn func(*sandbox.Sandbox) error) (_ *sandbox.Sandbox, err error) {
+	defer func() { err = classifyFull(err) }()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("updating sandbox %s: %w", id, err)
@@ -233,7 +248,8 @@ func (s *Store) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
 
 // Delete removes the sandbox's record and records a "deleted" event. Deleting an
 // unknown id is not an error.
-func (s *Store) Delete(ctx context.Context, id string) error {
+func (s *Store) Delete(ctx context.Context, id string) (err error) {
+	defer func() { err = classifyFull(err) }()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
