@@ -156,10 +156,13 @@ func buildSpec(cs sandbox.ContainerSpec, runtimeName string, host hostFeatures) 
 				// exec as a non-root user.
 			},
 			Rlimits: []specs.POSIXRlimit{
-				// Language servers, bundlers and test runners open many files. (Start
-				// lowers it to the daemon's own hard limit when the daemon lacks
-				// CAP_SYS_RESOURCE: the runtime could not raise it either.)
-				{Type: "RLIMIT_NOFILE", Hard: 65536, Soft: 65536},
+				// Open files per process, inherited by everything moat-init starts; no
+				// sandbox process can raise it (CAP_SYS_RESOURCE is not in the set).
+				// There is no cgroup for files: Nofile × Pids bounds the sandbox's total
+				// (sandbox.EffectiveLimits). (Start lowers it to the daemon's own hard
+				// limit when the daemon lacks CAP_SYS_RESOURCE: the runtime could not
+				// raise it either.)
+				{Type: "RLIMIT_NOFILE", Hard: uint64(lim.Nofile), Soft: uint64(lim.Nofile)},
 			},
 			// When the host runs out of memory, the kernel kills a sandbox before the
 			// daemon or anything else on the host.
@@ -215,7 +218,7 @@ func validateContainerSpec(cs sandbox.ContainerSpec, runtimeName string) error {
 			return bad("bad id range %d+%d", cs.IDs.Host, cs.IDs.Size)
 		}
 	}
-	if cs.Limits.MemoryBytes < 0 || cs.Limits.CPUs < 0 || cs.Limits.Pids < 0 || math.IsNaN(cs.Limits.CPUs) {
+	if cs.Limits.MemoryBytes < 0 || cs.Limits.CPUs < 0 || cs.Limits.Pids < 0 || cs.Limits.Nofile < 0 || cs.Limits.IOBps < 0 || cs.Limits.IOIops < 0 || math.IsNaN(cs.Limits.CPUs) {
 		return bad("negative limits %+v", cs.Limits)
 	}
 	return nil
@@ -244,6 +247,9 @@ func effectiveLimits(l sandbox.Limits) sandbox.Limits {
 	}
 	if l.Pids == 0 {
 		l.Pids = DefaultLimits.Pids
+	}
+	if l.Nofile == 0 {
+		l.Nofile = sandbox.DefaultNofile
 	}
 	return l
 }

@@ -76,6 +76,13 @@ type Limits struct {
 	CPUs        float64 // CPU quota in cores
 	Pids        int64   // maximum number of tasks
 	DiskBytes   int64   // size of the sandbox's drive
+	// Nofile is every sandbox process' RLIMIT_NOFILE (soft = hard). EffectiveLimits
+	// chooses it so that Pids × Nofile stays within the sandbox's open-file budget.
+	Nofile int64
+	// IOBps and IOIops throttle reads and writes (each) to the sandbox's drive, in bytes
+	// and requests per second (0: unthrottled).
+	IOBps  int64
+	IOIops int64
 }
 
 // Storage owns templates, layers and drives. Implemented by *storage.Store.

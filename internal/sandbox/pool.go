@@ -65,7 +65,15 @@ func (m *Manager) fitsPool(opts CreateOptions) bool {
 		opts.Limits.DiskBytes != m.cfg.DefaultLimits.DiskBytes {
 		return false
 	}
-	return opts.Runtime != "runsc" || opts.Limits == m.cfg.DefaultLimits
+	// A running sandbox's open-file and I/O limits cannot change (only its cgroup's memory,
+	// CPU and pids can): the warm sandbox must already have them, and no more pids, so
+	// that pids × nofile stays within the file budget.
+	warm, err := EffectiveLimits(Limits{}, m.cfg.DefaultLimits, m.ceilings(Caller{Operator: true}))
+	if err != nil || opts.Limits.Nofile != warm.Nofile || opts.Limits.Pids > warm.Pids ||
+		opts.Limits.IOBps != warm.IOBps || opts.Limits.IOIops != warm.IOIops {
+		return false
+	}
+	return opts.Runtime != "runsc" || opts.Limits == warm
 }
 
 // RunPools keeps every warm pool full until ctx ends, then deletes the warm sandboxes.
@@ -89,7 +97,7 @@ func (m *Manager) runPool(ctx context.Context, rt string, n int, p *pool) {
 	defer m.drainPool(p)
 	for {
 		for p.size() < n && ctx.Err() == nil {
-			sb, err := m.create(ctx, CreateOptions{Runtime: rt, Template: "host", Limits: m.cfg.DefaultLimits}, true)
+			sb, err := m.create(WithCaller(ctx, Caller{Operator: true}), CreateOptions{Runtime: rt, Template: "host"}, true)
 			if err != nil {
 				if ctx.Err() != nil {
 					return

@@ -126,7 +126,7 @@ func TestAPIKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	key, k, err := st.CreateAPIKey(ctx, nil)
+	key, k, err := st.CreateAPIKey(ctx, nil, sandbox.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,11 +164,11 @@ func TestAPIKeyGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	keyA, a, err := st.CreateAPIKey(ctx, []string{"B_TOKEN", "A_TOKEN", "B_TOKEN"})
+	keyA, a, err := st.CreateAPIKey(ctx, []string{"B_TOKEN", "A_TOKEN", "B_TOKEN"}, sandbox.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyB, b, err := st.CreateAPIKey(ctx, []string{"C_TOKEN"})
+	keyB, b, err := st.CreateAPIKey(ctx, []string{"C_TOKEN"}, sandbox.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
