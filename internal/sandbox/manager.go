@@ -242,6 +242,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (*Sandbox, err
 }
 
 func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*Sandbox, error) {
+	askedNofile := opts.Limits.Nofile != 0
 	if err := m.validate(ctx, &opts); err != nil {
 		return nil, err
 	}
@@ -252,7 +253,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 	if err != nil {
 		return nil, err
 	}
-	if !warm && m.fitsPool(opts) {
+	if !warm && m.fitsPool(&opts, askedNofile) {
 		if sb := m.claim(ctx, opts, tmpl); sb != nil {
 			return sb, nil
 		}

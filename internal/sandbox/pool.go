@@ -59,21 +59,27 @@ func (p *pool) refill() {
 	}
 }
 
-// fitsPool reports whether validated opts can be served by a warm sandbox.
-func (m *Manager) fitsPool(opts CreateOptions) bool {
+// fitsPool reports whether validated opts can be served by a warm sandbox. A running
+// sandbox's open-file and I/O limits cannot change (only its cgroup's memory, CPU and pids
+// can): the warm sandbox must have the asked ones, and at least as many pids, so that pids
+// × nofile stays within the file budget; a request that did not ask for nofile
+// (askedNofile false) then gets the warm sandbox's, which fits its pids.
+func (m *Manager) fitsPool(opts *CreateOptions, askedNofile bool) bool {
 	if m.pools[opts.Runtime] == nil || opts.Template != "host" || opts.Repo != "" || len(opts.Credentials) > 0 ||
 		opts.Limits.DiskBytes != m.cfg.DefaultLimits.DiskBytes {
 		return false
 	}
-	// A running sandbox's open-file and I/O limits cannot change (only its cgroup's memory,
-	// CPU and pids can): the warm sandbox must already have them, and no more pids, so
-	// that pids × nofile stays within the file budget.
 	warm, err := EffectiveLimits(Limits{}, m.cfg.DefaultLimits, m.ceilings(Caller{Operator: true}))
-	if err != nil || opts.Limits.Nofile != warm.Nofile || opts.Limits.Pids > warm.Pids ||
+	if err != nil || opts.Limits.Pids > warm.Pids || askedNofile && opts.Limits.Nofile != warm.Nofile ||
 		opts.Limits.IOBps != warm.IOBps || opts.Limits.IOIops != warm.IOIops {
 		return false
 	}
-	return opts.Runtime != "runsc" || opts.Limits == warm
+	if opts.Runtime == "runsc" && opts.Limits != (Limits{MemoryBytes: warm.MemoryBytes, CPUs: warm.CPUs, Pids: warm.Pids,
+		DiskBytes: warm.DiskBytes, Nofile: opts.Limits.Nofile, IOBps: warm.IOBps, IOIops: warm.IOIops}) {
+		return false
+	}
+	opts.Limits.Nofile = warm.Nofile
+	return true
 }
 
 // RunPools keeps every warm pool full until ctx ends, then deletes the warm sandboxes.
