@@ -51,7 +51,10 @@ type ContainerSpec struct {
 	IDs       IDRange
 	NetNS     string // path of the pinned network namespace S
 	Limits    Limits
-	Output    InitOutput // moat-init's stdout and stderr, and the runtime's own messages
+	// Drive is the host directory the sandbox's drive is mounted on (Storage.Mount's
+	// run/drive): Limits.IOBps and IOIops throttle its block device. Empty: no throttle.
+	Drive  string
+	Output InitOutput // moat-init's stdout and stderr, and the runtime's own messages
 }
 
 // InitOutput is where a container's stdout and stderr go: the write end of a pipe whose

@@ -404,7 +404,7 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 			"MOAT_CA_PEM=" + caPEM,
 		},
 		Hostname: "sandbox", UserNS: p.userns, IDs: ids, NetNS: p.netns,
-		Limits: sb.Limits,
+		Limits: sb.Limits, Drive: filepath.Join(p.dir, "drive"),
 	}
 	if sb.Runtime == "runsc" {
 		spec.UserNS = ""
