@@ -223,9 +223,10 @@ func filesInUse(t *testing.T) int64 {
 func TestOpenFileBudget(t *testing.T) {
 	const budget, procs, tries = 20000, 30, 10000
 	e := newEnvWith(t, func(c *daemon.Config) { c.FileBudget = budget })
-	sb := e.create(v1.CreateSandboxRequest{Pids: 40})
-	if sb.Limits.Nofile != budget/40 {
-		t.Errorf("nofile %d, want %d (budget / pids)", sb.Limits.Nofile, budget/40)
+	const pids = 48
+	sb := e.create(v1.CreateSandboxRequest{Pids: pids, MemoryBytes: 1 << 30})
+	if sb.Limits.Nofile != budget/pids {
+		t.Errorf("nofile %d, want %d (budget / pids)", sb.Limits.Nofile, budget/pids)
 	}
 	kmem := func() int64 {
 		n, _ := strconv.ParseInt(cgroupValue(t, "memory", sb.ID, "memory.kmem.usage_in_bytes"), 10, 64)
@@ -233,7 +234,7 @@ func TestOpenFileBudget(t *testing.T) {
 	}
 	// The holders end before the sandbox is deleted: a process with many files takes a
 	// while to exit, and the teardown must not race it.
-	defer e.sh(sb.ID, "root", "pkill -KILL -f hold.py; while pgrep -f hold.py >/dev/null; do sleep 0.1; done")
+	defer e.sh(sb.ID, "root", "pkill -KILL -f hold[.]py; while pgrep -f hold[.]py >/dev/null; do sleep 0.1; done")
 	kmemBefore := kmem()
 	before := filesInUse(t)
 	e.mustSh(sb.ID, `cat > /tmp/hold.py <<'EOF'
@@ -254,8 +255,8 @@ for i in $(seq `+strconv.Itoa(procs)+`); do setsid python3 /tmp/hold.py $i >/dev
 	var held string
 	for deadline := time.Now().Add(2 * time.Minute); !strings.HasPrefix(held, strconv.Itoa(procs)+"\n"); time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the holders did not all report in 2 minutes:\n%s\n%s", held,
-				e.sh(sb.ID, "root", "ps -eo pid,stat,rss,args; dmesg 2>&1 | tail -3").stdout)
+			t.Fatalf("the holders did not all report in 2 minutes:\n%s\n%+v\nmemory.failcnt %s, pids.events %s", held,
+				e.sh(sb.ID, "root", "ps -eo pid,stat,rss,args"), cgroupValue(t, "memory", sb.ID, "memory.failcnt"), cgroupValue(t, "pids", sb.ID, "pids.events"))
 		}
 		held = e.sh(sb.ID, "", `ls /tmp | grep -c "^held\.[0-9]*$"; cat /tmp/held.[0-9]* 2>/dev/null`).stdout
 	}
