@@ -33,7 +33,7 @@ func TestLimitCeilings(t *testing.T) {
 		c.MaxLimits = sandbox.Limits{Pids: 512}
 	})
 	ctx := context.Background()
-	capped, err := e.c.CreateAPIKeyWith(ctx, v1.APIKeyRequest{Max: &v1.KeyMaxima{CPUs: 0.5, MemoryBytes: 256 << 20, Pids: 64, DiskBytes: 512 << 20}})
+	capped, err := e.c.CreateAPIKeyWith(ctx, v1.APIKeyRequest{Max: &v1.KeyMaxima{CPUs: 0.5, MemoryBytes: 512 << 20, Pids: 200, DiskBytes: 512 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestLimitCeilings(t *testing.T) {
 	for _, k := range keys {
 		want := v1.KeyMaxima{}
 		if k.ID == capped.ID {
-			want = v1.KeyMaxima{CPUs: 0.5, MemoryBytes: 256 << 20, Pids: 64, DiskBytes: 512 << 20}
+			want = v1.KeyMaxima{CPUs: 0.5, MemoryBytes: 512 << 20, Pids: 200, DiskBytes: 512 << 20}
 		}
 		if k.Max != want {
 			t.Errorf("apikey ls: %s has maxima %+v, want %+v", k.ID, k.Max, want)
@@ -82,9 +82,9 @@ func TestLimitCeilings(t *testing.T) {
 				{"key without maxima: the daemon's apply", withoutCap, small(v1.CreateSandboxRequest{Pids: 600}), "pids 600 exceeds the daemon's maximum of 512"},
 				{"key without maxima: the host's apply", withoutCap, v1.CreateSandboxRequest{CPUs: 1000}, "cpus 1000 exceeds this host's"},
 				{"key maxima: cpus", withCap, small(v1.CreateSandboxRequest{CPUs: 1}), "cpus 1 exceeds API key " + capped.ID + "'s maximum of 0.5"},
-				{"key maxima: memory", withCap, v1.CreateSandboxRequest{MemoryBytes: 512 << 20}, "memory 512 MiB exceeds API key " + capped.ID + "'s maximum of 256 MiB"},
+				{"key maxima: memory", withCap, v1.CreateSandboxRequest{MemoryBytes: 1 << 30}, "memory 1 GiB exceeds API key " + capped.ID + "'s maximum of 512 MiB"},
 				{"key maxima: disk", withCap, v1.CreateSandboxRequest{DiskBytes: 1 << 30}, "disk 1 GiB exceeds API key " + capped.ID + "'s maximum of 512 MiB"},
-				{"key maxima: pids", withCap, v1.CreateSandboxRequest{Pids: 100}, "pids 100 exceeds API key " + capped.ID + "'s maximum of 64"},
+				{"key maxima: pids", withCap, v1.CreateSandboxRequest{Pids: 300}, "pids 300 exceeds API key " + capped.ID + "'s maximum of 200"},
 			} {
 				tc.req.Runtime = rt
 				sb, err := tc.c.Create(ctx, tc.req)
@@ -109,16 +109,16 @@ func TestLimitCeilings(t *testing.T) {
 					t.Error(err)
 				}
 			}()
-			if sb.Limits.CPUs != 0.5 || sb.Limits.MemoryBytes != 256<<20 || sb.Limits.Pids != 64 || sb.Limits.DiskBytes != 512<<20 {
+			if sb.Limits.CPUs != 0.5 || sb.Limits.MemoryBytes != 512<<20 || sb.Limits.Pids != 200 || sb.Limits.DiskBytes != 512<<20 {
 				t.Errorf("limits of a key's default sandbox: %+v", sb.Limits)
 			}
 			if sb.Limits.Nofile < sandbox.MinNofile || sb.Limits.Nofile*sb.Limits.Pids > fileMax(t)/sandbox.HostShare {
 				t.Errorf("nofile %d: pids × nofile outside the budget", sb.Limits.Nofile)
 			}
-			if got := cgroupValue(t, "memory", sb.ID, "memory.limit_in_bytes"); got != strconv.Itoa(256<<20) {
+			if got := cgroupValue(t, "memory", sb.ID, "memory.limit_in_bytes"); got != strconv.Itoa(512<<20) {
 				t.Errorf("memory.limit_in_bytes %s", got)
 			}
-			if got := cgroupValue(t, "pids", sb.ID, "pids.max"); got != "64" {
+			if got := cgroupValue(t, "pids", sb.ID, "pids.max"); got != "200" {
 				t.Errorf("pids.max %s", got)
 			}
 			if rt == "runc" { // runsc's sandbox cgroup holds the sentry; its quota is its own
