@@ -76,7 +76,7 @@ func TestLimitCeilings(t *testing.T) {
 				{"operator: cpus over the host", e.c, v1.CreateSandboxRequest{CPUs: 1000},
 					fmt.Sprintf("cpus 1000 exceeds this host's %d CPUs", runtime.NumCPU())},
 				{"operator: memory over the host", e.c, small(v1.CreateSandboxRequest{MemoryBytes: 1e15}), "exceeds this host's"},
-				{"operator: pids over the daemon's maximum", e.c, small(v1.CreateSandboxRequest{Pids: 1000000}), "pids 1000000 exceeds"},
+				{"operator: pids 10^6", e.c, small(v1.CreateSandboxRequest{Pids: 1000000}), "pids 1000000 exceeds the daemon's maximum of 512"},
 				{"operator: pids over the daemon's maximum", e.c, small(v1.CreateSandboxRequest{Pids: 600}), "pids 600 exceeds the daemon's maximum of 512"},
 				{"operator: pids × nofile over the budget", e.c, small(v1.CreateSandboxRequest{Pids: 512, Nofile: 65536}), "exceeds this sandbox's open-file budget"},
 				{"key without maxima: the daemon's apply", withoutCap, small(v1.CreateSandboxRequest{Pids: 600}), "pids 600 exceeds the daemon's maximum of 512"},
