@@ -65,12 +65,11 @@ func (p *pool) refill() {
 // × nofile stays within the file budget; a request that did not ask for nofile
 // (askedNofile false) then gets the warm sandbox's, which fits its pids.
 func (m *Manager) fitsPool(opts *CreateOptions, askedNofile bool) bool {
-	if m.pools[opts.Runtime] == nil || opts.Template != "host" || opts.Repo != "" || len(opts.Credentials) > 0 ||
-		opts.Limits.DiskBytes != m.cfg.DefaultLimits.DiskBytes {
+	if m.pools[opts.Runtime] == nil || opts.Template != "host" || opts.Repo != "" || len(opts.Credentials) > 0 {
 		return false
 	}
 	warm, err := EffectiveLimits(Limits{}, m.cfg.DefaultLimits, m.ceilings(Caller{Operator: true}))
-	if err != nil || opts.Limits.Pids > warm.Pids || askedNofile && opts.Limits.Nofile != warm.Nofile ||
+	if err != nil || opts.Limits.DiskBytes != warm.DiskBytes || opts.Limits.Pids > warm.Pids || askedNofile && opts.Limits.Nofile != warm.Nofile ||
 		opts.Limits.IOBps != warm.IOBps || opts.Limits.IOIops != warm.IOIops {
 		return false
 	}
