@@ -52,7 +52,7 @@ func (c Ceilings) fileBudget() int64 {
 	return c.Host.FileMax / HostShare
 }
 
-// cap is one upper bound and what to call it in an error.
+// limitCap is one upper bound and what to call it in an error.
 type limitCap struct {
 	value float64
 	by    string // "this host's 2 CPUs", "the daemon's maximum of 4", ...
