@@ -302,6 +302,27 @@ func (c *Client) CreateAPIKey(ctx context.Context, secrets ...string) (*v1.APIKe
 	return &k, nil
 }
 
+// CreateAPIKeyWith makes a new API key as req says: its grants and its maxima of the
+// limits of the sandboxes it creates.
+func (c *Client) CreateAPIKeyWith(ctx context.Context, req v1.APIKeyRequest) (*v1.APIKey, error) {
+	var k v1.APIKey
+	if err := c.do(ctx, http.MethodPost, "/v1/apikeys", req, &k); err != nil {
+		return nil, err
+	}
+	return &k, nil
+}
+
+// SetAPIKeyMax makes max the maxima of API key id (zero fields: none of its own; the
+// daemon's maxima and the host still apply). Its sandboxes keep their limits; its next
+// creates are bounded by max.
+func (c *Client) SetAPIKeyMax(ctx context.Context, id string, max v1.KeyMaxima) (*v1.APIKey, error) {
+	var k v1.APIKey
+	if err := c.do(ctx, http.MethodPut, "/v1/apikeys/"+url.PathEscape(id)+"/max", max, &k); err != nil {
+		return nil, err
+	}
+	return &k, nil
+}
+
 // SetAPIKeySecrets makes secrets the grants of API key id, replacing those it had (none:
 // it may bind no secret).
 func (c *Client) SetAPIKeySecrets(ctx context.Context, id string, secrets []string) (*v1.APIKey, error) {

@@ -16,6 +16,9 @@ type CreateSandboxRequest struct {
 	CPUs           float64           `json:"cpus,omitempty"`
 	Pids           int64             `json:"pids,omitempty"`
 	DiskBytes      int64             `json:"disk_bytes,omitempty"`
+	Nofile         int64             `json:"nofile,omitempty"`  // open files per process
+	IOBps          int64             `json:"io_bps,omitempty"`  // drive reads and writes, bytes/s each
+	IOIops         int64             `json:"io_iops,omitempty"` // drive reads and writes, requests/s each
 	TimeoutSeconds int64             `json:"timeout_seconds,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
 	Policy         *Policy           `json:"policy,omitempty"` // egress; nil: deny-all
@@ -80,12 +83,26 @@ type Sandbox struct {
 	LastOOMAt *time.Time `json:"last_oom_at,omitempty"`
 }
 
-// Limits are a sandbox's resource limits.
+// Limits are a sandbox's resource limits. Nofile is each process' RLIMIT_NOFILE, chosen
+// so that pids × nofile stays within the sandbox's open-file budget; IOBps and IOIops
+// throttle reads and writes to its drive (0: unthrottled).
 type Limits struct {
 	MemoryBytes int64   `json:"memory_bytes"`
 	CPUs        float64 `json:"cpus"`
 	Pids        int64   `json:"pids"`
 	DiskBytes   int64   `json:"disk_bytes"`
+	Nofile      int64   `json:"nofile"`
+	IOBps       int64   `json:"io_bps"`
+	IOIops      int64   `json:"io_iops"`
+}
+
+// KeyMaxima are an API key's maxima of the limits of the sandboxes it creates; zero
+// fields: only the daemon's maxima and the host bound them.
+type KeyMaxima struct {
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
+	Pids        int64   `json:"pids,omitempty"`
+	DiskBytes   int64   `json:"disk_bytes,omitempty"`
 }
 
 // Template is a template as GET /v1/templates reports it.
@@ -137,12 +154,16 @@ type APIKey struct {
 	// Secrets are the secrets the key may bind in credential bindings (its grants); a
 	// binding of any other secret over this key is refused (403).
 	Secrets []string `json:"secrets"`
+	// Max are the key's maxima of its sandboxes' limits (a create over one is refused).
+	Max KeyMaxima `json:"max"`
 }
 
 // APIKeyRequest is the body of POST /v1/apikeys (optional) and of
-// PUT /v1/apikeys/{id}/secrets: the secrets the key may bind (none by default).
+// PUT /v1/apikeys/{id}/secrets: the secrets the key may bind (none by default). Max, on
+// POST only, sets the key's maxima (PUT /v1/apikeys/{id}/max changes them).
 type APIKeyRequest struct {
-	Secrets []string `json:"secrets"`
+	Secrets []string   `json:"secrets"`
+	Max     *KeyMaxima `json:"max,omitempty"`
 }
 
 // PolicyRules is one phase of an egress policy.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 
 	"github.com/moatdev/moat/cmd/moat-init/internal/envd"
 )
@@ -22,6 +23,10 @@ const (
 	// envCA is the PEM certificate of the sandbox's interception CA (credential
 	// brokering), to add to the trust store. Its key never enters the sandbox.
 	envCA = "MOAT_CA_PEM"
+	// envNofile is the sandbox's RLIMIT_NOFILE (its limits' nofile), which moat-init sets
+	// for itself and so for every process it starts; a runtime that set it from the spec
+	// already gives the same.
+	envNofile = "MOAT_NOFILE"
 	// envLegacyToken is where an older daemon put the access token. It is removed
 	// and never used.
 	envLegacyToken = "MOAT_ACCESS_TOKEN"
@@ -36,6 +41,7 @@ type config struct {
 	env         map[string]string
 	defaultUser string
 	caPEM       string
+	nofile      uint64 // 0: not given (maxOpenFiles)
 	// noTrim turns off the idle memory trim: gVisor (MOAT_RUNTIME=runsc) zero-fills
 	// file-backed private pages dropped with MADV_DONTNEED instead of re-reading them,
 	// which would wipe moat-init's own code.
@@ -68,9 +74,16 @@ func configFromEnv() (config, error) {
 		noTrim:      os.Getenv(envRuntime) == "runsc",
 		caPEM:       os.Getenv(envCA),
 	}
-	raw := os.Getenv(envDefaults)
-	for _, k := range []string{envLegacyToken, envDefaults, envDefaultUser, envRuntime, envCA} {
+	raw, nofile := os.Getenv(envDefaults), os.Getenv(envNofile)
+	for _, k := range []string{envLegacyToken, envDefaults, envDefaultUser, envRuntime, envCA, envNofile} {
 		os.Unsetenv(k)
+	}
+	if nofile != "" {
+		n, err := strconv.ParseUint(nofile, 10, 64)
+		if err != nil || n == 0 {
+			return c, fmt.Errorf("%s=%q is not a positive number", envNofile, nofile)
+		}
+		c.nofile = n
 	}
 	if c.defaultUser == "" {
 		c.defaultUser = "user"

@@ -82,7 +82,7 @@ func run(addr string, idleTick time.Duration, log *slog.Logger) error {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	cfg.token = token
-	if err := setOpenFileLimit(); err != nil {
+	if err := setOpenFileLimit(cfg.nofile); err != nil {
 		log.Warn("setting RLIMIT_NOFILE", "err", err)
 	}
 
@@ -257,18 +257,25 @@ func installCA(root, pem string) error {
 // which root has only as its owner), the limit is inherited and moat-init sets it here.
 const maxOpenFiles = 65536
 
-// setOpenFileLimit sets this process' RLIMIT_NOFILE to openFileLimit of its hard limit, so
-// every process it starts inherits that soft limit (Setrlimit also stops Go from restoring
-// the soft limit it started with in children).
-func setOpenFileLimit() error {
+// setOpenFileLimit sets this process' RLIMIT_NOFILE (soft and hard) to openFileLimit of its
+// hard limit and want (the sandbox's nofile; 0: not given), so every process it starts
+// inherits it (Setrlimit also stops Go from restoring the soft limit it started with in
+// children). Lowering needs no privilege, and nothing in the sandbox can raise the hard
+// limit again (that takes CAP_SYS_RESOURCE in the host's user namespace).
+func setOpenFileLimit(want uint64) error {
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
 		return err
 	}
-	n := openFileLimit(rl.Max)
+	n := openFileLimit(rl.Max, want)
 	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n})
 }
 
-// openFileLimit is the soft and hard RLIMIT_NOFILE for a hard limit of hard: never above
-// maxOpenFiles, never above what the process may have.
-func openFileLimit(hard uint64) uint64 { return min(hard, maxOpenFiles) }
+// openFileLimit is the soft and hard RLIMIT_NOFILE for a hard limit of hard and the
+// sandbox's nofile want: want (maxOpenFiles when 0), never above what the process may have.
+func openFileLimit(hard, want uint64) uint64 {
+	if want == 0 {
+		want = maxOpenFiles
+	}
+	return min(hard, want)
+}

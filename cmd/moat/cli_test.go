@@ -598,7 +598,28 @@ func TestCLISecrets(t *testing.T) {
 	if _, errOut, code := c.run("", "apikey", "grant", id, "bad name"); code == 0 || !strings.Contains(errOut, "invalid secret name") {
 		t.Errorf("apikey grant of an invalid name: %d %s", code, errOut)
 	}
-	if out, _, _ := c.run("", "apikey", "ls"); !strings.Contains(out, id) || !strings.Contains(out, "no secrets") {
+	if out, _, _ := c.run("", "apikey", "ls"); !strings.Contains(out, id) || !strings.Contains(out, "no secrets") || !strings.Contains(out, "no maxima of its own") {
 		t.Errorf("apikey ls:\n%s", out)
+	}
+
+	// API key maxima: set at create, changed by limit (the others stay), listed.
+	capped, errOut, code := c.run("", "apikey", "create", "--max-cpus", "0.5", "--max-memory", "1G", "--max-pids", "64")
+	if code != 0 || !strings.HasPrefix(capped, "e2b_") {
+		t.Fatalf("apikey create --max-*: %d %q %s", code, capped, errOut)
+	}
+	out, _, _ = c.run("", "apikey", "ls", "--json")
+	keys = nil
+	if err := json.Unmarshal([]byte(out), &keys); err != nil || len(keys) != 2 || keys[1].Max != (v1.KeyMaxima{CPUs: 0.5, MemoryBytes: 1 << 30, Pids: 64}) {
+		t.Fatalf("apikey ls --json with maxima: %v\n%s", err, out)
+	}
+	cid := keys[1].ID
+	if out, errOut, code := c.run("", "apikey", "limit", cid, "--max-pids", "32", "--max-disk", "2G"); code != 0 || !strings.Contains(out, cid+": max cpus=0.5,memory=1.0 GiB,pids=32,disk=2.0 GiB") {
+		t.Errorf("apikey limit: %d %q %s", code, out, errOut)
+	}
+	if _, errOut, code := c.run("", "apikey", "limit", cid, "--max-cpus", "-1"); code == 0 || !strings.Contains(errOut, "--max-cpus -1: must be positive") {
+		t.Errorf("apikey limit --max-cpus -1: %d %s", code, errOut)
+	}
+	if out, _, _ := c.run("", "apikey", "ls"); !strings.Contains(out, "max cpus=0.5,memory=1.0 GiB,pids=32,disk=2.0 GiB") {
+		t.Errorf("apikey ls with maxima:\n%s", out)
 	}
 }

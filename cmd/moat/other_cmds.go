@@ -270,19 +270,29 @@ func printDoctor(r doctor.Report) {
 func (a *app) apikeyCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "apikey", Short: "Manage API keys for the daemon's TCP listener and the secrets they may bind"}
 	var grants []string
+	var createMax, setMax maxFlags
 	create := &cobra.Command{
-		Use:   "create [--secrets NAME,...]",
+		Use:   "create [--secrets NAME,...] [--max-cpus N] [--max-memory SIZE] [--max-pids N] [--max-disk SIZE]",
 		Short: "Create an API key; prints the key alone on stdout (it is stored hashed)",
 		Long: `create makes an API key for the daemon's TCP listener (--listen) and prints it. Its clients
 may bind only the secrets it is granted, none by default: --secrets, or later
-'moat apikey grant'. Each binding must also lie within the secret's scope.`,
+'moat apikey grant'. Each binding must also lie within the secret's scope.
+
+--max-* bound the limits of the sandboxes its clients create (a create asking for more is
+refused; defaults above them are lowered to them); 'moat apikey limit' changes them. Without
+them, the daemon's maxima (moat serve --max-*) and the host's capacity apply, as they do to
+every key.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			max, err := createMax.maxima(cmd, v1.KeyMaxima{})
+			if err != nil {
+				return err
+			}
 			c, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
-			k, err := c.CreateAPIKey(cmd.Context(), grants...)
+			k, err := c.CreateAPIKeyWith(cmd.Context(), v1.APIKeyRequest{Secrets: grants, Max: &max})
 			if err != nil {
 				return err
 			}
@@ -291,6 +301,39 @@ may bind only the secrets it is granted, none by default: --secrets, or later
 		},
 	}
 	create.Flags().StringSliceVar(&grants, "secrets", nil, "secrets the key's clients may bind (comma-separated or repeated)")
+	createMax.register(create, "the key's sandboxes")
+	limit := &cobra.Command{
+		Use:   "limit ID [--max-cpus N] [--max-memory SIZE] [--max-pids N] [--max-disk SIZE]",
+		Short: "Change an API key's maxima of its sandboxes' limits (0: none of its own)",
+		Long: `limit changes the maxima given; the others stay. Running sandboxes keep their limits; the
+key's next creates are bounded by the new maxima.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			keys, err := c.APIKeys(cmd.Context())
+			if err != nil {
+				return err
+			}
+			i := slices.IndexFunc(keys, func(k v1.APIKey) bool { return k.ID == args[0] })
+			if i < 0 {
+				return fmt.Errorf("API key %s: not found (moat apikey ls lists them)", args[0])
+			}
+			max, err := setMax.maxima(cmd, keys[i].Max)
+			if err != nil {
+				return err
+			}
+			k, err := c.SetAPIKeyMax(cmd.Context(), args[0], max)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%s: %s\n", k.ID, maximaText(k.Max))
+			return nil
+		},
+	}
+	setMax.register(limit, "the key's sandboxes")
 	// change adds (or removes) names to a key's grants.
 	change := func(add bool) func(cmd *cobra.Command, args []string) error {
 		return func(cmd *cobra.Command, args []string) error {
@@ -336,7 +379,7 @@ may bind only the secrets it is granted, none by default: --secrets, or later
 	var asJSON bool
 	ls := &cobra.Command{
 		Use:   "ls",
-		Short: "List API keys: ids, creation times and the secrets they may bind",
+		Short: "List API keys: ids, creation times, the secrets they may bind and their maxima",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(cmd.Context())
@@ -354,7 +397,7 @@ may bind only the secrets it is granted, none by default: --secrets, or later
 				return printJSON(keys)
 			}
 			for _, k := range keys {
-				fmt.Printf("%s\t%s\t%s\n", k.ID, k.Created.Local().Format("2006-01-02 15:04:05"), grantText(k.Secrets))
+				fmt.Printf("%s\t%s\t%s\t%s\n", k.ID, k.Created.Local().Format("2006-01-02 15:04:05"), grantText(k.Secrets), maximaText(k.Max))
 			}
 			return nil
 		},
@@ -372,7 +415,7 @@ may bind only the secrets it is granted, none by default: --secrets, or later
 			return c.DeleteAPIKey(cmd.Context(), args[0])
 		},
 	}
-	cmd.AddCommand(create, grant, revoke, ls, rm)
+	cmd.AddCommand(create, grant, revoke, limit, ls, rm)
 	return cmd
 }
 

@@ -18,6 +18,7 @@ import (
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/egress/policy"
+	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/sdk"
 )
 
@@ -25,9 +26,9 @@ import (
 type sandboxFlags struct {
 	runtime, template, repo, user string
 	env                           []string
-	memory, disk                  string
+	memory, disk, ioBps           string
 	cpus                          float64
-	pids                          int64
+	pids, nofile, ioIops          int64
 	timeout                       string
 	policy                        policyFlags
 	credentials, credHeaders      []string
@@ -51,6 +52,9 @@ func (f *sandboxFlags) register(cmd *cobra.Command) {
 	fl.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores (default 2)")
 	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes (default 1024)")
 	fl.StringVar(&f.disk, "disk", "", "drive size, e.g. 1G (default 10G)")
+	fl.Int64Var(&f.nofile, "nofile", 0, "open files per process (default: the sandbox's file budget / --pids, at most 65536; pids × nofile must fit the budget)")
+	fl.StringVar(&f.ioBps, "io-bps", "", "throttle the drive's reads and writes to this many bytes/s each, e.g. 50M (default: the daemon's)")
+	fl.Int64Var(&f.ioIops, "io-iops", 0, "throttle the drive's reads and writes to this many requests/s each (default: the daemon's)")
 	fl.StringVar(&f.timeout, "timeout", "", "stop the sandbox after this long, e.g. 10m (default: never; `run`: the command is killed and moat exits 124)")
 	f.policy.register(cmd)
 	fl.StringArrayVar(&f.credentials, "credential", nil, "NAME@[http://]HOST[:PORT][,HOST...][/PATH-PREFIX][=HEADER]: the sandbox gets $NAME holding a placeholder that the proxy swaps for the stored secret NAME in the HEADER (default Authorization: Bearer/token/bare/Basic forms) of requests to HOST (port 443 unless given; under PATH-PREFIX; http:// allows plain HTTP too); responses from HOST on any port are scrubbed of the value (repeatable)")
@@ -66,7 +70,8 @@ func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Durati
 	if setup {
 		start = policy.StartSetup
 	}
-	req := v1.CreateSandboxRequest{Runtime: f.runtime, Template: f.template, User: f.user, CPUs: f.cpus, Pids: f.pids}
+	req := v1.CreateSandboxRequest{Runtime: f.runtime, Template: f.template, User: f.user, CPUs: f.cpus, Pids: f.pids,
+		Nofile: f.nofile, IOIops: f.ioIops}
 	var err error
 	if req.Env, err = parseEnv(f.env); err != nil {
 		return req, 0, err
@@ -81,8 +86,16 @@ func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Durati
 			return req, 0, fmt.Errorf("--disk: %w", err)
 		}
 	}
+	if f.ioBps != "" {
+		if req.IOBps, err = parseSize(f.ioBps); err != nil {
+			return req, 0, fmt.Errorf("--io-bps: %w", err)
+		}
+	}
 	if f.cpus < 0 {
 		return req, 0, fmt.Errorf("--cpus %g: must be positive", f.cpus)
+	}
+	if f.nofile < 0 || f.ioIops < 0 {
+		return req, 0, fmt.Errorf("--nofile and --io-iops must be positive")
 	}
 	if f.pids < 0 {
 		return req, 0, fmt.Errorf("--pids %d: must be positive", f.pids)
@@ -574,6 +587,9 @@ func (a *app) serveCmd() *cobra.Command {
 	var warm, warmRunsc int
 	var diskOvercommit bool
 	var e2bTemplates []string
+	var max maxFlags
+	var ioBps, maxIOBps string
+	var ioIops, maxIOIops, fileBudget int64
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the moat daemon",
@@ -595,6 +611,22 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 			if diskReserve != "" {
 				if cfg.DiskReserve, err = parseSize(diskReserve); err != nil || cfg.DiskReserve <= 0 {
 					return fmt.Errorf("--disk-reserve %q: want a positive size, e.g. 1G", diskReserve)
+				}
+			}
+			m, err := max.maxima(cmd, v1.KeyMaxima{})
+			if err != nil {
+				return err
+			}
+			cfg.MaxLimits = sandbox.Limits{MemoryBytes: m.MemoryBytes, CPUs: m.CPUs, Pids: m.Pids, DiskBytes: m.DiskBytes, IOIops: maxIOIops}
+			cfg.DefaultLimits.IOIops, cfg.FileBudget = ioIops, fileBudget
+			for _, f := range []struct {
+				flag, val string
+				to        *int64
+			}{{"io-bps", ioBps, &cfg.DefaultLimits.IOBps}, {"max-io-bps", maxIOBps, &cfg.MaxLimits.IOBps}} {
+				if f.val != "" {
+					if *f.to, err = parseSize(f.val); err != nil {
+						return fmt.Errorf("--%s: %w", f.flag, err)
+					}
 				}
 			}
 			if len(e2bTemplates) > 0 {
@@ -621,6 +653,12 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 	cmd.Flags().BoolVar(&diskOvercommit, "disk-overcommit", false, "let drive sizes add up to more than the data filesystem holds: drives stay sparse, and once it is full every sandbox writing new blocks gets I/O errors (default: each drive is allocated in full at create, and a create that does not fit is refused)")
 	cmd.Flags().StringVar(&diskReserve, "disk-reserve", "", "space of the data filesystem no drive may take, kept for the database, logs and layers (default 2% of it, at least 256M, at most 4G)")
 	cmd.Flags().StringArrayVar(&e2bTemplates, "e2b-template", nil, "map an E2B template name to a moat template, NAME=TEMPLATE (repeatable; default base=debian)")
+	max.register(cmd, "every sandbox (the host's capacity bounds them in any case)")
+	cmd.Flags().StringVar(&ioBps, "io-bps", "", "default drive throttle of a sandbox in bytes/s (reads and writes each; default 16M)")
+	cmd.Flags().Int64Var(&ioIops, "io-iops", 0, "default drive throttle of a sandbox in requests/s (reads and writes each; default 400)")
+	cmd.Flags().StringVar(&maxIOBps, "max-io-bps", "", "largest --io-bps a sandbox may ask for (0: none)")
+	cmd.Flags().Int64Var(&maxIOIops, "max-io-iops", 0, "largest --io-iops a sandbox may ask for (0: none)")
+	cmd.Flags().Int64Var(&fileBudget, "file-budget", 0, "most open files one sandbox may hold, pids × nofile (default: fs.file-max / 4)")
 	return cmd
 }
 

@@ -29,8 +29,8 @@ func (g *grantingSandboxes) Create(ctx context.Context, o sandbox.CreateOptions)
 // storeKeys serves the API key routes from the real store (as the daemon's adapter does).
 type storeKeys struct{ st *store.Store }
 
-func (k storeKeys) CreateAPIKey(ctx context.Context, secrets []string) (v1.APIKey, error) {
-	key, a, err := k.st.CreateAPIKey(ctx, secrets)
+func (k storeKeys) CreateAPIKey(ctx context.Context, secrets []string, _ v1.KeyMaxima) (v1.APIKey, error) {
+	key, a, err := k.st.CreateAPIKey(ctx, secrets, sandbox.Limits{})
 	return v1.APIKey{ID: a.ID, Key: key, Created: a.Created, Secrets: a.Secrets}, err
 }
 
@@ -45,6 +45,11 @@ func (k storeKeys) ListAPIKeys(ctx context.Context) ([]v1.APIKey, error) {
 
 func (k storeKeys) DeleteAPIKey(ctx context.Context, id string) error {
 	return k.st.DeleteAPIKey(ctx, id)
+}
+
+func (k storeKeys) SetAPIKeyMax(ctx context.Context, id string, _ v1.KeyMaxima) (v1.APIKey, error) {
+	a, err := k.st.SetAPIKeyMax(ctx, id, sandbox.Limits{})
+	return v1.APIKey{ID: a.ID, Created: a.Created, Secrets: a.Secrets}, err
 }
 
 func (k storeKeys) SetAPIKeySecrets(ctx context.Context, id string, secrets []string) (v1.APIKey, error) {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -64,12 +65,15 @@ type Authenticator interface {
 
 // APIKeys manages API keys. Only the unix socket serves these routes.
 type APIKeys interface {
-	// CreateAPIKey makes a key granted the named secrets (names checked by the caller).
-	CreateAPIKey(ctx context.Context, secrets []string) (v1.APIKey, error)
+	// CreateAPIKey makes a key granted the named secrets (names checked by the caller),
+	// with the given maxima of its sandboxes' limits.
+	CreateAPIKey(ctx context.Context, secrets []string, max v1.KeyMaxima) (v1.APIKey, error)
 	ListAPIKeys(ctx context.Context) ([]v1.APIKey, error)
 	DeleteAPIKey(ctx context.Context, id string) error
 	// SetAPIKeySecrets replaces the grants of key id (errdefs.ErrNotFound if none).
 	SetAPIKeySecrets(ctx context.Context, id string, secrets []string) (v1.APIKey, error)
+	// SetAPIKeyMax replaces the maxima of key id (errdefs.ErrNotFound if none).
+	SetAPIKeyMax(ctx context.Context, id string, max v1.KeyMaxima) (v1.APIKey, error)
 }
 
 // Events reads a sandbox's logs: lifecycle events and egress decisions.
@@ -157,6 +161,7 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 		{"GET /v1/apikeys", s.listKeys},
 		{"DELETE /v1/apikeys/{id}", s.deleteKey},
 		{"PUT /v1/apikeys/{id}/secrets", s.setKeySecrets},
+		{"PUT /v1/apikeys/{id}/max", s.setKeyMax},
 		{"GET /v1/secrets", s.listSecrets},
 		{"PUT /v1/secrets/{name}", s.setSecret},
 		{"PUT /v1/secrets/{name}/scope", s.setSecretScope},
@@ -301,6 +306,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		Runtime: req.Runtime, Template: req.Template, Repo: req.Repo, User: req.User, Env: req.Env,
 		Limits: sandbox.Limits{
 			MemoryBytes: req.MemoryBytes, CPUs: req.CPUs, Pids: req.Pids, DiskBytes: req.DiskBytes,
+			Nofile: req.Nofile, IOBps: req.IOBps, IOIops: req.IOIops,
 		},
 		Timeout:     timeout,
 		Metadata:    req.Metadata,
@@ -486,8 +492,8 @@ func (s *Server) templateOp(op func(Templates, context.Context, v1.TemplateReque
 	}
 }
 
-// createKey serves POST /v1/apikeys, with an optional body {"secrets": [...]}: the
-// secrets the key may bind.
+// createKey serves POST /v1/apikeys, with an optional body {"secrets": [...], "max":
+// {...}}: the secrets the key may bind and its maxima.
 func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	var req v1.APIKeyRequest
 	if err := decodeOptional(r, &req); err != nil {
@@ -498,7 +504,15 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	k, err := s.keys.CreateAPIKey(r.Context(), req.Secrets)
+	var max v1.KeyMaxima
+	if req.Max != nil {
+		max = *req.Max
+	}
+	if err := checkKeyMaxima(max); err != nil {
+		writeError(w, err)
+		return
+	}
+	k, err := s.keys.CreateAPIKey(r.Context(), req.Secrets, max)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -535,6 +549,34 @@ func (s *Server) setKeySecrets(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, k)
 }
 
+// setKeyMax serves PUT /v1/apikeys/{id}/max {...}: the key's maxima become exactly these
+// (zero fields: none of its own).
+func (s *Server) setKeyMax(w http.ResponseWriter, r *http.Request) {
+	var max v1.KeyMaxima
+	if err := decode(r, &max); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := checkKeyMaxima(max); err != nil {
+		writeError(w, err)
+		return
+	}
+	k, err := s.keys.SetAPIKeyMax(r.Context(), r.PathValue("id"), max)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, k)
+}
+
+// checkKeyMaxima refuses negative or non-finite maxima.
+func checkKeyMaxima(m v1.KeyMaxima) error {
+	if m.MemoryBytes < 0 || m.Pids < 0 || m.DiskBytes < 0 || !(m.CPUs >= 0) || math.IsInf(m.CPUs, 0) {
+		return fmt.Errorf("API key maxima %+v: each must be positive, or 0 for none: %w", m, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // checkSecretNames checks the names an API key is granted.
 func checkSecretNames(names []string) error {
 	for _, n := range names {
@@ -564,7 +606,8 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 		User: sb.User, Env: sb.Env, Metadata: sb.Metadata, Error: sb.Error,
 		CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, ExpiresAt: sb.ExpiresAt,
 		OOMKills: sb.OOMKills, LastOOMAt: sb.LastOOMAt,
-		Limits: v1.Limits{MemoryBytes: sb.Limits.MemoryBytes, CPUs: sb.Limits.CPUs, Pids: sb.Limits.Pids, DiskBytes: sb.Limits.DiskBytes},
+		Limits: v1.Limits{MemoryBytes: sb.Limits.MemoryBytes, CPUs: sb.Limits.CPUs, Pids: sb.Limits.Pids, DiskBytes: sb.Limits.DiskBytes,
+			Nofile: sb.Limits.Nofile, IOBps: sb.Limits.IOBps, IOIops: sb.Limits.IOIops},
 	}
 	if sb.Runtime != "runsc" {
 		out.HostUID = sb.HostIDs().Host

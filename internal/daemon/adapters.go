@@ -61,12 +61,14 @@ func (e events) Egress(ctx context.Context, id string, after int64, limit int) (
 // apiKeys adapts the store's API keys to the API.
 type apiKeys struct{ st *store.Store }
 
-func (a apiKeys) CreateAPIKey(ctx context.Context, secrets []string) (v1.APIKey, error) {
-	key, k, err := a.st.CreateAPIKey(ctx, secrets)
+func (a apiKeys) CreateAPIKey(ctx context.Context, secrets []string, max v1.KeyMaxima) (v1.APIKey, error) {
+	key, k, err := a.st.CreateAPIKey(ctx, secrets, fromKeyMaxima(max))
 	if err != nil {
 		return v1.APIKey{}, err
 	}
-	return v1.APIKey{ID: k.ID, Key: key, Created: k.Created, Secrets: k.Secrets}, nil
+	out := toAPIKey(k)
+	out.Key = key
+	return out, nil
 }
 
 func (a apiKeys) SetAPIKeySecrets(ctx context.Context, id string, secrets []string) (v1.APIKey, error) {
@@ -74,7 +76,25 @@ func (a apiKeys) SetAPIKeySecrets(ctx context.Context, id string, secrets []stri
 	if err != nil {
 		return v1.APIKey{}, err
 	}
-	return v1.APIKey{ID: k.ID, Created: k.Created, Secrets: k.Secrets}, nil
+	return toAPIKey(k), nil
+}
+
+func (a apiKeys) SetAPIKeyMax(ctx context.Context, id string, max v1.KeyMaxima) (v1.APIKey, error) {
+	k, err := a.st.SetAPIKeyMax(ctx, id, fromKeyMaxima(max))
+	if err != nil {
+		return v1.APIKey{}, err
+	}
+	return toAPIKey(k), nil
+}
+
+func toAPIKey(k store.APIKey) v1.APIKey {
+	return v1.APIKey{ID: k.ID, Created: k.Created, Secrets: k.Secrets, Max: v1.KeyMaxima{
+		MemoryBytes: k.Max.MemoryBytes, CPUs: k.Max.CPUs, Pids: k.Max.Pids, DiskBytes: k.Max.DiskBytes,
+	}}
+}
+
+func fromKeyMaxima(m v1.KeyMaxima) sandbox.Limits {
+	return sandbox.Limits{MemoryBytes: m.MemoryBytes, CPUs: m.CPUs, Pids: m.Pids, DiskBytes: m.DiskBytes}
 }
 
 func (a apiKeys) ListAPIKeys(ctx context.Context) ([]v1.APIKey, error) {
@@ -84,7 +104,7 @@ func (a apiKeys) ListAPIKeys(ctx context.Context) ([]v1.APIKey, error) {
 	}
 	out := make([]v1.APIKey, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, v1.APIKey{ID: k.ID, Created: k.Created, Secrets: k.Secrets})
+		out = append(out, toAPIKey(k))
 	}
 	return out, nil
 }

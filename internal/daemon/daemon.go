@@ -70,6 +70,14 @@ type Config struct {
 	// DiskReserve is the space of the data filesystem kept free of drives for the
 	// database, logs, layers and templates (--disk-reserve); 0: storage.DefaultReserve.
 	DiskReserve int64
+	// DefaultLimits override the built-in defaults of new sandboxes' limits, field by field
+	// (zero: built-in). MaxLimits are the operator's maxima of every sandbox's limits (zero
+	// fields: only the host bounds them; API keys may have lower maxima of their own).
+	// FileBudget is the most open files one sandbox may hold (0: fs.file-max /
+	// sandbox.HostShare). See sandbox.EffectiveLimits.
+	DefaultLimits sandbox.Limits
+	MaxLimits     sandbox.Limits
+	FileBudget    int64
 	// E2BTemplates maps E2B template names to moat templates (default: base → debian).
 	E2BTemplates map[string]string
 	Log          *slog.Logger
@@ -239,6 +247,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, errors.New("no OCI runtime available: apt-get install runc (see `moat doctor`)")
 	}
 
+	host, errs := hostCapacity(cfg.DataDir)
+	if err := errors.Join(errs...); err != nil {
+		d.log.Warn("reading the host's capacity; limits are not bounded by what could not be read", "err", err)
+	}
+
 	ns := namespaces{owner: linux.OwnerRange}
 	if err := linux.ProbeOwnerRange(cfg.RunDir); err != nil {
 		ns.owner = linux.OwnerRoot
@@ -246,7 +259,10 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	d.Manager = sandbox.NewManager(sandbox.Config{
 		RunDir: cfg.RunDir, DataDir: cfg.DataDir, InitPath: d.cfg.InitPath,
-		DefaultLimits: sandbox.Limits{MemoryBytes: 2 << 30, CPUs: 2, Pids: 1024, DiskBytes: 10 << 30},
+		DefaultLimits: defaultLimits(cfg.DefaultLimits),
+		Host:          host,
+		MaxLimits:     cfg.MaxLimits,
+		FileBudget:    cfg.FileBudget,
 		Unusable:      unusable,
 		Warm:          cfg.Warm,
 		IDBase:        cfg.IDBase,
@@ -533,4 +549,36 @@ func upstreamRoots(extra string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("--egress-ca %s: no PEM certificate in it", extra)
 	}
 	return pool, nil
+}
+
+// builtinLimits are a new sandbox's limits when neither it nor the daemon's configuration
+// says otherwise (then lowered to the host's and the operator's maxima). Nofile has no
+// default: it follows from pids and the file budget. The drive throttle (16 MiB/s and 400
+// requests/s, reads and writes each) is the highest measured here that kept a peer's fsync
+// p90 at its level alone next to a neighbour writing with O_DSYNC (TestNoisyNeighbourIO:
+// 0.55× alone, unthrottled 8×; 32 MiB/s and 400: 1.8×; 64 MiB/s and 1000: 4.7×).
+var builtinLimits = sandbox.Limits{MemoryBytes: 2 << 30, CPUs: 2, Pids: 1024, DiskBytes: 10 << 30, IOBps: 16 << 20, IOIops: 400}
+
+// defaultLimits is builtinLimits with the non-zero fields of configured.
+func defaultLimits(configured sandbox.Limits) sandbox.Limits {
+	d := builtinLimits
+	if configured.MemoryBytes > 0 {
+		d.MemoryBytes = configured.MemoryBytes
+	}
+	if configured.CPUs > 0 {
+		d.CPUs = configured.CPUs
+	}
+	if configured.Pids > 0 {
+		d.Pids = configured.Pids
+	}
+	if configured.DiskBytes > 0 {
+		d.DiskBytes = configured.DiskBytes
+	}
+	if configured.IOBps > 0 {
+		d.IOBps = configured.IOBps
+	}
+	if configured.IOIops > 0 {
+		d.IOIops = configured.IOIops
+	}
+	return d
 }

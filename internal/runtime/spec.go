@@ -90,6 +90,8 @@ type hostFeatures struct {
 	cgroupV2   bool // /sys/fs/cgroup is the unified hierarchy
 	memsw      bool // cgroup v1 memory controller accounts swap (memory.memsw.*)
 	swappiness bool // cgroup v1 memory.swappiness exists
+	// drive is the block device of the sandbox's drive, when its I/O is throttled.
+	drive *device
 }
 
 func detectHost() hostFeatures {
@@ -112,7 +114,30 @@ func detectHost() hostFeatures {
 // It reads a few host facts (cgroup layout, swap accounting) and otherwise is pure. Bad
 // input (unknown runtime, relative paths, missing namespaces) is an ErrInvalidArgument.
 func BuildSpec(spec sandbox.ContainerSpec, runtimeName string) (*specs.Spec, error) {
-	return buildSpec(spec, runtimeName, detectHost())
+	host := detectHost()
+	if spec.Drive != "" && (spec.Limits.IOBps > 0 || spec.Limits.IOIops > 0) {
+		dev, err := blockDevice(spec.Drive)
+		if err != nil {
+			return nil, fmt.Errorf("the sandbox's drive: %w", err)
+		}
+		host.drive = &dev
+	}
+	return buildSpec(spec, runtimeName, host)
+}
+
+// device is a block device's number.
+type device struct{ major, minor int64 }
+
+// blockDevice returns the device of the filesystem mounted at dir (the drive's loop device).
+func blockDevice(dir string) (device, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return device{}, err
+	}
+	if unix.Major(st.Dev) == 0 {
+		return device{}, fmt.Errorf("%s is not on a block device (device 0:%d)", dir, unix.Minor(st.Dev))
+	}
+	return device{int64(unix.Major(st.Dev)), int64(unix.Minor(st.Dev))}, nil
 }
 
 func buildSpec(cs sandbox.ContainerSpec, runtimeName string, host hostFeatures) (*specs.Spec, error) {
@@ -156,10 +181,13 @@ func buildSpec(cs sandbox.ContainerSpec, runtimeName string, host hostFeatures) 
 				// exec as a non-root user.
 			},
 			Rlimits: []specs.POSIXRlimit{
-				// Language servers, bundlers and test runners open many files. (Start
-				// lowers it to the daemon's own hard limit when the daemon lacks
-				// CAP_SYS_RESOURCE: the runtime could not raise it either.)
-				{Type: "RLIMIT_NOFILE", Hard: 65536, Soft: 65536},
+				// Open files per process, inherited by everything moat-init starts; no
+				// sandbox process can raise it (CAP_SYS_RESOURCE is not in the set).
+				// There is no cgroup for files: Nofile × Pids bounds the sandbox's total
+				// (sandbox.EffectiveLimits). (Start lowers it to the daemon's own hard
+				// limit when the daemon lacks CAP_SYS_RESOURCE: the runtime could not
+				// raise it either.)
+				{Type: "RLIMIT_NOFILE", Hard: uint64(lim.Nofile), Soft: uint64(lim.Nofile)},
 			},
 			// When the host runs out of memory, the kernel kills a sandbox before the
 			// daemon or anything else on the host.
@@ -215,7 +243,7 @@ func validateContainerSpec(cs sandbox.ContainerSpec, runtimeName string) error {
 			return bad("bad id range %d+%d", cs.IDs.Host, cs.IDs.Size)
 		}
 	}
-	if cs.Limits.MemoryBytes < 0 || cs.Limits.CPUs < 0 || cs.Limits.Pids < 0 || math.IsNaN(cs.Limits.CPUs) {
+	if cs.Limits.MemoryBytes < 0 || cs.Limits.CPUs < 0 || cs.Limits.Pids < 0 || cs.Limits.Nofile < 0 || cs.Limits.IOBps < 0 || cs.Limits.IOIops < 0 || math.IsNaN(cs.Limits.CPUs) {
 		return bad("negative limits %+v", cs.Limits)
 	}
 	return nil
@@ -244,6 +272,9 @@ func effectiveLimits(l sandbox.Limits) sandbox.Limits {
 	}
 	if l.Pids == 0 {
 		l.Pids = DefaultLimits.Pids
+	}
+	if l.Nofile == 0 {
+		l.Nofile = sandbox.DefaultNofile
 	}
 	return l
 }
@@ -354,7 +385,34 @@ func resources(l sandbox.Limits, host hostFeatures) *specs.LinuxResources {
 			// defaults): nothing else can be opened even if a node appears.
 			{Allow: false, Access: "rwm"},
 		}, allowedDevices()...),
+		BlockIO: blockIO(l, host.drive),
 	}
+}
+
+// blockIO throttles reads and writes to the sandbox's drive (its own loop device) to
+// l.IOBps bytes and l.IOIops requests per second each: blkio.throttle.* on cgroup v1,
+// io.max on v2 (runc translates). Throttling, not weights: a weight needs the bfq scheduler
+// on the device that queues, and loop devices have none; a throttle works at submission,
+// whatever the scheduler. The loop driver issues the backing file's I/O in the submitter's
+// cgroup, so the data filesystem's device sees the throttled rate. Buffered writes reach
+// the drive through the host's flusher threads, which cgroup v1 does not attribute to the
+// sandbox: the throttle holds for synced and direct I/O (and for all I/O on cgroup v2).
+func blockIO(l sandbox.Limits, drive *device) *specs.LinuxBlockIO {
+	if drive == nil || l.IOBps <= 0 && l.IOIops <= 0 {
+		return nil
+	}
+	b := &specs.LinuxBlockIO{}
+	if l.IOBps > 0 {
+		t := []specs.LinuxThrottleDevice{{Rate: uint64(l.IOBps)}}
+		t[0].Major, t[0].Minor = drive.major, drive.minor
+		b.ThrottleReadBpsDevice, b.ThrottleWriteBpsDevice = t, slices.Clone(t)
+	}
+	if l.IOIops > 0 {
+		t := []specs.LinuxThrottleDevice{{Rate: uint64(l.IOIops)}}
+		t[0].Major, t[0].Minor = drive.major, drive.minor
+		b.ThrottleReadIOPSDevice, b.ThrottleWriteIOPSDevice = t, slices.Clone(t)
+	}
+	return b
 }
 
 func allowedDevices() []specs.LinuxDeviceCgroup {

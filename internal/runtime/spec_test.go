@@ -370,3 +370,57 @@ func TestInitEnvKeepsPath(t *testing.T) {
 		t.Errorf("env %v", env)
 	}
 }
+
+// TestSpecNofileAndBlockIO: the sandbox's nofile is every process' RLIMIT_NOFILE (soft =
+// hard), and io_bps/io_iops throttle reads and writes on the drive's device only when both
+// a throttle and the device are known.
+func TestSpecNofileAndBlockIO(t *testing.T) {
+	drive := &device{7, 12}
+	for _, tc := range []struct {
+		name   string
+		limits sandbox.Limits
+		drive  *device
+		nofile uint64
+		blkio  *specs.LinuxBlockIO
+	}{
+		{name: "defaults", nofile: 65536},
+		{name: "nofile", limits: sandbox.Limits{Nofile: 602}, nofile: 602},
+		{name: "throttle without a device", limits: sandbox.Limits{IOBps: 1 << 20}, nofile: 65536},
+		{name: "device without a throttle", drive: drive, nofile: 65536},
+		{name: "bps and iops", limits: sandbox.Limits{IOBps: 16 << 20, IOIops: 400}, drive: drive, nofile: 65536,
+			blkio: &specs.LinuxBlockIO{
+				ThrottleReadBpsDevice:   []specs.LinuxThrottleDevice{throttle(7, 12, 16<<20)},
+				ThrottleWriteBpsDevice:  []specs.LinuxThrottleDevice{throttle(7, 12, 16<<20)},
+				ThrottleReadIOPSDevice:  []specs.LinuxThrottleDevice{throttle(7, 12, 400)},
+				ThrottleWriteIOPSDevice: []specs.LinuxThrottleDevice{throttle(7, 12, 400)},
+			}},
+		{name: "iops only", limits: sandbox.Limits{IOIops: 100}, drive: drive, nofile: 65536,
+			blkio: &specs.LinuxBlockIO{
+				ThrottleReadIOPSDevice:  []specs.LinuxThrottleDevice{throttle(7, 12, 100)},
+				ThrottleWriteIOPSDevice: []specs.LinuxThrottleDevice{throttle(7, 12, 100)},
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, rt := range []string{"runc", "runsc"} {
+				cs := testContainerSpec(rt)
+				cs.Limits = tc.limits
+				s, err := buildSpec(cs, rt, hostFeatures{cgroupNS: true, memsw: true, drive: tc.drive})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: tc.nofile, Soft: tc.nofile}}; !reflect.DeepEqual(s.Process.Rlimits, want) {
+					t.Errorf("%s: rlimits %+v, want %+v", rt, s.Process.Rlimits, want)
+				}
+				if !reflect.DeepEqual(s.Linux.Resources.BlockIO, tc.blkio) {
+					t.Errorf("%s: blockIO %+v, want %+v", rt, s.Linux.Resources.BlockIO, tc.blkio)
+				}
+			}
+		})
+	}
+}
+
+func throttle(major, minor int64, rate uint64) specs.LinuxThrottleDevice {
+	d := specs.LinuxThrottleDevice{Rate: rate}
+	d.Major, d.Minor = major, minor
+	return d
+}

@@ -54,7 +54,10 @@ type ContainerSpec struct {
 	IDs       IDRange
 	NetNS     string // path of the pinned network namespace S
 	Limits    Limits
-	Output    InitOutput // moat-init's stdout and stderr, and the runtime's own messages
+	// Drive is the host directory the sandbox's drive is mounted on (Storage.Mount's
+	// run/drive): Limits.IOBps and IOIops throttle its block device. Empty: no throttle.
+	Drive  string
+	Output InitOutput // moat-init's stdout and stderr, and the runtime's own messages
 }
 
 // InitOutput is where a container's stdout and stderr go: the write end of a pipe whose
@@ -79,6 +82,13 @@ type Limits struct {
 	CPUs        float64 // CPU quota in cores
 	Pids        int64   // maximum number of tasks
 	DiskBytes   int64   // size of the sandbox's drive
+	// Nofile is every sandbox process' RLIMIT_NOFILE (soft = hard). EffectiveLimits
+	// chooses it so that Pids × Nofile stays within the sandbox's open-file budget.
+	Nofile int64
+	// IOBps and IOIops throttle reads and writes (each) to the sandbox's drive, in bytes
+	// and requests per second (0: unthrottled).
+	IOBps  int64
+	IOIops int64
 }
 
 // Storage owns templates, layers and drives. Implemented by *storage.Store.

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +56,12 @@ type Config struct {
 	DataDir       string // e.g. /var/lib/moat
 	InitPath      string // host path of the moat-init binary
 	DefaultLimits Limits
+	// Host is this host's capacity, MaxLimits the operator's maxima (zero fields: none) and
+	// FileBudget the most open files of one sandbox (0: Host.FileMax/HostShare); every
+	// sandbox's limits stay within them (EffectiveLimits).
+	Host       Capacity
+	MaxLimits  Limits
+	FileBudget int64
 	// HealthTimeout bounds how long a new sandbox may take to answer /health.
 	HealthTimeout time.Duration
 	// Unusable names runtimes known to this host that cannot run sandboxes, with why.
@@ -164,7 +171,7 @@ func (m *Manager) Runtimes() []string {
 }
 
 // validate fills defaults and rejects bad options before anything is created.
-func (m *Manager) validate(opts *CreateOptions) error {
+func (m *Manager) validate(ctx context.Context, opts *CreateOptions) error {
 	if opts.Runtime == "" {
 		opts.Runtime = DefaultRuntime
 	}
@@ -214,36 +221,22 @@ func (m *Manager) validate(opts *CreateOptions) error {
 		}
 		opts.Policy = &spec
 	}
-	l := &opts.Limits
-	d := m.cfg.DefaultLimits
-	if l.MemoryBytes == 0 {
-		l.MemoryBytes = d.MemoryBytes
+	l, err := EffectiveLimits(opts.Limits, m.cfg.DefaultLimits, m.ceilings(CallerFrom(ctx)))
+	if err != nil {
+		return err
 	}
-	if l.CPUs == 0 {
-		l.CPUs = d.CPUs
-	}
-	if l.Pids == 0 {
-		l.Pids = d.Pids
-	}
-	if l.DiskBytes == 0 {
-		l.DiskBytes = d.DiskBytes
-	}
-	return l.Validate()
+	opts.Limits = l
+	return nil
 }
 
-// Validate rejects limits a sandbox cannot run with.
-func (l Limits) Validate() error {
-	switch {
-	case l.MemoryBytes < 32<<20:
-		return fmt.Errorf("memory limit %d bytes is below the 32 MiB minimum: %w", l.MemoryBytes, errdefs.ErrInvalidArgument)
-	case l.CPUs <= 0 || l.CPUs > 1024:
-		return fmt.Errorf("cpus %g must be in (0, 1024]: %w", l.CPUs, errdefs.ErrInvalidArgument)
-	case l.Pids < 16:
-		return fmt.Errorf("pids limit %d is below the minimum of 16: %w", l.Pids, errdefs.ErrInvalidArgument)
-	case l.DiskBytes < 64<<20:
-		return fmt.Errorf("disk limit %d bytes is below the 64 MiB minimum: %w", l.DiskBytes, errdefs.ErrInvalidArgument)
+// ceilings are the bounds of the limits caller may ask for: the host's, the daemon's, and
+// its API key's maxima (none for the operator).
+func (m *Manager) ceilings(caller Caller) Ceilings {
+	c := Ceilings{Host: m.cfg.Host, Daemon: m.cfg.MaxLimits, FileBudget: m.cfg.FileBudget}
+	if !caller.Operator {
+		c.Key, c.KeyID = caller.Max, caller.APIKey
 	}
-	return nil
+	return c
 }
 
 // Create makes and starts a sandbox, or hands over a warm one (pool.go). On any error,
@@ -255,7 +248,8 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (*Sandbox, err
 }
 
 func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*Sandbox, error) {
-	if err := m.validate(&opts); err != nil {
+	askedNofile := opts.Limits.Nofile != 0
+	if err := m.validate(ctx, &opts); err != nil {
 		return nil, err
 	}
 	if err := m.checkBindings(ctx, opts.Credentials); err != nil {
@@ -265,7 +259,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 	if err != nil {
 		return nil, err
 	}
-	if !warm && m.fitsPool(opts) {
+	if !warm && m.fitsPool(&opts, askedNofile) {
 		if sb := m.claim(ctx, opts, tmpl); sb != nil {
 			return sb, nil
 		}
@@ -418,7 +412,12 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 			"MOAT_CA_PEM=" + caPEM,
 		},
 		Hostname: "sandbox", UserNS: p.userns, IDs: ids, NetNS: p.netns,
-		Limits: sb.Limits,
+		Limits: sb.Limits, Drive: filepath.Join(p.dir, "drive"),
+	}
+	if sb.Limits.Nofile > 0 {
+		// The open-file limit also where the runtime could not set it from the spec (runc
+		// without CAP_SYS_RESOURCE): moat-init lowers its own before anything runs.
+		spec.InitEnv = append(spec.InitEnv, "MOAT_NOFILE="+strconv.FormatInt(sb.Limits.Nofile, 10))
 	}
 	if sb.Runtime == "runsc" {
 		spec.UserNS = ""

@@ -59,13 +59,26 @@ func (p *pool) refill() {
 	}
 }
 
-// fitsPool reports whether validated opts can be served by a warm sandbox.
-func (m *Manager) fitsPool(opts CreateOptions) bool {
-	if m.pools[opts.Runtime] == nil || opts.Template != "host" || opts.Repo != "" || len(opts.Credentials) > 0 ||
-		opts.Limits.DiskBytes != m.cfg.DefaultLimits.DiskBytes {
+// fitsPool reports whether validated opts can be served by a warm sandbox. A running
+// sandbox's open-file and I/O limits cannot change (only its cgroup's memory, CPU and pids
+// can): the warm sandbox must have the asked ones, and at least as many pids, so that pids
+// × nofile stays within the file budget; a request that did not ask for nofile
+// (askedNofile false) then gets the warm sandbox's, which fits its pids.
+func (m *Manager) fitsPool(opts *CreateOptions, askedNofile bool) bool {
+	if m.pools[opts.Runtime] == nil || opts.Template != "host" || opts.Repo != "" || len(opts.Credentials) > 0 {
 		return false
 	}
-	return opts.Runtime != "runsc" || opts.Limits == m.cfg.DefaultLimits
+	warm, err := EffectiveLimits(Limits{}, m.cfg.DefaultLimits, m.ceilings(Caller{Operator: true}))
+	if err != nil || opts.Limits.DiskBytes != warm.DiskBytes || opts.Limits.Pids > warm.Pids || askedNofile && opts.Limits.Nofile != warm.Nofile ||
+		opts.Limits.IOBps != warm.IOBps || opts.Limits.IOIops != warm.IOIops {
+		return false
+	}
+	if opts.Runtime == "runsc" && opts.Limits != (Limits{MemoryBytes: warm.MemoryBytes, CPUs: warm.CPUs, Pids: warm.Pids,
+		DiskBytes: warm.DiskBytes, Nofile: opts.Limits.Nofile, IOBps: warm.IOBps, IOIops: warm.IOIops}) {
+		return false
+	}
+	opts.Limits.Nofile = warm.Nofile
+	return true
 }
 
 // RunPools keeps every warm pool full until ctx ends, then deletes the warm sandboxes.
@@ -89,7 +102,7 @@ func (m *Manager) runPool(ctx context.Context, rt string, n int, p *pool) {
 	defer m.drainPool(p)
 	for {
 		for p.size() < n && ctx.Err() == nil {
-			sb, err := m.create(ctx, CreateOptions{Runtime: rt, Template: "host", Limits: m.cfg.DefaultLimits}, true)
+			sb, err := m.create(WithCaller(ctx, Caller{Operator: true}), CreateOptions{Runtime: rt, Template: "host"}, true)
 			if err != nil {
 				if ctx.Err() != nil {
 					return

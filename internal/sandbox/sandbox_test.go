@@ -30,21 +30,3 @@ func TestHostIDs(t *testing.T) {
 		t.Errorf("last slot overflows uid space: %+v", last)
 	}
 }
-
-func TestLimitsValidate(t *testing.T) {
-	ok := Limits{MemoryBytes: 64 << 20, CPUs: 1, Pids: 64, DiskBytes: 64 << 20}
-	if err := ok.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	for _, bad := range []Limits{
-		{MemoryBytes: 1, CPUs: 1, Pids: 64, DiskBytes: 64 << 20},
-		{MemoryBytes: 64 << 20, CPUs: 0, Pids: 64, DiskBytes: 64 << 20},
-		{MemoryBytes: 64 << 20, CPUs: -1, Pids: 64, DiskBytes: 64 << 20},
-		{MemoryBytes: 64 << 20, CPUs: 1, Pids: 1, DiskBytes: 64 << 20},
-		{MemoryBytes: 64 << 20, CPUs: 1, Pids: 64, DiskBytes: 1 << 20},
-	} {
-		if bad.Validate() == nil {
-			t.Errorf("%+v accepted", bad)
-		}
-	}
-}

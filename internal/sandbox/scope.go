@@ -22,6 +22,9 @@ type Caller struct {
 	APIKey string
 	// Secrets are the secrets that API key is granted: the only ones it may bind.
 	Secrets []string
+	// Max are the API key's maxima of the limits its sandboxes may have (zero fields:
+	// only the daemon's and the host's apply).
+	Max Limits
 }
 
 type callerKey struct{}

@@ -86,15 +86,21 @@ func Open(path string) (*Store, error) {
 }
 
 // migrate brings a database made by an older moat up to the schema: sandboxes gain an
-// owner column, in which their sandboxes are the operator's ("").
+// owner column, in which their sandboxes are the operator's (""), and API keys a max
+// column, in which they have no maxima of their own.
 func migrate(db *sql.DB) error {
-	var n int
-	if err := db.QueryRow(`SELECT COUNT(*) FROM pragma_table_info('sandboxes') WHERE name = 'owner'`).Scan(&n); err != nil {
-		return err
-	}
-	if n == 0 {
-		if _, err := db.Exec(`ALTER TABLE sandboxes ADD COLUMN owner TEXT NOT NULL DEFAULT ''`); err != nil {
+	for _, c := range []struct{ table, column, def string }{
+		{"sandboxes", "owner", `TEXT NOT NULL DEFAULT ''`},
+		{"api_keys", "max", `TEXT NOT NULL DEFAULT '{}'`},
+	} {
+		var n int
+		if err := db.QueryRow(`SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`, c.table, c.column).Scan(&n); err != nil {
 			return err
+		}
+		if n == 0 {
+			if _, err := db.Exec(`ALTER TABLE ` + c.table + ` ADD COLUMN ` + c.column + ` ` + c.def); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -333,7 +339,8 @@ func addEvent(ctx context.Context, tx *sql.Tx, id, kind, detail string) error {
 const apiKeySchema = `CREATE TABLE IF NOT EXISTS api_keys (
 	id      TEXT PRIMARY KEY,
 	hash    TEXT NOT NULL UNIQUE,
-	created TEXT NOT NULL
+	created TEXT NOT NULL,
+	max     TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS api_key_secrets (
 	key_id TEXT NOT NULL REFERENCES api_keys(id) ON DELETE CASCADE,
@@ -347,25 +354,31 @@ type APIKey struct {
 	Created time.Time `json:"created"`
 	// Secrets are the secrets the key may bind (its grants), sorted.
 	Secrets []string `json:"secrets"`
+	// Max are the key's maxima of its sandboxes' limits (zero fields: none of its own).
+	Max sandbox.Limits `json:"max"`
 }
 
 // CreateAPIKey makes a new key of the form e2b_<40 hex> (the shape the E2B SDKs accept),
-// granted the named secrets, stores its hash and returns the key. The key cannot be
-// recovered later.
-func (s *Store) CreateAPIKey(ctx context.Context, secrets []string) (string, APIKey, error) {
+// granted the named secrets and with the given maxima, stores its hash and returns the key.
+// The key cannot be recovered later.
+func (s *Store) CreateAPIKey(ctx context.Context, secrets []string, max sandbox.Limits) (string, APIKey, error) {
 	var raw [20]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", APIKey{}, err
 	}
 	key := "e2b_" + hex.EncodeToString(raw[:])
-	k := APIKey{ID: "key-" + hex.EncodeToString(raw[:4]), Created: time.Now().UTC()}
+	k := APIKey{ID: "key-" + hex.EncodeToString(raw[:4]), Created: time.Now().UTC(), Max: max}
+	maxJSON, err := json.Marshal(max)
+	if err != nil {
+		return "", APIKey{}, err
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return "", APIKey{}, fmt.Errorf("storing API key: %w", err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO api_keys(id, hash, created) VALUES(?,?,?)`,
-		k.ID, hashKey(key), k.Created.Format(time.RFC3339Nano)); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO api_keys(id, hash, created, max) VALUES(?,?,?,?)`,
+		k.ID, hashKey(key), k.Created.Format(time.RFC3339Nano), string(maxJSON)); err != nil {
 		return "", APIKey{}, fmt.Errorf("storing API key: %w", err)
 	}
 	if k.Secrets, err = setGrants(ctx, tx, k.ID, secrets); err != nil {
@@ -402,9 +415,48 @@ func (s *Store) SetAPIKeySecrets(ctx context.Context, id string, secrets []strin
 		return APIKey{}, err
 	}
 	defer tx.Rollback()
+	k, err := getAPIKey(ctx, tx, id)
+	if err != nil {
+		return APIKey{}, err
+	}
+	if k.Secrets, err = setGrants(ctx, tx, id, secrets); err != nil {
+		return APIKey{}, err
+	}
+	return k, tx.Commit()
+}
+
+// SetAPIKeyMax makes max the maxima of the key with the given id (zero fields: none of its
+// own); errdefs.ErrNotFound when there is no such key. Sandboxes the key created before
+// keep their limits; its next creates are bounded by max.
+func (s *Store) SetAPIKeyMax(ctx context.Context, id string, max sandbox.Limits) (APIKey, error) {
+	maxJSON, err := json.Marshal(max)
+	if err != nil {
+		return APIKey{}, err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return APIKey{}, err
+	}
+	defer tx.Rollback()
+	k, err := getAPIKey(ctx, tx, id)
+	if err != nil {
+		return APIKey{}, err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET max = ? WHERE id = ?`, string(maxJSON), id); err != nil {
+		return APIKey{}, fmt.Errorf("storing the maxima of API key %s: %w", id, err)
+	}
+	k.Max = max
+	if k.Secrets, err = keyGrants(ctx, tx, id); err != nil {
+		return APIKey{}, err
+	}
+	return k, tx.Commit()
+}
+
+// getAPIKey reads key id's creation time and maxima (not its grants).
+func getAPIKey(ctx context.Context, tx *sql.Tx, id string) (APIKey, error) {
 	k := APIKey{ID: id}
-	var created string
-	err = tx.QueryRowContext(ctx, `SELECT created FROM api_keys WHERE id = ?`, id).Scan(&created)
+	var created, max string
+	err := tx.QueryRowContext(ctx, `SELECT created, max FROM api_keys WHERE id = ?`, id).Scan(&created, &max)
 	if errors.Is(err, sql.ErrNoRows) {
 		return APIKey{}, fmt.Errorf("API key %q: %w", id, errdefs.ErrNotFound)
 	}
@@ -412,17 +464,35 @@ func (s *Store) SetAPIKeySecrets(ctx context.Context, id string, secrets []strin
 		return APIKey{}, err
 	}
 	k.Created, _ = time.Parse(time.RFC3339Nano, created)
-	if k.Secrets, err = setGrants(ctx, tx, id, secrets); err != nil {
-		return APIKey{}, err
+	if err := json.Unmarshal([]byte(max), &k.Max); err != nil {
+		return APIKey{}, fmt.Errorf("reading the maxima of API key %s: %w", id, err)
 	}
-	return k, tx.Commit()
+	return k, nil
 }
 
-// Authenticate returns the caller key stands for: its id and grants. A key that is not
-// stored is an ErrUnauthenticated-class error.
+// keyGrants returns the grants of key id, sorted.
+func keyGrants(ctx context.Context, tx *sql.Tx, id string) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT secret FROM api_key_secrets WHERE key_id = ? ORDER BY secret`, id)
+	if err != nil {
+		return nil, fmt.Errorf("reading the grants of API key %s: %w", id, err)
+	}
+	defer rows.Close()
+	out := []string{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		out = append(out, name)
+	}
+	return out, rows.Err()
+}
+
+// Authenticate returns the caller key stands for: its id, grants and maxima. A key that is
+// not stored is an ErrUnauthenticated-class error.
 func (s *Store) Authenticate(ctx context.Context, key string) (sandbox.Caller, error) {
-	var id string
-	err := s.db.QueryRowContext(ctx, `SELECT id FROM api_keys WHERE hash = ?`, hashKey(key)).Scan(&id)
+	var id, max string
+	err := s.db.QueryRowContext(ctx, `SELECT id, max FROM api_keys WHERE hash = ?`, hashKey(key)).Scan(&id, &max)
 	if errors.Is(err, sql.ErrNoRows) {
 		return sandbox.Caller{}, fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
 	}
@@ -435,6 +505,9 @@ func (s *Store) Authenticate(ctx context.Context, key string) (sandbox.Caller, e
 	}
 	defer rows.Close()
 	c := sandbox.Caller{APIKey: id}
+	if err := json.Unmarshal([]byte(max), &c.Max); err != nil {
+		return sandbox.Caller{}, fmt.Errorf("reading the maxima of API key %s: %w", id, err)
+	}
 	for rows.Next() {
 		var name string
 		if err := rows.Scan(&name); err != nil {
@@ -463,13 +536,13 @@ func (s *Store) grants(ctx context.Context) (map[string][]string, error) {
 	return out, rows.Err()
 }
 
-// ListAPIKeys lists the stored keys (ids, creation times and grants).
+// ListAPIKeys lists the stored keys (ids, creation times, grants and maxima).
 func (s *Store) ListAPIKeys(ctx context.Context) ([]APIKey, error) {
 	grants, err := s.grants(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT id, created FROM api_keys ORDER BY created`)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, created, max FROM api_keys ORDER BY created`)
 	if err != nil {
 		return nil, err
 	}
@@ -477,9 +550,12 @@ func (s *Store) ListAPIKeys(ctx context.Context) ([]APIKey, error) {
 	var out []APIKey
 	for rows.Next() {
 		var k APIKey
-		var t string
-		if err := rows.Scan(&k.ID, &t); err != nil {
+		var t, max string
+		if err := rows.Scan(&k.ID, &t, &max); err != nil {
 			return nil, err
+		}
+		if err := json.Unmarshal([]byte(max), &k.Max); err != nil {
+			return nil, fmt.Errorf("reading the maxima of API key %s: %w", k.ID, err)
 		}
 		k.Created, _ = time.Parse(time.RFC3339Nano, t)
 		k.Secrets = grants[k.ID]

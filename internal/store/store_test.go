@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -126,7 +127,7 @@ func TestAPIKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	key, k, err := st.CreateAPIKey(ctx, nil)
+	key, k, err := st.CreateAPIKey(ctx, nil, sandbox.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,11 +165,11 @@ func TestAPIKeyGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	keyA, a, err := st.CreateAPIKey(ctx, []string{"B_TOKEN", "A_TOKEN", "B_TOKEN"})
+	keyA, a, err := st.CreateAPIKey(ctx, []string{"B_TOKEN", "A_TOKEN", "B_TOKEN"}, sandbox.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyB, b, err := st.CreateAPIKey(ctx, []string{"C_TOKEN"})
+	keyB, b, err := st.CreateAPIKey(ctx, []string{"C_TOKEN"}, sandbox.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,5 +280,62 @@ func TestOwner(t *testing.T) {
 	}
 	if sb, err := st.Get(ctx, "old"); err != nil || sb.Owner != "key-b" {
 		t.Errorf("after reopening: %+v, %v", sb, err)
+	}
+}
+
+// TestAPIKeyMaxima: a key's maxima are stored with it, returned by Authenticate (so creates
+// over the key are bounded by them), listed, and replaced by SetAPIKeyMax; the grants stay.
+func TestAPIKeyMaxima(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(filepath.Join(t.TempDir(), "moat.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	max := sandbox.Limits{CPUs: 0.5, MemoryBytes: 1 << 30, Pids: 64, DiskBytes: 2 << 30}
+	key, k, err := st.CreateAPIKey(ctx, []string{"A"}, max)
+	if err != nil || k.Max != max {
+		t.Fatalf("create: %+v %v", k, err)
+	}
+	if c, err := st.Authenticate(ctx, key); err != nil || c.Max != max {
+		t.Errorf("authenticate: %+v %v, want maxima %+v", c, err, max)
+	}
+	lower := sandbox.Limits{Pids: 32}
+	if k, err := st.SetAPIKeyMax(ctx, k.ID, lower); err != nil || k.Max != lower || !slices.Equal(k.Secrets, []string{"A"}) {
+		t.Errorf("set: %+v %v", k, err)
+	}
+	if list, err := st.ListAPIKeys(ctx); err != nil || len(list) != 1 || list[0].Max != lower {
+		t.Errorf("list: %+v %v", list, err)
+	}
+	if c, _ := st.Authenticate(ctx, key); c.Max != lower {
+		t.Errorf("authenticate after set: %+v", c.Max)
+	}
+	if _, err := st.SetAPIKeyMax(ctx, "key-nope", lower); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("unknown key: %v", err)
+	}
+}
+
+// TestAPIKeyMaxMigration: a database made before keys had maxima gains the column, its
+// keys without maxima of their own.
+func TestAPIKeyMaxMigration(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "moat.db")
+	st, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := st.CreateAPIKey(context.Background(), nil, sandbox.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.db.Exec(`ALTER TABLE api_keys DROP COLUMN max`); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if st, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if c, err := st.Authenticate(context.Background(), key); err != nil || c.Max != (sandbox.Limits{}) {
+		t.Errorf("an older key: %+v %v", c, err)
 	}
 }

@@ -1,0 +1,76 @@
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/moatdev/moat/internal/sandbox"
+)
+
+// hostCapacity reads what this host has for sandboxes: CPUs this process may run on,
+// MemTotal, min(pid_max, threads-max), fs.file-max, and the size of the filesystem holding
+// dataDir (the drives). A fact it cannot read stays zero (no bound) and is returned in the
+// error list for the log.
+func hostCapacity(dataDir string) (sandbox.Capacity, []error) {
+	var c sandbox.Capacity
+	var errs []error
+	c.CPUs = runtime.NumCPU()
+	if kb, err := meminfoField("MemTotal"); err == nil {
+		c.MemoryBytes = kb << 10
+	} else {
+		errs = append(errs, err)
+	}
+	pidMax, err1 := readProcInt("/proc/sys/kernel/pid_max")
+	threads, err2 := readProcInt("/proc/sys/kernel/threads-max")
+	if err1 == nil && err2 == nil {
+		c.Pids = min(pidMax, threads)
+	} else {
+		errs = append(errs, err1, err2)
+	}
+	if fm, err := readProcInt("/proc/sys/fs/file-max"); err == nil {
+		c.FileMax = fm
+	} else {
+		errs = append(errs, err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dataDir, &st); err == nil {
+		c.DiskBytes = int64(st.Blocks) * st.Bsize
+	} else {
+		errs = append(errs, fmt.Errorf("statfs %s: %w", dataDir, err))
+	}
+	return c, errs
+}
+
+// readProcInt reads a file holding one decimal integer. Values beyond int64 (fs.file-max
+// may be ULONG_MAX) read as the largest int64.
+func readProcInt(path string) (int64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	s := strings.TrimSpace(string(data))
+	u, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a number", path, s)
+	}
+	return int64(min(u, 1<<63-1)), nil
+}
+
+// meminfoField returns the value (kB) of one /proc/meminfo field.
+func meminfoField(name string) (int64, error) {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, name+":"); ok {
+			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/meminfo", name)
+}
