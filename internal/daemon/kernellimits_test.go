@@ -128,15 +128,18 @@ func TestPerUserKernelLimits(t *testing.T) {
 			}
 			// The sandbox's user namespace no longer belongs to root, so a daemon without
 			// CAP_SYS_RESOURCE cannot have runc prlimit the container: moat-init sets the
-			// open-file limit itself, to what the spec would have given.
+			// open-file limit itself, to the sandbox's nofile as the spec would have.
 			e.run("nofile", func(t *testing.T, e *env) {
 				var rl unix.Rlimit
 				if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
 					t.Fatal(err)
 				}
-				want := "65536" // the spec's
+				if a.Limits.Nofile <= 0 {
+					t.Fatalf("sandbox has no nofile limit: %+v", a.Limits)
+				}
+				want := strconv.FormatInt(a.Limits.Nofile, 10) // the spec's
 				if !hasCapSysResource(t) {
-					want = strconv.FormatUint(min(rl.Max, 65536), 10) // no more than the daemon's
+					want = strconv.FormatUint(min(rl.Max, uint64(a.Limits.Nofile)), 10) // no more than the daemon's
 				}
 				got := strings.Fields(e.mustSh(a.ID, "ulimit -Sn; ulimit -Hn"))
 				if len(got) != 2 || got[0] != want || got[1] != want {
