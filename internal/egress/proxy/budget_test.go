@@ -104,15 +104,8 @@ func TestBudgetRefusalIsPrompt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The reset may come before the dial returns, or on the first read.
-	c, err := net.Dial("tcp", h.ln.Addr().String())
-	if err == nil {
-		defer c.Close()
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		_, err = c.Read(make([]byte, 1))
-	}
-	if err == nil || !strings.Contains(err.Error(), "reset") {
-		t.Fatalf("connection over the budget: read gave %v, want a reset", err)
+	if err := h.refusal(); err == nil || !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("connection over the budget: %v, want a reset", err)
 	}
 	if ev := h.lastEvent(); ev.Allowed || !strings.Contains(ev.Reason, "kept for other sandboxes") || ev.Name != "allowed.test" {
 		t.Errorf("event = %+v", ev)
@@ -120,6 +113,19 @@ func TestBudgetRefusalIsPrompt(t *testing.T) {
 	if why := other.Acquire(); why != "" {
 		t.Errorf("the other sandbox's floor was taken: %s", why)
 	}
+}
+
+// refusal opens a connection to the proxy and returns how it ended within 5 s: the
+// error of the dial (a reset may come before it returns) or of the first read.
+func (h *harness) refusal() error {
+	c, err := net.Dial("tcp", h.ln.Addr().String())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = c.Read(make([]byte, 1))
+	return err
 }
 
 // pipeFDs counts this process' open pipes.
