@@ -14,9 +14,9 @@ import (
 // each sandbox's moat-init) and sandbox starts. Proxied connections get what is left after
 // a reserve for the rest; each sandbox is guaranteed a floor of them (proxy.Budget).
 const (
-	minReserveFDs = 1024 // kept out of the egress budget even on a small RLIMIT_NOFILE
-	maxFloorConns = 32   // connections guaranteed to each sandbox while the budget allows
-	defaultAPIConns = 256 // concurrent TCP API connections (--listen)
+	minReserveFDs   = 1024 // kept out of the egress budget even on a small RLIMIT_NOFILE
+	maxFloorConns   = 32   // connections guaranteed to each sandbox while the budget allows
+	defaultAPIConns = 256  // concurrent TCP API connections (--listen)
 )
 
 // egressBudget returns the budget of proxied connections (all sandboxes) and the floor

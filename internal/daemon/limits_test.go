@@ -17,8 +17,8 @@ func TestEgressBudget(t *testing.T) {
 		{20000, 0, (20000 - 5000) / proxy.FDsPerConn, 32}, // a quarter kept: 2500 connections
 		{1048576, 0, (1048576 - 262144) / proxy.FDsPerConn, 32},
 		{4096, 0, (4096 - 1024) / proxy.FDsPerConn, 32}, // the reserve's minimum: 512
-		{1024, 0, 1, 1},                                  // nothing left: one connection
-		{20000, 12, 12, 1},                               // configured
+		{1024, 0, 1, 1},    // nothing left: one connection
+		{20000, 12, 12, 1}, // configured
 		{20000, 160, 160, 10},
 	} {
 		b, f := egressBudget(tc.nofile, tc.conns)
