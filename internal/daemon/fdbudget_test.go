@@ -1,0 +1,338 @@
+package daemon_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/daemon"
+	"github.com/moatdev/moat/internal/egress"
+	"github.com/moatdev/moat/internal/egress/proxy"
+	"github.com/moatdev/moat/internal/testutil"
+)
+
+// holder is an upstream on loopback that keeps every connection open until its client
+// closes it. Each client first sends a line naming itself (the sandbox); holder counts
+// the open connections per name and the most it ever held at once.
+type holder struct {
+	ln   net.Listener
+	mu   sync.Mutex
+	open map[string]int
+	now  int
+	most int
+}
+
+func newHolder(t *testing.T, addr string) *holder {
+	t.Helper()
+	ln, err := net.Listen("tcp4", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &holder{ln: ln, open: map[string]int{}}
+	var conns sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); conns.Wait() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer conns.Done()
+				defer c.Close()
+				h.mu.Lock()
+				h.now++
+				h.most = max(h.most, h.now)
+				h.mu.Unlock()
+				defer func() {
+					h.mu.Lock()
+					h.now--
+					h.mu.Unlock()
+				}()
+				r := bufio.NewReader(c)
+				tag, err := r.ReadString('\n')
+				if err != nil {
+					return
+				}
+				tag = strings.TrimSpace(tag)
+				h.mu.Lock()
+				h.open[tag]++
+				h.mu.Unlock()
+				io.Copy(io.Discard, r) // until the client closes
+				h.mu.Lock()
+				h.open[tag]--
+				h.mu.Unlock()
+			}()
+		}
+	}()
+	return h
+}
+
+func (h *holder) port() int { return h.ln.Addr().(*net.TCPAddr).Port }
+
+func (h *holder) counts() (now, most int, open map[string]int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	open = map[string]int{}
+	for k, v := range h.open {
+		open[k] = v
+	}
+	return h.now, h.most, open
+}
+
+// fds counts this process' open descriptors (the daemon runs in it) and the pipes among
+// them.
+func fds(t *testing.T) (all, pipes int) {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "pipe:") {
+			pipes++
+		}
+	}
+	return len(ents), pipes
+}
+
+// fdLinks returns what each open descriptor of this process is.
+func fdLinks(t *testing.T) map[string]string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, e := range ents {
+		l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+		m[e.Name()] = l
+	}
+	return m
+}
+
+// newLinks lists the descriptors of now that were not open (as the same thing) in base.
+func newLinks(base, now map[string]string) []string {
+	var out []string
+	for fd, l := range now {
+		if base[fd] != l {
+			out = append(out, fd+"→"+l)
+		}
+	}
+	return out
+}
+
+// TestDescriptorBudget: the daemon's descriptors are shared, and budgeted. Three runc
+// sandboxes each try to hold more connections than their cap (10 against a cap of 8) to a
+// loopback upstream that never closes them, against a daemon budget of 12 proxied
+// connections, while slow unauthenticated clients on --listen never finish their headers.
+//
+//   - at the upstream: never more than 12 connections at once, each sandbox at least its
+//     floor; the egress log of every sandbox holds every attempt, the refused ones with
+//     the budget or cap as the reason;
+//   - the daemon's descriptors grow by no more than the budget allows;
+//   - the unix-socket API answers (List), every sandbox still runs commands and passes
+//     a liveness sweep;
+//   - slow TCP clients beyond the API cap are closed at once, the others are cut by the
+//     server after the header timeout;
+//   - once the sandboxes close their connections the daemon's descriptors, pipes
+//     included, return to where they were (with the garbage collector off: released with
+//     their connections, not by finalizers).
+func TestDescriptorBudget(t *testing.T) {
+	const (
+		budget   = 12
+		perSB    = 8 // each sandbox's cap
+		attempts = 10
+		apiConns = 4
+		slow     = 6
+		header   = 2 * time.Second
+	)
+	hold := newHolder(t, "127.0.0.6:0")
+	listen := freeLoopbackAddr(t)
+	e := newEnvWith(t, func(c *daemon.Config) {
+		c.EgressHosts = egress.Hosts{"hold.test": {netip.MustParseAddr("127.0.0.6")}}
+		c.EgressBudget = budget
+		c.EgressMaxConns = perSB
+		c.Listen = listen
+		c.APIMaxConns = apiConns
+		c.APIHeaderTimeout = header
+	})
+	ctx := context.Background()
+	var sbs []*v1.Sandbox
+	for range 3 {
+		sbs = append(sbs, e.create(v1.CreateSandboxRequest{Runtime: "runc",
+			Policy: &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"hold.test"}}}}}))
+	}
+	// The calls made under load, made once before: the baseline has their keep-alive
+	// connections (the client's to the unix socket, the daemon's to each moat-init).
+	if _, err := e.c.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.d.Manager.Sweep(ctx)
+	for _, sb := range sbs {
+		e.mustSh(sb.ID, "true")
+		if _, err := e.c.Get(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	baseAll, basePipes := fds(t)
+	baseLinks := fdLinks(t)
+
+	// Each sandbox: a session of its own opens its connections, names itself on each and
+	// holds them; the connections are decided one after another.
+	script := fmt.Sprintf(`trap "" PIPE; for i in $(seq %d); do exec {fd}<>/dev/tcp/hold.test/%d && echo "$1" >&$fd; done; touch /tmp/hold.done; while :; do sleep 600; done`, attempts, hold.port())
+	for _, sb := range sbs {
+		e.mustSh(sb.ID, fmt.Sprintf("echo '%s' > /tmp/hold.sh; setsid bash /tmp/hold.sh %s </dev/null >/dev/null 2>&1 & echo $! > /tmp/hold.pid", script, sb.ID))
+	}
+	// Every attempt is decided and logged.
+	entries := func(id string) (allowed, refused []v1.EgressEntry) {
+		e.d.Egress.Flush()
+		list, err := e.c.Egress(ctx, id, 0)
+		if err != nil {
+			t.Fatalf("egress log of %s: %v", id, err)
+		}
+		for _, x := range list {
+			if x.Proto != "tcp" || x.Name != "hold.test" {
+				continue
+			}
+			if x.Allowed {
+				allowed = append(allowed, x)
+			} else {
+				refused = append(refused, x)
+			}
+		}
+		return allowed, refused
+	}
+	testutil.WaitFor(t, 2*time.Minute, "every connection attempt decided", func() bool {
+		for _, sb := range sbs {
+			a, r := entries(sb.ID)
+			if len(a)+len(r) < attempts {
+				return false
+			}
+		}
+		return true
+	})
+	totalAllowed := 0
+	for _, sb := range sbs {
+		a, r := entries(sb.ID)
+		totalAllowed += len(a)
+		if len(a) < 1 || len(a) > perSB {
+			t.Errorf("%s: %d connections allowed, want between its floor (1) and its cap (%d)", sb.ID, len(a), perSB)
+		}
+		for _, x := range r {
+			if !strings.Contains(x.Reason, "budget") && !strings.Contains(x.Reason, "connections at once") {
+				t.Errorf("%s: refused with %q, want the budget or the cap as the reason", sb.ID, x.Reason)
+			}
+		}
+	}
+	if totalAllowed != budget {
+		t.Errorf("%d connections allowed in all, want the budget (%d)", totalAllowed, budget)
+	}
+	testutil.WaitFor(t, time.Minute, "the allowed connections at the upstream", func() bool {
+		now, _, _ := hold.counts()
+		return now >= totalAllowed
+	})
+	now, most, open := hold.counts()
+	if most > budget {
+		t.Errorf("the upstream held %d connections at once (now %d: %v), over the budget of %d", most, now, open, budget)
+	}
+	for _, sb := range sbs {
+		if open[sb.ID] < 1 {
+			t.Errorf("%s holds %d connections at the upstream, want at least its floor (1): %v", sb.ID, open[sb.ID], open)
+		}
+	}
+
+	// Slow unauthenticated clients on --listen: half a request each, never finished.
+	type slowConn struct {
+		c    net.Conn
+		done chan error
+	}
+	var slows []slowConn
+	for i := range slow {
+		c, err := net.Dial("tcp", listen)
+		if err != nil {
+			// Beyond the cap the reset may come before the dial returns.
+			if i < apiConns {
+				t.Fatalf("slow client %d: %v", i, err)
+			}
+			continue
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "GET /v1/sandboxes HTTP/1.1\r\nHost: moat\r\nX-Slow: %d", i)
+		s := slowConn{c, make(chan error, 1)}
+		go func() {
+			_, err := c.Read(make([]byte, 1))
+			s.done <- err
+		}()
+		slows = append(slows, s)
+	}
+
+	// Under this load the daemon's descriptors stay within what the budget allows: per
+	// proxied connection FDsPerConn, plus the test's own ends (the upstream's sockets and
+	// the slow clients), the API's cap, and a few for the calls being made.
+	all, _ := fds(t)
+	if limit := baseAll + budget*proxy.FDsPerConn + budget + slow + apiConns + 16; all > limit {
+		t.Errorf("%d descriptors open under load, %d before: over the %d the budget allows", all, baseAll, limit)
+	}
+	// The unix socket answers, and every sandbox is alive and runs commands.
+	list, err := e.c.List(ctx)
+	if err != nil || len(list) != len(sbs) {
+		t.Fatalf("List over the unix socket under load: %d sandboxes, %v", len(list), err)
+	}
+	e.d.Manager.Sweep(ctx)
+	for _, sb := range sbs {
+		if out := e.mustSh(sb.ID, "echo alive"); strings.TrimSpace(out) != "alive" {
+			t.Errorf("%s: exec under load printed %q", sb.ID, out)
+		}
+		got, err := e.c.Get(ctx, sb.ID)
+		if err != nil || got.State != "running" {
+			t.Errorf("%s after a liveness sweep under load: %v, %v", sb.ID, got, err)
+		}
+	}
+	// Slow clients: the server closes every one, the first apiConns after the header
+	// timeout, the others at once.
+	for i, s := range slows {
+		select {
+		case err := <-s.done:
+			if err == nil {
+				t.Errorf("slow client %d got a response to half a request", i)
+			}
+		case <-time.After(header + 30*time.Second):
+			t.Errorf("slow client %d still open %s after its header timeout of %s", i, header+30*time.Second, header)
+		}
+	}
+
+	// The sandboxes close their connections: the daemon gives back every descriptor, the
+	// pipes it spliced through included, with no garbage collection to close them.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	for _, sb := range sbs {
+		e.mustSh(sb.ID, "kill -- -$(cat /tmp/hold.pid)")
+	}
+	testutil.WaitFor(t, time.Minute, "the upstream connections closed", func() bool {
+		now, _, _ := hold.counts()
+		return now == 0
+	})
+	var lastAll, lastPipes int
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		lastAll, lastPipes = fds(t)
+		if (lastAll <= baseAll+4 && lastPipes <= basePipes) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if lastAll > baseAll+4 || lastPipes > basePipes {
+		t.Errorf("after every connection closed: %d descriptors (%d pipes) open, %d (%d) before the load; new: %v", lastAll, lastPipes, baseAll, basePipes, newLinks(baseLinks, fdLinks(t)))
+	}
+}
