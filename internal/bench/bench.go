@@ -38,6 +38,13 @@ type Options struct {
 	// kind) for the warm figure; WarmRefill is how long to let its pool refill between runs.
 	Warm       *sdk.Client
 	WarmRefill time.Duration
+	// ConnSandboxes runc sandboxes each open ConnsPerSandbox connections (their cap) to
+	// HoldName, a name the daemon pins to 127.0.0.1, for the API latency under connection
+	// load; LsRuns List calls are timed idle and under the load (0 sandboxes: skip).
+	ConnSandboxes   int
+	ConnsPerSandbox int
+	HoldName        string
+	LsRuns          int
 }
 
 // Latency is a distribution summary in milliseconds.
@@ -72,6 +79,8 @@ type Result struct {
 	IdleN          int     `json:"idle_n"`
 	BurstPerSecond float64 `json:"burst_creates_per_second"`
 	BurstN         int     `json:"burst_n"`
+	// ConnLoad is the API latency with sandboxes at their connection caps, beside idle.
+	ConnLoad *ConnLoad `json:"api_latency_under_conn_load,omitempty"`
 }
 
 var smallSandbox = v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 256 << 20}
@@ -124,6 +133,14 @@ func Run(ctx context.Context, c *sdk.Client, o Options) (*Result, error) {
 		if err := burst(ctx, c, o, res); err != nil {
 			return res, fmt.Errorf("burst: %w", err)
 		}
+	}
+	if o.ConnSandboxes > 0 {
+		o.Progress(fmt.Sprintf("API latency: %d × ls idle, then with %d sandboxes opening %d connections each", o.LsRuns, o.ConnSandboxes, o.ConnsPerSandbox))
+		cl, err := connLoad(ctx, c, o)
+		if err != nil {
+			return res, fmt.Errorf("API latency under connection load: %w", err)
+		}
+		res.ConnLoad = cl
 	}
 	return res, nil
 }
