@@ -20,6 +20,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -472,7 +473,9 @@ func (p *Proxy) peekFor(client net.Conn, wait time.Duration) ([]byte, sniff.Resu
 		if n > 0 && m > 0 {
 			r, serr := sniff.Sniff(buf[:n])
 			if serr == nil {
-				return buf[:n], r, nil
+				// A copy of what was read: the connection keeps its first bytes for as long
+				// as it lives, not the whole peek buffer.
+				return bytes.Clone(buf[:n]), r, nil
 			}
 			if !errors.Is(serr, sniff.ErrNeedMore) {
 				return buf[:n], r, fmt.Errorf("unreadable first bytes: %w", serr)
