@@ -13,7 +13,9 @@ import (
 // connection ended when the heap is quiet), it is closed when its owner says so.
 type Pipe struct{ r, w int }
 
-// NewPipe returns a non-blocking, close-on-exec pipe (two descriptors until Close).
+// NewPipe returns a non-blocking, close-on-exec pipe (two descriptors until Close) of the
+// kernel's default size (64 KiB, 16 slots): a held connection keeps two of them, so they
+// stay small (the Go runtime's pooled pipes are 1 MiB, 256 slots each).
 func NewPipe() (*Pipe, error) {
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
@@ -48,7 +50,7 @@ func Splice(dst, src syscall.RawConn, p *Pipe, max int64) (int64, error) {
 		// The pipe is empty here, so EAGAIN means the socket has nothing to read.
 		err := src.Read(func(fd uintptr) bool {
 			for {
-				n, serr = unix.Splice(int(fd), nil, p.w, nil, int(min(max-total, 1<<20)), flags)
+				n, serr = unix.Splice(int(fd), nil, p.w, nil, int(min(max-total, 1<<20)), flags) // the pipe takes what fits
 				if serr != unix.EINTR {
 					break
 				}
