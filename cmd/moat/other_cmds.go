@@ -474,7 +474,7 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 	cmd.Flags().IntVar(&warmN, "warm", 2, "warm pool size of the second daemon (0: skip the warm figure)")
 	cmd.Flags().IntVar(&o.ConnSandboxes, "conn-sandboxes", 11, "sandboxes at their connection caps for the API latency figure (0: skip)")
 	cmd.Flags().IntVar(&o.ConnsPerSandbox, "conns", 512, "connections each of them opens (the default per-sandbox cap)")
-	cmd.Flags().IntVar(&o.LsRuns, "ls-runs", 200, "ls calls timed idle and under the connection load")
+	cmd.Flags().IntVar(&o.LsRuns, "ls-runs", 1000, "ls calls timed idle and under the connection load")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
