@@ -211,6 +211,7 @@ const benchHoldName = "hold.bench.test"
 
 type benchEnv struct {
 	client *sdk.Client
+	socket string
 	runDir string
 }
 
@@ -234,7 +235,7 @@ func (a *app) benchDaemon(ctx context.Context, name string, warm map[string]int,
 		os.RemoveAll(data)
 		os.RemoveAll(run)
 	}
-	return &benchEnv{client: sdk.NewUnix(sock), runDir: run}, stop, nil
+	return &benchEnv{client: sdk.NewUnix(sock), socket: sock, runDir: run}, stop, nil
 }
 
 func printDoctor(r doctor.Report) {
@@ -429,6 +430,7 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 			}
 			o.RunDir = cold.runDir
 			o.HoldName = benchHoldName
+			o.Socket = cold.socket
 			for _, rt := range strings.Split(runtimes, ",") {
 				if rt != "" { // --runtimes "": no latency figures
 					o.Runtimes = append(o.Runtimes, rt)

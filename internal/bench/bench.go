@@ -41,6 +41,8 @@ type Options struct {
 	// ConnSandboxes runc sandboxes each open ConnsPerSandbox connections (their cap) to
 	// HoldName, a name the daemon pins to 127.0.0.1, for the API latency under connection
 	// load; LsRuns List calls are timed idle and under the load (0 sandboxes: skip).
+	// Socket is the daemon's unix socket (each timed ls opens a connection of its own).
+	Socket          string
 	ConnSandboxes   int
 	ConnsPerSandbox int
 	HoldName        string

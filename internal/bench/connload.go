@@ -59,7 +59,7 @@ func connLoad(ctx context.Context, c *sdk.Client, o Options) (*ConnLoad, error) 
 		ids = append(ids, sb.ID)
 	}
 	time.Sleep(2 * time.Second) // start-up work settles
-	idle, err := timeList(ctx, c, o.LsRuns)
+	idle, err := timeList(ctx, o.Socket, o.LsRuns)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +85,7 @@ func connLoad(ctx context.Context, c *sdk.Client, o Options) (*ConnLoad, error) 
 	}
 	time.Sleep(2 * time.Second) // the last admitted connections reach the upstream
 	res := &ConnLoad{Sandboxes: len(ids), Attempted: o.ConnsPerSandbox, Held: hold.count(), DaemonFDs: openFDs()}
-	loaded, err := timeList(ctx, c, o.LsRuns)
+	loaded, err := timeList(ctx, o.Socket, o.LsRuns)
 	if err != nil {
 		return nil, err
 	}
@@ -99,15 +99,20 @@ func connLoad(ctx context.Context, c *sdk.Client, o Options) (*ConnLoad, error) 
 	return res, nil
 }
 
-// timeList times n sequential List calls.
-func timeList(ctx context.Context, c *sdk.Client, n int) ([]time.Duration, error) {
+// timeList times n sequential List calls, each on a new connection to the unix socket
+// at sock (as `moat ls` makes one): the daemon must accept it, which needs a descriptor.
+func timeList(ctx context.Context, sock string, n int) ([]time.Duration, error) {
 	var ds []time.Duration
 	for range n {
+		c := sdk.NewUnix(sock)
 		start := time.Now()
-		if _, err := c.List(ctx); err != nil {
+		_, err := c.List(ctx)
+		d := time.Since(start)
+		c.HTTPClient().CloseIdleConnections()
+		if err != nil {
 			return nil, fmt.Errorf("ls: %w", err)
 		}
-		ds = append(ds, time.Since(start))
+		ds = append(ds, d)
 	}
 	return ds, nil
 }
