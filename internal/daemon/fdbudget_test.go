@@ -133,10 +133,11 @@ func newLinks(base, now map[string]string) []string {
 	return out
 }
 
-// TestDescriptorBudget: the daemon's descriptors are shared, and budgeted. Three runc
-// sandboxes each try to hold more connections than their cap (10 against a cap of 8) to a
-// loopback upstream that never closes them, against a daemon budget of 12 proxied
-// connections, while slow unauthenticated clients on --listen never finish their headers.
+// TestDescriptorBudget: the daemon's descriptors are shared, and budgeted. Under runc and
+// runsc, three sandboxes each try to hold more connections than their cap (10 against a
+// cap of 8) to a loopback upstream that never closes them, against a daemon budget of 12
+// proxied connections, while slow unauthenticated clients on --listen never finish their
+// headers.
 //
 //   - at the upstream: never more than 12 connections at once, each sandbox at least its
 //     floor; the egress log of every sandbox holds every attempt, the refused ones with
@@ -150,6 +151,12 @@ func newLinks(base, now map[string]string) []string {
 //     included, return to where they were (with the garbage collector off: released with
 //     their connections, not by finalizers).
 func TestDescriptorBudget(t *testing.T) {
+	for _, rt := range runtimesUnderTest(t) {
+		t.Run(rt, func(t *testing.T) { testDescriptorBudget(t, rt) })
+	}
+}
+
+func testDescriptorBudget(t *testing.T, rt string) {
 	const (
 		budget   = 12
 		perSB    = 8 // each sandbox's cap
@@ -171,7 +178,7 @@ func TestDescriptorBudget(t *testing.T) {
 	ctx := context.Background()
 	var sbs []*v1.Sandbox
 	for range 3 {
-		sbs = append(sbs, e.create(v1.CreateSandboxRequest{Runtime: "runc",
+		sbs = append(sbs, e.create(v1.CreateSandboxRequest{Runtime: rt,
 			Policy: &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"hold.test"}}}}}))
 	}
 	// The calls made under load, made once before: the baseline has their keep-alive
