@@ -259,7 +259,6 @@ func (p *Proxy) Recheck() int {
 func (p *Proxy) Active() int { return int(p.active.Load()) }
 
 func (p *Proxy) handle(client net.Conn) {
-	defer client.Close()
 	start := time.Now()
 	if why := p.share.Acquire(); why != "" {
 		// Refused at once with a reset: the sandbox's client sees the refusal, not a hang.
@@ -271,9 +270,13 @@ func (p *Proxy) handle(client net.Conn) {
 		}
 		p.cfg.Record(ev)
 		reset(client)
+		client.Close()
 		return
 	}
+	// Deferred in this order, the budget gets the connection back once its descriptors
+	// are closed (the upstream's and the pipes' before handle returns, the client's here).
 	defer p.share.Release()
+	defer client.Close()
 	p.active.Add(1)
 	defer p.active.Add(-1)
 
