@@ -1,6 +1,7 @@
 // Package bench measures moat against a baseline taken in the same run: time from create
 // to a command's first output through the API, beside the raw OCI runtime's own create +
-// first exec of the same root filesystem; idle memory per sandbox; burst create rate.
+// first exec of the same root filesystem; idle memory per sandbox; burst create rate; the
+// API's latency with sandboxes at their connection caps beside the same with them idle.
 package bench
 
 import (
