@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/moatdev/moat/internal/bench"
 	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/doctor"
+	"github.com/moatdev/moat/internal/egress"
 	"github.com/moatdev/moat/sdk"
 )
 
@@ -203,8 +205,13 @@ func (a *app) doctorCmd() *cobra.Command {
 	return cmd
 }
 
+// benchHoldName is the name the bench's daemons pin to 127.0.0.1 for the connection-load
+// figure's upstream.
+const benchHoldName = "hold.bench.test"
+
 type benchEnv struct {
 	client *sdk.Client
+	socket string
 	runDir string
 }
 
@@ -217,7 +224,9 @@ func (a *app) benchDaemon(ctx context.Context, name string, warm map[string]int,
 	data := filepath.Join(a.dataDir, tag)
 	run := filepath.Join(filepath.Dir(a.runDir), "moat-"+tag)
 	sock := filepath.Join(run, "moat.sock")
-	_, stopDaemon, err := daemon.Start(ctx, daemon.Config{DataDir: data, RunDir: run, Socket: sock, Warm: warm, IDBase: idBase, Log: a.logger(os.Stderr)})
+	_, stopDaemon, err := daemon.Start(ctx, daemon.Config{DataDir: data, RunDir: run, Socket: sock, Warm: warm, IDBase: idBase, Log: a.logger(os.Stderr),
+		// The upstream of the connection-load figure, a server of the bench on loopback.
+		EgressHosts: egress.Hosts{benchHoldName: {netip.MustParseAddr("127.0.0.1")}}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -226,7 +235,7 @@ func (a *app) benchDaemon(ctx context.Context, name string, warm map[string]int,
 		os.RemoveAll(data)
 		os.RemoveAll(run)
 	}
-	return &benchEnv{client: sdk.NewUnix(sock), runDir: run}, stop, nil
+	return &benchEnv{client: sdk.NewUnix(sock), socket: sock, runDir: run}, stop, nil
 }
 
 func printDoctor(r doctor.Report) {
@@ -438,7 +447,9 @@ func (a *app) benchCmd() *cobra.Command {
 		Long: `bench creates sandboxes through the API and measures, for each runtime, the time from
 create to the first output of a command (p50/p99 over --runs), beside the raw runtime's own
 create + first exec of the same root filesystem with moat's spec in the same run; then the
-host memory taken per idle sandbox and the burst create rate. Needs root on the daemon's host.`,
+host memory taken per idle sandbox, the burst create rate, and the API latency (ls p50/p99)
+with idle sandboxes beside the same with each of them holding its cap of connections to a
+server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// Two in-process daemons with their own state, so the figures do not depend on
@@ -461,7 +472,13 @@ host memory taken per idle sandbox and the burst create rate. Needs root on the 
 				o.WarmRefill = time.Second
 			}
 			o.RunDir = cold.runDir
-			o.Runtimes = strings.Split(runtimes, ",")
+			o.HoldName = benchHoldName
+			o.Socket = cold.socket
+			for _, rt := range strings.Split(runtimes, ",") {
+				if rt != "" { // --runtimes "": no latency figures
+					o.Runtimes = append(o.Runtimes, rt)
+				}
+			}
 			o.RuntimeArgs = daemon.RuntimeArgs(cold.runDir)
 			o.Progress = func(s string) { fmt.Fprintln(os.Stderr, "bench:", s) }
 			res, err := bench.Run(cmd.Context(), c, o)
@@ -488,6 +505,10 @@ host memory taken per idle sandbox and the burst create rate. Needs root on the 
 			fmt.Printf("idle memory: %.2f MiB per sandbox (host used-memory delta, caches dropped, over %d idle runc sandboxes); %.2f MiB charged to each sandbox's cgroup; moat-init RSS %.0f KiB\n",
 				res.IdleMiBPerSandbox, res.IdleN, res.IdleCgroupMiB, res.IdleInitRSSKiB)
 			fmt.Printf("burst: %.1f creates/s (%d at once)\n", res.BurstPerSecond, res.BurstN)
+			if cl := res.ConnLoad; cl != nil {
+				fmt.Printf("API latency: ls p50/p99 %.1f/%.1f ms idle, %.1f/%.1f ms with %d sandboxes at their connection caps (%d tried each, %d held, daemon %d fds); ratio p50 %.2f, p99 %.2f\n",
+					cl.Idle.P50, cl.Idle.P99, cl.Loaded.P50, cl.Loaded.P99, cl.Sandboxes, cl.Attempted, cl.Held, cl.DaemonFDs, cl.RatioP50, cl.RatioP99)
+			}
 			return nil
 		},
 	}
@@ -496,6 +517,9 @@ host memory taken per idle sandbox and the burst create rate. Needs root on the 
 	cmd.Flags().IntVar(&o.Idle, "idle", 10, "idle sandboxes for the memory figure (0: skip)")
 	cmd.Flags().IntVar(&o.Burst, "burst", 20, "sandboxes for the burst create figure (0: skip)")
 	cmd.Flags().IntVar(&warmN, "warm", 2, "warm pool size of the second daemon (0: skip the warm figure)")
+	cmd.Flags().IntVar(&o.ConnSandboxes, "conn-sandboxes", 11, "sandboxes at their connection caps for the API latency figure (0: skip)")
+	cmd.Flags().IntVar(&o.ConnsPerSandbox, "conns", 512, "connections each of them opens (the default per-sandbox cap)")
+	cmd.Flags().IntVar(&o.LsRuns, "ls-runs", 1000, "ls calls timed idle and under the connection load")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

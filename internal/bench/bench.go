@@ -1,6 +1,7 @@
 // Package bench measures moat against a baseline taken in the same run: time from create
 // to a command's first output through the API, beside the raw OCI runtime's own create +
-// first exec of the same root filesystem; idle memory per sandbox; burst create rate.
+// first exec of the same root filesystem; idle memory per sandbox; burst create rate; the
+// API's latency with sandboxes at their connection caps beside the same with them idle.
 package bench
 
 import (
@@ -38,6 +39,15 @@ type Options struct {
 	// kind) for the warm figure; WarmRefill is how long to let its pool refill between runs.
 	Warm       *sdk.Client
 	WarmRefill time.Duration
+	// ConnSandboxes runc sandboxes each open ConnsPerSandbox connections (their cap) to
+	// HoldName, a name the daemon pins to 127.0.0.1, for the API latency under connection
+	// load; LsRuns List calls are timed idle and under the load (0 sandboxes: skip).
+	// Socket is the daemon's unix socket (each timed ls opens a connection of its own).
+	Socket          string
+	ConnSandboxes   int
+	ConnsPerSandbox int
+	HoldName        string
+	LsRuns          int
 }
 
 // Latency is a distribution summary in milliseconds.
@@ -72,6 +82,8 @@ type Result struct {
 	IdleN          int     `json:"idle_n"`
 	BurstPerSecond float64 `json:"burst_creates_per_second"`
 	BurstN         int     `json:"burst_n"`
+	// ConnLoad is the API latency with sandboxes at their connection caps, beside idle.
+	ConnLoad *ConnLoad `json:"api_latency_under_conn_load,omitempty"`
 }
 
 var smallSandbox = v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 256 << 20}
@@ -124,6 +136,14 @@ func Run(ctx context.Context, c *sdk.Client, o Options) (*Result, error) {
 		if err := burst(ctx, c, o, res); err != nil {
 			return res, fmt.Errorf("burst: %w", err)
 		}
+	}
+	if o.ConnSandboxes > 0 {
+		o.Progress(fmt.Sprintf("API latency: %d × ls idle, then with %d sandboxes opening %d connections each", o.LsRuns, o.ConnSandboxes, o.ConnsPerSandbox))
+		cl, err := connLoad(ctx, c, o)
+		if err != nil {
+			return res, fmt.Errorf("API latency under connection load: %w", err)
+		}
+		res.ConnLoad = cl
 	}
 	return res, nil
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,6 +24,7 @@ import (
 	"github.com/moatdev/moat/internal/apiserver"
 	"github.com/moatdev/moat/internal/doctor"
 	"github.com/moatdev/moat/internal/egress"
+	"github.com/moatdev/moat/internal/egress/proxy"
 	"github.com/moatdev/moat/internal/initlog"
 	"github.com/moatdev/moat/internal/linux"
 	"github.com/moatdev/moat/internal/netns"
@@ -78,6 +80,16 @@ type Config struct {
 	DefaultLimits sandbox.Limits
 	MaxLimits     sandbox.Limits
 	FileBudget    int64
+	// EgressBudget is the budget of proxied connections of all sandboxes together (each
+	// may hold proxy.FDsPerConn descriptors); 0: what RLIMIT_NOFILE leaves after a reserve
+	// for the API, the store and the sandboxes themselves (egressBudget).
+	EgressBudget int
+	// The API listeners: concurrent TCP connections (--listen; default 256; the unix
+	// socket has no cap), the time a client has to send its request headers (default
+	// 10 s) and to send its next request on a kept-alive connection (default 120 s).
+	APIMaxConns      int
+	APIHeaderTimeout time.Duration
+	APIIdleTimeout   time.Duration
 	// E2BTemplates maps E2B template names to moat templates (default: base → debian).
 	E2BTemplates map[string]string
 	Log          *slog.Logger
@@ -208,6 +220,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	budget, floor := egressBudget(nofile(), cfg.EgressBudget)
+	d.log.Info("egress budget", "connections", budget, "per_sandbox_floor", floor, "rlimit_nofile", nofile())
 	d.Egress = egress.New(egress.Config{
 		Listener: net,
 		Journal:  st,
@@ -221,6 +235,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			}
 		},
 		Log:         d.log.With("component", "egress"),
+		Budget:      proxy.NewBudget(budget, floor),
 		MaxConns:    cfg.EgressMaxConns,
 		IdleTimeout: cfg.EgressIdleTimeout,
 		MaxDuration: cfg.EgressMaxDuration,
@@ -348,6 +363,17 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 		if err != nil {
 			return fmt.Errorf("listening on %s: %w", d.cfg.Listen, err)
 		}
+		n := d.cfg.APIMaxConns
+		if n <= 0 {
+			n = defaultAPIConns
+		}
+		var last atomic.Int64 // one warning a minute at most: refusals come in floods
+		addr := tl.Addr().String()
+		tl = newLimitListener(tl, n, func() {
+			if now, prev := time.Now().UnixNano(), last.Load(); now-prev > int64(time.Minute) && last.CompareAndSwap(prev, now) {
+				d.log.Warn("API connections refused: too many at once", "addr", addr, "max", n)
+			}
+		})
 		d.serve(tl, d.api.Handler(d.Store))
 		d.log.Info("listening", "addr", tl.Addr().String())
 	}
@@ -383,11 +409,19 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 }
 
 func (d *Daemon) serve(l net.Listener, h http.Handler) {
+	header, idle := d.cfg.APIHeaderTimeout, d.cfg.APIIdleTimeout
+	if header <= 0 {
+		header = 10 * time.Second
+	}
+	if idle <= 0 {
+		idle = 120 * time.Second
+	}
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		// No write timeout: process output streams for as long as commands run.
+		ReadHeaderTimeout: header, // a client that never finishes its headers is cut
+		IdleTimeout:       idle,
+		// No read or write timeout: exec, PTY and log streams and file uploads last as
+		// long as they need.
 	}
 	d.servers = append(d.servers, srv)
 	d.wg.Add(1)

@@ -77,6 +77,9 @@ type Config struct {
 	CADir   string
 	RootCAs *x509.CertPool
 	Audit   func(sandbox, detail string)
+	// Budget is the daemon's budget of proxied connections, shared by every sandbox
+	// (nil: none beyond each sandbox's MaxConns).
+	Budget *proxy.Budget
 	// Proxy limits (zero: the proxy's defaults).
 	MaxConns    int
 	IdleTimeout time.Duration
@@ -189,6 +192,7 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 		Record:      func(ev proxy.Event) func(proxy.Outcome) { return m.recordConn(id, ev) },
 		Intercept:   func(host string, port uint16) proxy.Interceptor { return m.interceptorFor(b, creds, host, port) },
 		Log:         m.log.With("sandbox", id),
+		Budget:      m.cfg.Budget,
 		MaxConns:    m.cfg.MaxConns,
 		IdleTimeout: m.cfg.IdleTimeout,
 		MaxDuration: m.cfg.MaxDuration,
@@ -205,6 +209,7 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 	m.mu.Lock()
 	if _, ok := m.bs[id]; ok {
 		m.mu.Unlock()
+		b.proxy.Close() // leaves the budget
 		ls.Close()
 		return "", fmt.Errorf("egress of sandbox %s attached twice at once: %w", id, errdefs.ErrConflict)
 	}

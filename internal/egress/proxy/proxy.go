@@ -20,6 +20,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -30,10 +31,12 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/egress/sniff"
+	"github.com/moatdev/moat/internal/linux"
 )
 
 // Event is one decision of the proxy, recorded when it is made. Allowed connections are
@@ -88,7 +91,11 @@ type Config struct {
 	Record func(Event) func(Outcome)
 	Log    *slog.Logger // optional
 
-	MaxConns    int           // concurrent connections (default 512)
+	// Budget is the daemon's connection budget shared with the other sandboxes' proxies;
+	// the proxy joins it with a cap of MaxConns. Optional: nil gives a budget of MaxConns
+	// of its own.
+	Budget      *Budget
+	MaxConns    int           // concurrent connections of this sandbox (default 512)
 	PeekTimeout time.Duration // wait for a client's first bytes (default 300ms)
 	DialTimeout time.Duration // default 10s
 	IdleTimeout time.Duration // no bytes either way (default 15min)
@@ -107,6 +114,7 @@ type Proxy struct {
 	closed bool
 	ls     []net.Listener
 	active atomic.Int64
+	share  *Share
 	wg     sync.WaitGroup
 }
 
@@ -137,8 +145,11 @@ func New(cfg Config) *Proxy {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Budget == nil {
+		cfg.Budget = NewBudget(cfg.MaxConns, 0)
+	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Proxy{cfg: cfg, log: log, ctx: ctx, stop: stop, conns: map[*conn]struct{}{}}
+	return &Proxy{cfg: cfg, log: log, ctx: ctx, stop: stop, conns: map[*conn]struct{}{}, share: cfg.Budget.Join(cfg.MaxConns)}
 }
 
 // conn is one sandbox connection the proxy holds.
@@ -155,7 +166,9 @@ var errPolicyChanged = errors.New("the policy changed and no longer allows this 
 // errNowInspected ends passed-through connections to a host the new policy inspects.
 var errNowInspected = errors.New("the policy changed: requests to this host are now inspected")
 
-// Serve accepts connections on l until Close. It returns nil after Close.
+// Serve accepts connections on l until Close. It returns nil after Close. A failed accept
+// that may pass (the daemon out of descriptors, a connection aborted) is retried after a
+// pause, as net/http does: the proxy keeps serving once descriptors are free again.
 func (p *Proxy) Serve(l net.Listener) error {
 	p.mu.Lock()
 	if p.closed {
@@ -176,6 +189,14 @@ func (p *Proxy) Serve(l net.Listener) error {
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			if retryAccept(err) {
+				p.log.Warn("egress: accepting a connection", "err", err)
+				select {
+				case <-p.ctx.Done():
+				case <-time.After(50 * time.Millisecond):
+				}
 				continue
 			}
 			return fmt.Errorf("egress proxy: %w", err)
@@ -201,7 +222,15 @@ func (p *Proxy) Close() error {
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
+	p.share.Leave()
 	return nil
+}
+
+// retryAccept says whether a failed accept may succeed later: out of descriptors (the
+// process' or the system's), out of memory, or a connection that went away first.
+func retryAccept(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOBUFS) ||
+		errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.ECONNABORTED)
 }
 
 // Recheck decides every open connection again with the current policy and cuts those it
@@ -230,14 +259,25 @@ func (p *Proxy) Recheck() int {
 func (p *Proxy) Active() int { return int(p.active.Load()) }
 
 func (p *Proxy) handle(client net.Conn) {
-	defer client.Close()
 	start := time.Now()
-	if n := p.active.Add(1); n > int64(p.cfg.MaxConns) {
-		p.active.Add(-1)
+	if why := p.share.Acquire(); why != "" {
+		// Refused at once with a reset: the sandbox's client sees the refusal, not a hang.
 		phase, _ := p.cfg.Policy()
-		p.cfg.Record(Event{Time: start, Phase: phase, Reason: fmt.Sprintf("more than %d connections at once", p.cfg.MaxConns)})
+		ev := Event{Time: start, Phase: phase, Reason: why}
+		if dst, err := p.cfg.OriginalDst(client); err == nil {
+			ev.Addr, ev.Port = dst.Addr(), dst.Port()
+			ev.Name, _ = p.cfg.Name(dst.Addr())
+		}
+		p.cfg.Record(ev)
+		reset(client)
+		client.Close()
 		return
 	}
+	// Deferred in this order, the budget gets the connection back once its descriptors
+	// are closed (the upstream's and the pipes' before handle returns, the client's here).
+	defer p.share.Release()
+	defer client.Close()
+	p.active.Add(1)
 	defer p.active.Add(-1)
 
 	dst, err := p.cfg.OriginalDst(client)
@@ -436,7 +476,9 @@ func (p *Proxy) peekFor(client net.Conn, wait time.Duration) ([]byte, sniff.Resu
 		if n > 0 && m > 0 {
 			r, serr := sniff.Sniff(buf[:n])
 			if serr == nil {
-				return buf[:n], r, nil
+				// A copy of what was read: the connection keeps its first bytes for as long
+				// as it lives, not the whole peek buffer.
+				return bytes.Clone(buf[:n]), r, nil
 			}
 			if !errors.Is(serr, sniff.ErrNeedMore) {
 				return buf[:n], r, fmt.Errorf("unreadable first bytes: %w", serr)
@@ -645,16 +687,18 @@ func (a *activity) touch()               { a.ns.Store(time.Now().UnixNano()) }
 func (a *activity) since() time.Duration { return time.Duration(time.Now().UnixNano() - a.ns.Load()) }
 
 // copy moves bytes from src to dst until EOF or an error, then half-closes dst. Between
-// two TCP sockets io.CopyN splices in the kernel (no copy through user space); it moves at
-// most copyChunk bytes per call, so that the read deadline (the idle timeout) is renewed
-// as long as bytes flow. A connection idles out after IdleTimeout to 2×IdleTimeout
-// without a byte in either direction.
+// two sockets it splices in the kernel (no copy through user space) through a pipe of its
+// own, closed when copy returns; it moves at most copyChunk bytes per call, so that the
+// read deadline (the idle timeout) is renewed as long as bytes flow. A connection idles
+// out after IdleTimeout to 2×IdleTimeout without a byte in either direction.
 func (p *Proxy) copy(dst, src net.Conn, act *activity) (int64, error) {
+	move, release := mover(dst, src)
+	defer release()
 	var total int64
 	idle := p.cfg.IdleTimeout
 	for {
 		src.SetReadDeadline(time.Now().Add(idle))
-		n, err := io.CopyN(dst, src, copyChunk)
+		n, err := move(copyChunk)
 		total += n
 		if n > 0 {
 			act.touch()
@@ -681,6 +725,33 @@ func (p *Proxy) copy(dst, src net.Conn, act *activity) (int64, error) {
 }
 
 const copyChunk = 1 << 20
+
+// mover returns how copy moves up to n bytes from src to dst, and what releases its
+// resources. Between two sockets: linux.Splice through its own pipe (two descriptors,
+// closed by release: never the Go runtime's pipe pool, whose pipes outlive their
+// connections until the garbage collector finds them). Otherwise, or when no pipe can be
+// made (the daemon is out of descriptors), through a user-space buffer.
+func mover(dst, src net.Conn) (move func(n int64) (int64, error), release func()) {
+	buffered := func(n int64) (int64, error) {
+		// The bare Writer keeps io.CopyN from splicing through the runtime's pool.
+		return io.CopyN(struct{ io.Writer }{dst}, src, n)
+	}
+	dc, dok := dst.(syscall.Conn)
+	sc, sok := src.(syscall.Conn)
+	if !dok || !sok {
+		return buffered, func() {}
+	}
+	draw, derr := dc.SyscallConn()
+	sraw, serr := sc.SyscallConn()
+	if derr != nil || serr != nil {
+		return buffered, func() {}
+	}
+	pipe, err := linux.NewPipe()
+	if err != nil {
+		return buffered, func() {}
+	}
+	return func(n int64) (int64, error) { return linux.Splice(draw, sraw, pipe, n) }, func() { pipe.Close() }
+}
 
 // reset makes the coming Close send a TCP reset: the sandbox's client sees "connection
 // reset" at once instead of an orderly end of a conversation that never happened.

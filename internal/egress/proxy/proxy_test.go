@@ -449,16 +449,15 @@ func TestMaxConns(t *testing.T) {
 		}
 		open = append(open, c)
 	}
-	c := h.dial()
-	if !closed(c) {
-		t.Error("third connection over a cap of 2 was not closed")
+	if err := h.refusal(); err == nil || !strings.Contains(err.Error(), "reset") {
+		t.Errorf("third connection over a cap of 2: %v, want a reset", err)
 	}
 	if ev := h.lastEvent(); ev.Allowed || !strings.Contains(ev.Reason, "connections at once") {
 		t.Errorf("event = %+v", ev)
 	}
 	open[0].Close()
 	time.Sleep(100 * time.Millisecond)
-	c = h.dial()
+	c := h.dial()
 	io.WriteString(c, "hi\n")
 	if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
 		t.Errorf("after one closed, a new connection failed: %v", err)

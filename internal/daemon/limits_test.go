@@ -1,0 +1,84 @@
+package daemon
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/moatdev/moat/internal/egress/proxy"
+)
+
+func TestEgressBudget(t *testing.T) {
+	for _, tc := range []struct {
+		nofile            uint64
+		conns             int
+		budget, wantFloor int
+	}{
+		{20000, 0, (20000 - 5000) / proxy.FDsPerConn, 32}, // a quarter kept: 2500 connections
+		{1048576, 0, (1048576 - 262144) / proxy.FDsPerConn, 32},
+		{4096, 0, (4096 - 1024) / proxy.FDsPerConn, 32}, // the reserve's minimum: 512
+		{1024, 0, 1, 1},    // nothing left: one connection
+		{20000, 12, 12, 1}, // configured
+		{20000, 160, 160, 10},
+	} {
+		b, f := egressBudget(tc.nofile, tc.conns)
+		if b != tc.budget || f != tc.wantFloor {
+			t.Errorf("egressBudget(%d, %d) = %d, %d; want %d, %d", tc.nofile, tc.conns, b, f, tc.budget, tc.wantFloor)
+		}
+		if tc.conns == 0 && tc.nofile > minReserveFDs && uint64(b*proxy.FDsPerConn) > tc.nofile-max(minReserveFDs, tc.nofile/4) {
+			t.Errorf("nofile %d: budget %d connections exceeds what the reserve leaves", tc.nofile, b)
+		}
+	}
+}
+
+// TestLimitListener: beyond n connections at once the listener closes new ones at once;
+// a closed one frees its place.
+func TestLimitListener(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := make(chan struct{}, 10)
+	l := newLimitListener(raw, 2, func() { refused <- struct{}{} })
+	defer l.Close()
+	accepted := make(chan net.Conn, 10)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	dial()
+	dial()
+	first := <-accepted
+	<-accepted
+	// The reset may come before the dial returns, or on the first read.
+	if third, err := net.Dial("tcp", raw.Addr().String()); err == nil {
+		defer third.Close()
+		third.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := third.Read(make([]byte, 1)); err == nil {
+			t.Fatal("a third connection over a cap of 2 was served")
+		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatal("a third connection over a cap of 2 was left hanging")
+		}
+	}
+	<-refused
+	first.Close()
+	dial()
+	select {
+	case <-accepted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a place freed by a closed connection was not given to the next one")
+	}
+}
