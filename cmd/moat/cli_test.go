@@ -53,7 +53,9 @@ func newCLI(t *testing.T) *cli {
 	}
 	t.Cleanup(func() { os.RemoveAll(run) })
 	return &cli{t: t, bin: bin, args: []string{"--data", t.TempDir(), "--run-dir", run, "--socket", filepath.Join(run, "none.sock"),
-		"--id-base", strconv.FormatUint(uint64(testutil.IDBase(t)), 10)}}
+		"--id-base", strconv.FormatUint(uint64(testutil.IDBase(t)), 10),
+		// Drives are allocated in full: tests that run at the same time keep to 1 GiB each.
+		"--default-disk", "1G"}}
 }
 
 func (c *cli) run(stdin string, args ...string) (stdout, stderr string, code int) {

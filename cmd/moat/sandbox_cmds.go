@@ -51,7 +51,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M or 2G (default 2G)")
 	fl.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores (default 2)")
 	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes (default 1024)")
-	fl.StringVar(&f.disk, "disk", "", "drive size, e.g. 1G (default 10G)")
+	fl.StringVar(&f.disk, "disk", "", "drive size, e.g. 1G, allocated in full on the data filesystem (default: the daemon's --default-disk, 10G)")
 	fl.Int64Var(&f.nofile, "nofile", 0, "open files per process (default: the sandbox's file budget / --pids, at most 65536; pids × nofile must fit the budget)")
 	fl.StringVar(&f.ioBps, "io-bps", "", "throttle the drive's reads and writes to this many bytes/s each, e.g. 50M (default: the daemon's)")
 	fl.Int64Var(&f.ioIops, "io-iops", 0, "throttle the drive's reads and writes to this many requests/s each (default: the daemon's)")

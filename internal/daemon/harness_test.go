@@ -17,6 +17,7 @@ import (
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
+	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/testutil"
 	"github.com/moatdev/moat/sdk"
 )
@@ -83,6 +84,9 @@ func (e *env) start(initPath string, configure func(*daemon.Config)) {
 	cfg := daemon.Config{
 		DataDir: e.dataDir, RunDir: e.runDir, Socket: filepath.Join(e.runDir, "moat.sock"),
 		InitPath: initPath, IDBase: testutil.IDBase(e.t), Log: log,
+		// Drives are allocated in full: 1 GiB each keeps a test's many sandboxes (and the
+		// tests of other packages running at the same time) within the disk.
+		DefaultLimits: sandbox.Limits{DiskBytes: 1 << 30},
 	}
 	if configure != nil {
 		configure(&cfg)

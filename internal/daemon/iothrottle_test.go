@@ -23,7 +23,7 @@ import (
 // throttle applies to them). For runc and runsc.
 func TestIOThrottle(t *testing.T) {
 	e := newEnvWith(t, func(c *daemon.Config) {
-		c.DefaultLimits = sandbox.Limits{IOBps: 32 << 20, IOIops: 400}
+		c.DefaultLimits = sandbox.Limits{DiskBytes: 1 << 30, IOBps: 32 << 20, IOIops: 400}
 	})
 	for _, rt := range runtimesUnderTest(t) {
 		e.run(rt, func(t *testing.T, e *env) {
@@ -106,7 +106,7 @@ func TestNoisyNeighbourIO(t *testing.T) {
 	}
 	// The daemon's default throttle so high that it is none: the neighbour is unthrottled
 	// unless it asks.
-	e := newEnvWith(t, func(c *daemon.Config) { c.DefaultLimits = sandbox.Limits{IOBps: 1 << 40, IOIops: 1 << 30} })
+	e := newEnvWith(t, func(c *daemon.Config) { c.DefaultLimits = sandbox.Limits{DiskBytes: 1 << 30, IOBps: 1 << 40, IOIops: 1 << 30} })
 	const n = 300
 	peer := e.create(v1.CreateSandboxRequest{})
 	probe := func() (p50, p90 int64) {

@@ -608,7 +608,7 @@ func TestEgressWarmPoolAndRestart(t *testing.T) {
 	e := newEnvWith(t, configure)
 	testutil.WaitFor(t, 60*time.Second, "the warm pool to fill", func() bool { return len(e.warmIDs()) == 1 })
 	warm := e.warmIDs()[0]
-	sb := e.create(v1.CreateSandboxRequest{DiskBytes: 10 << 30, MemoryBytes: 2 << 30, Policy: &v1.Policy{
+	sb := e.create(v1.CreateSandboxRequest{DiskBytes: 1 << 30, MemoryBytes: 2 << 30, Policy: &v1.Policy{
 		Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"allowed.test"}}},
 	}})
 	if sb.ID != warm {

@@ -25,10 +25,15 @@ const HostShare = 4
 
 // Open files per process (RLIMIT_NOFILE, hard = soft) of a sandbox, when it does not ask:
 // as many as its file budget allows for its pids, at most DefaultNofile; never fewer than
-// MinNofile (a process that cannot open MinNofile files breaks ordinary tools).
+// MinNofile (a process that cannot open MinNofile files breaks ordinary tools). A default
+// pids is lowered (to no fewer than usualPids) before a process gets fewer than UsualNofile,
+// the usual soft limit of Linux that programs assume; agents need open files more than
+// hundreds of processes.
 const (
 	DefaultNofile = 65536
+	UsualNofile   = 1024
 	MinNofile     = 256
+	usualPids     = 256
 )
 
 // Ceilings are the upper bounds a sandbox's limits must stay within: the host's, the
@@ -178,8 +183,11 @@ func fitFiles(l *Limits, req Limits, c Ceilings) error {
 		what += fmt.Sprintf(", 1/%d of fs.file-max %d)", HostShare, c.Host.FileMax)
 	}
 	if req.Nofile == 0 {
-		if req.Pids == 0 && l.Pids*MinNofile > budget {
-			l.Pids = budget / MinNofile
+		if req.Pids == 0 && l.Pids*UsualNofile > budget {
+			l.Pids = budget / UsualNofile
+			if l.Pids < usualPids {
+				l.Pids = min(usualPids, budget/MinNofile)
+			}
 			if err := l.checkMinimums(); err != nil {
 				return fmt.Errorf("%w (the file budget of %d allows no more)", err, budget)
 			}

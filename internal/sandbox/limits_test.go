@@ -26,8 +26,8 @@ func TestEffectiveLimits(t *testing.T) {
 		want Limits
 		err  string // substring of the refusal; "" accepts
 	}{
-		{name: "defaults", c: hostOnly,
-			want: Limits{MemoryBytes: 2 << 30, CPUs: 2, Pids: 1024, DiskBytes: 10 << 30, Nofile: 602}},
+		{name: "defaults: fewer pids rather than fewer than 1024 files", c: hostOnly,
+			want: Limits{MemoryBytes: 2 << 30, CPUs: 2, Pids: 602, DiskBytes: 10 << 30, Nofile: 1024}},
 		{name: "issue: cpus 1000", req: Limits{CPUs: 1000}, c: hostOnly, err: "cpus 1000 exceeds this host's 2 CPUs"},
 		{name: "issue: memory 10^15", req: Limits{MemoryBytes: 1e15}, c: hostOnly, err: "memory 909.5 TiB exceeds this host's 23.5 GiB of memory"},
 		{name: "issue: pids 10^6", req: Limits{Pids: 1e6}, c: hostOnly, err: "pids 1000000 exceeds this host's share of 8192 (1/4 of its 32768 pids)"},
@@ -70,7 +70,9 @@ func TestEffectiveLimits(t *testing.T) {
 		{name: "tiny nofile", req: Limits{Nofile: 10}, c: hostOnly, err: "nofile 10 is below the minimum of 256"},
 		{name: "tiny io", req: Limits{IOBps: 1000}, c: hostOnly, err: "io_bps 1000 is below the minimum of 1 MiB/s"},
 		{name: "io defaults from the daemon", c: hostOnly, req: Limits{IOIops: 500},
-			want: Limits{MemoryBytes: 2 << 30, CPUs: 2, Pids: 1024, DiskBytes: 10 << 30, Nofile: 602, IOIops: 500}},
+			want: Limits{MemoryBytes: 2 << 30, CPUs: 2, Pids: 602, DiskBytes: 10 << 30, Nofile: 1024, IOIops: 500}},
+		{name: "medium budget: default pids lowered to 256, then files", c: Ceilings{Host: testHost, FileBudget: 200000},
+			want: Limits{MemoryBytes: 2 << 30, CPUs: 2, Pids: 256, DiskBytes: 10 << 30, Nofile: 781}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := EffectiveLimits(tc.req, testDefaults, tc.c)

@@ -90,6 +90,7 @@ func startDaemon(tb testing.TB, warm int) *daemon {
 	global := []string{
 		"--data", tb.TempDir(), "--run-dir", runDir, "--socket", sock,
 		"--id-base", strconv.FormatUint(uint64(testutil.IDBase(tb)), 10),
+		"--default-disk", "1G", // drives are allocated in full
 	}
 	addr := freeAddr(tb)
 
