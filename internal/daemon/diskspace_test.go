@@ -184,13 +184,14 @@ func diskSpaceIsReserved(t *testing.T, rt string) {
 	}
 	e.d.Manager.Wait()
 
-	// A drive larger than the filesystem: refused, nothing of it left.
+	// A drive larger than the space left (a drive larger than the whole filesystem is
+	// refused before, 400, by the limits' ceilings): refused, nothing of it left.
 	if got := driveFiles(); len(got) != 2 {
 		t.Fatalf("drives before the big create: %v, want the two sandboxes'", got)
 	}
-	big, err := e.c.Create(ctx, v1.CreateSandboxRequest{Runtime: rt, MemoryBytes: 256 << 20, DiskBytes: 1 << 30})
+	big, err := e.c.Create(ctx, v1.CreateSandboxRequest{Runtime: rt, MemoryBytes: 256 << 20, DiskBytes: 512 << 20})
 	if err == nil {
-		t.Errorf("a 1 GiB drive was accepted on a 640 MiB data filesystem")
+		t.Errorf("a 512 MiB drive was accepted with %d MiB free on the data filesystem", freeBytes(t, mnt)>>20)
 		filler = big // today's main: it fills the data filesystem itself
 	} else {
 		assertRefusedForSpace(t, err)
@@ -277,8 +278,10 @@ func TestDiskOvercommitFull(t *testing.T) {
 	addBallast(t, mnt)
 	ctx := context.Background()
 
-	peer := e.create(v1.CreateSandboxRequest{DiskBytes: 1 << 30})
-	filler := e.create(v1.CreateSandboxRequest{DiskBytes: 1 << 30})
+	// Two drives of 600 MiB on a 640 MiB filesystem: overcommitted (a single drive larger
+	// than the filesystem is refused by the limits' ceilings even so).
+	peer := e.create(v1.CreateSandboxRequest{DiskBytes: 600 << 20})
+	filler := e.create(v1.CreateSandboxRequest{DiskBytes: 600 << 20})
 	sum := e.mustSh(peer.ID, `head -c 16M /dev/urandom > /home/user/keep && sync /home/user/keep && sha256sum < /home/user/keep`)
 
 	r := e.sh(filler.ID, "", `dd if=/dev/zero of=/home/user/fill bs=1M conv=fsync 2>&1; sync`)

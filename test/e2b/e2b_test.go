@@ -90,13 +90,13 @@ func startDaemon(tb testing.TB, warm int) *daemon {
 	global := []string{
 		"--data", tb.TempDir(), "--run-dir", runDir, "--socket", sock,
 		"--id-base", strconv.FormatUint(uint64(testutil.IDBase(tb)), 10),
-		"--default-disk", "1G", // drives are allocated in full
 	}
 	addr := freeAddr(tb)
 
 	logs := &syncBuffer{}
 	cmd := exec.Command(moat, append(slices.Clone(global),
-		"serve", "--listen", addr, "--warm", strconv.Itoa(warm), "--e2b-template", "base=host")...)
+		"serve", "--listen", addr, "--warm", strconv.Itoa(warm), "--e2b-template", "base=host",
+		"--default-disk", "1G")...) // drives are allocated in full
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("starting moat serve: %v", err)
