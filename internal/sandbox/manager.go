@@ -956,6 +956,9 @@ func (m *Manager) watchInit(id string, lg *initlog.Log) {
 			default:
 			}
 			sb, err := m.Check(context.Background(), id)
+			if errors.Is(err, errdefs.ErrNotFound) {
+				return // deleted meanwhile: its deletion ended it
+			}
 			if err != nil {
 				m.log.Warn("checking a sandbox whose init ended", "sandbox", id, "err", err)
 				return
