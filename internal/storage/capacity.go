@@ -79,6 +79,44 @@ func admitDrive(a driveAsk) error {
 		a.FS, sizeText(a.Free), promised, sizeText(a.Size), sizeText(need), sizeText(p.Reserve), errdefs.ErrResourceExhausted)
 }
 
+// admitLayer decides whether a layer build (what: a template build, import or pull, a
+// repository layer) may start: only while what the filesystem has free beyond the drives'
+// promises is above the reserve. A layer's size is not known before it is built, so a
+// running build can still take part of the reserve; it cannot start inside it. Pure.
+func admitLayer(what string, a driveAsk) error {
+	p := a.Policy
+	left := a.Free
+	if !p.Overcommit {
+		left -= a.Promised
+	}
+	if left > p.Reserve {
+		return nil
+	}
+	promised := ""
+	if !p.Overcommit && a.Promised > 0 {
+		promised = fmt.Sprintf(" (%s of it promised to sandboxes' drives)", sizeText(a.Promised))
+	}
+	return fmt.Errorf("data filesystem %s has %s free%s and %s stays reserved for the daemon's database and logs: no room to build %s; "+
+		"delete sandboxes or templates, or enlarge the filesystem: %w",
+		a.FS, sizeText(a.Free), promised, sizeText(p.Reserve), what, errdefs.ErrResourceExhausted)
+}
+
+// roomForLayer measures the data filesystem and asks admitLayer whether the layer build
+// what may start.
+func (s *Store) roomForLayer(what string) error {
+	fsSize, free, err := linux.FSSpace(s.dir)
+	if err != nil {
+		return fmt.Errorf("measuring the data filesystem: %w", err)
+	}
+	p := s.policy
+	p.Reserve = s.reserve(fsSize)
+	var promised int64
+	if !p.Overcommit {
+		promised = s.unallocated(p.PerDrive)
+	}
+	return admitLayer(what, driveAsk{FS: s.dir, Free: free, Promised: promised, Policy: p})
+}
+
 // sizeText prints n bytes for people: "1.5 GiB", "300 MiB", "12 KiB", "17 bytes".
 func sizeText(n int64) string {
 	const unit = 1024

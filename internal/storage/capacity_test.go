@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/linux"
 	"github.com/moatdev/moat/internal/sandbox"
@@ -65,6 +67,36 @@ func TestAdmitDrive(t *testing.T) {
 				if !strings.Contains(err.Error(), m) {
 					t.Errorf("refusal %q does not say %q", err, m)
 				}
+			}
+		})
+	}
+}
+
+// TestAdmitLayer: a layer build starts only while the space beyond the drives' promises
+// is above the reserve; under overcommit, while the free space is.
+func TestAdmitLayer(t *testing.T) {
+	const M = int64(1 << 20)
+	for _, c := range []struct {
+		name string
+		ask  driveAsk
+		ok   bool
+	}{
+		{"room", driveAsk{Free: 1000 * M, Promised: 500 * M, Policy: DiskPolicy{Reserve: 256 * M}}, true},
+		{"promises leave only the reserve", driveAsk{Free: 1000 * M, Promised: 744 * M, Policy: DiskPolicy{Reserve: 256 * M}}, false},
+		{"inside the reserve", driveAsk{Free: 100 * M, Policy: DiskPolicy{Reserve: 256 * M}}, false},
+		{"promised beyond free", driveAsk{Free: 100 * M, Promised: 1 << 40, Policy: DiskPolicy{}}, false},
+		{"overcommit ignores promises", driveAsk{Free: 1000 * M, Promised: 1 << 40, Policy: DiskPolicy{Overcommit: true, Reserve: 256 * M}}, true},
+		{"overcommit keeps the reserve", driveAsk{Free: 200 * M, Policy: DiskPolicy{Overcommit: true, Reserve: 256 * M}}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.ask.FS = "/var/lib/moat"
+			err := admitLayer("template t", c.ask)
+			if c.ok != (err == nil) {
+				t.Fatalf("admitLayer = %v, want ok %v", err, c.ok)
+			}
+			if err != nil && (!errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "no room to build template t") ||
+				!strings.Contains(err.Error(), "data filesystem /var/lib/moat")) {
+				t.Errorf("refusal %q", err)
 			}
 		})
 	}
@@ -402,5 +434,44 @@ func TestMountAllocatesSparseDrive(t *testing.T) {
 		if _, free, _ := linux.FSSpace(s.dir); free < 64<<20 {
 			t.Errorf("%d MiB free after mounting, under the reserve", free>>20)
 		}
+	}
+}
+
+// TestImportRefusedInReserve: once the drives hold all but the reserve of a small data
+// filesystem, a template import is refused (ErrResourceExhausted) before it writes a layer
+// or a template; once a drive is deleted, the same import is made.
+func TestImportRefusedInReserve(t *testing.T) {
+	const reserve = 64 << 20
+	s := smallStore(t, 256<<20, DiskPolicy{Reserve: reserve})
+	ctx := ctxT(t)
+	_, free, err := linux.FSSpace(s.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := (free - reserve) &^ (1<<20 - 1) // all but the reserve, whole MiB
+	if err := s.CreateDrive(ctx, "sb-000000000001", size); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "img.tar")
+	tag, _ := name.NewTag("example.test/img:1")
+	if err := tarball.WriteToFile(p, tag, testImage(t)); err != nil {
+		t.Fatal(err)
+	}
+	layersBefore, _ := os.ReadDir(filepath.Join(s.dir, "layers"))
+	_, err = s.Import(ctx, "imported", p, nil)
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "no room to build template imported") {
+		t.Fatalf("import with the drives holding all but the reserve: %v, want a resource-exhausted refusal", err)
+	}
+	if _, err := s.Template(ctx, "imported"); err == nil {
+		t.Error("the refused import left a template")
+	}
+	if layers, _ := os.ReadDir(filepath.Join(s.dir, "layers")); len(layers) != len(layersBefore) {
+		t.Errorf("the refused import left layers: %d before, %d after", len(layersBefore), len(layers))
+	}
+	if err := s.DeleteDrive(ctx, "sb-000000000001"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Import(ctx, "imported", p, nil); err != nil {
+		t.Fatalf("import once the drive is gone: %v", err)
 	}
 }

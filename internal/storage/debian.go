@@ -47,6 +47,9 @@ func (s *Store) Build(ctx context.Context, name string, progress func(string), o
 	if name != DebianTemplate {
 		return TemplateInfo{}, fmt.Errorf("no build recipe %q (available: %s): %w", name, DebianTemplate, errdefs.ErrNotFound)
 	}
+	if err := s.roomForLayer("template " + name); err != nil {
+		return TemplateInfo{}, err
+	}
 	mirror := opts.Mirror
 	if mirror == "" {
 		mirror = hostMirror("/etc/apt", debianSuite)

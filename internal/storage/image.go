@@ -43,6 +43,9 @@ func (s *Store) Import(ctx context.Context, tmplName, tarPath string, progress f
 	if err := s.checkNewName(tmplName); err != nil {
 		return TemplateInfo{}, err
 	}
+	if err := s.roomForLayer("template " + tmplName); err != nil {
+		return TemplateInfo{}, err
+	}
 	kind, err := archiveKind(tarPath)
 	if err != nil {
 		return TemplateInfo{}, err
@@ -77,6 +80,9 @@ func (s *Store) Import(ctx context.Context, tmplName, tarPath string, progress f
 func (s *Store) Pull(ctx context.Context, tmplName, ref string, progress func(string), opts PullOptions) (TemplateInfo, error) {
 	progress = orNop(progress)
 	if err := s.checkNewName(tmplName); err != nil {
+		return TemplateInfo{}, err
+	}
+	if err := s.roomForLayer("template " + tmplName); err != nil {
 		return TemplateInfo{}, err
 	}
 	var nopts []name.Option

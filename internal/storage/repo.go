@@ -76,6 +76,9 @@ func (s *Store) RepoLayer(ctx context.Context, dir string) (sandbox.Layer, error
 	if _, err := s.layers.Lstat(id); err == nil {
 		return layer, nil // built while we waited
 	}
+	if err := s.roomForLayer("the layer of repository " + top); err != nil {
+		return sandbox.Layer{}, err
+	}
 	s.mark(id)
 	defer s.unmark(id)
 	if err := s.buildRepoLayer(ctx, src, top, commit, id); err != nil {
