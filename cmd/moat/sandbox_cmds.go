@@ -629,6 +629,13 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 					}
 				}
 			}
+			// An explicit 0 turns the default throttle off (daemon.IOUnthrottled).
+			if cfg.DefaultLimits.IOBps == 0 && cmd.Flags().Changed("io-bps") {
+				cfg.DefaultLimits.IOBps = daemon.IOUnthrottled
+			}
+			if ioIops == 0 && cmd.Flags().Changed("io-iops") {
+				cfg.DefaultLimits.IOIops = daemon.IOUnthrottled
+			}
 			if len(e2bTemplates) > 0 {
 				cfg.E2BTemplates = map[string]string{}
 				for _, kv := range e2bTemplates {
@@ -654,8 +661,8 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 	cmd.Flags().StringVar(&diskReserve, "disk-reserve", "", "space of the data filesystem no drive may take, kept for the database, logs and layers (default 2% of it, at least 256M, at most 4G)")
 	cmd.Flags().StringArrayVar(&e2bTemplates, "e2b-template", nil, "map an E2B template name to a moat template, NAME=TEMPLATE (repeatable; default base=debian)")
 	max.register(cmd, "every sandbox (the host's capacity bounds them in any case)")
-	cmd.Flags().StringVar(&ioBps, "io-bps", "", "default drive throttle of a sandbox in bytes/s (reads and writes each; default 16M)")
-	cmd.Flags().Int64Var(&ioIops, "io-iops", 0, "default drive throttle of a sandbox in requests/s (reads and writes each; default 400)")
+	cmd.Flags().StringVar(&ioBps, "io-bps", "", "default drive throttle of a sandbox in bytes/s (reads and writes each; default 16M; 0: none)")
+	cmd.Flags().Int64Var(&ioIops, "io-iops", 0, "default drive throttle of a sandbox in requests/s (reads and writes each; default 400; 0: none)")
 	cmd.Flags().StringVar(&maxIOBps, "max-io-bps", "", "largest --io-bps a sandbox may ask for (0: none)")
 	cmd.Flags().Int64Var(&maxIOIops, "max-io-iops", 0, "largest --io-iops a sandbox may ask for (0: none)")
 	cmd.Flags().Int64Var(&fileBudget, "file-budget", 0, "most open files one sandbox may hold, pids × nofile (default: fs.file-max / 4)")

@@ -593,7 +593,12 @@ func upstreamRoots(extra string) (*x509.CertPool, error) {
 // 0.55× alone, unthrottled 8×; 32 MiB/s and 400: 1.8×; 64 MiB/s and 1000: 4.7×).
 var builtinLimits = sandbox.Limits{MemoryBytes: 2 << 30, CPUs: 2, Pids: 1024, DiskBytes: 10 << 30, IOBps: 16 << 20, IOIops: 400}
 
-// defaultLimits is builtinLimits with the non-zero fields of configured.
+// IOUnthrottled in Config.DefaultLimits.IOBps or IOIops turns that default drive throttle
+// off (0 there means the built-in default).
+const IOUnthrottled = -1
+
+// defaultLimits is builtinLimits with the non-zero fields of configured (IOUnthrottled: 0,
+// no throttle).
 func defaultLimits(configured sandbox.Limits) sandbox.Limits {
 	d := builtinLimits
 	if configured.MemoryBytes > 0 {
@@ -608,11 +613,11 @@ func defaultLimits(configured sandbox.Limits) sandbox.Limits {
 	if configured.DiskBytes > 0 {
 		d.DiskBytes = configured.DiskBytes
 	}
-	if configured.IOBps > 0 {
-		d.IOBps = configured.IOBps
+	if configured.IOBps > 0 || configured.IOBps == IOUnthrottled {
+		d.IOBps = max(configured.IOBps, 0)
 	}
-	if configured.IOIops > 0 {
-		d.IOIops = configured.IOIops
+	if configured.IOIops > 0 || configured.IOIops == IOUnthrottled {
+		d.IOIops = max(configured.IOIops, 0)
 	}
 	return d
 }

@@ -106,7 +106,9 @@ func TestNoisyNeighbourIO(t *testing.T) {
 	}
 	// The daemon's default throttle so high that it is none: the neighbour is unthrottled
 	// unless it asks.
-	e := newEnvWith(t, func(c *daemon.Config) { c.DefaultLimits = sandbox.Limits{DiskBytes: 1 << 30, IOBps: 1 << 40, IOIops: 1 << 30} })
+	e := newEnvWith(t, func(c *daemon.Config) {
+		c.DefaultLimits = sandbox.Limits{DiskBytes: 1 << 30, IOBps: 1 << 40, IOIops: 1 << 30}
+	})
 	const n = 300
 	peer := e.create(v1.CreateSandboxRequest{})
 	probe := func() (p50, p90 int64) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/moatdev/moat/internal/egress/proxy"
+	"github.com/moatdev/moat/internal/sandbox"
 )
 
 func TestEgressBudget(t *testing.T) {
@@ -80,5 +81,22 @@ func TestLimitListener(t *testing.T) {
 	case <-accepted:
 	case <-time.After(5 * time.Second):
 		t.Fatal("a place freed by a closed connection was not given to the next one")
+	}
+}
+
+// TestDefaultLimits: configured defaults replace the built-in ones field by field, and
+// IOUnthrottled turns a default drive throttle off.
+func TestDefaultLimits(t *testing.T) {
+	if got := defaultLimits(sandbox.Limits{}); got != builtinLimits {
+		t.Errorf("nothing configured: %+v, want the built-in %+v", got, builtinLimits)
+	}
+	got := defaultLimits(sandbox.Limits{DiskBytes: 1 << 30, IOBps: IOUnthrottled, IOIops: 100})
+	want := builtinLimits
+	want.DiskBytes, want.IOBps, want.IOIops = 1<<30, 0, 100
+	if got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if got := defaultLimits(sandbox.Limits{IOIops: IOUnthrottled}); got.IOIops != 0 || got.IOBps != builtinLimits.IOBps {
+		t.Errorf("iops off: %+v", got)
 	}
 }
