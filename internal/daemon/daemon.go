@@ -84,12 +84,14 @@ type Config struct {
 	// may hold proxy.FDsPerConn descriptors); 0: what RLIMIT_NOFILE leaves after a reserve
 	// for the API, the store and the sandboxes themselves (egressBudget).
 	EgressBudget int
-	// The API listeners: concurrent TCP connections (--listen; default 256; the unix
-	// socket has no cap), the time a client has to send its request headers (default
-	// 10 s) and to send its next request on a kept-alive connection (default 120 s).
-	APIMaxConns      int
-	APIHeaderTimeout time.Duration
-	APIIdleTimeout   time.Duration
+	// The API listeners: concurrent TCP connections (--listen; default 256, of them 64
+	// from one remote address; the unix socket has no cap), the time a client has to send
+	// its request headers (default 10 s) and to send its next request on a kept-alive
+	// connection (default 120 s).
+	APIMaxConns        int
+	APIMaxConnsPerAddr int
+	APIHeaderTimeout   time.Duration
+	APIIdleTimeout     time.Duration
 	// E2BTemplates maps E2B template names to moat templates (default: base → debian).
 	E2BTemplates map[string]string
 	Log          *slog.Logger
@@ -369,9 +371,13 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 		}
 		var last atomic.Int64 // one warning a minute at most: refusals come in floods
 		addr := tl.Addr().String()
-		tl = newLimitListener(tl, n, func() {
+		perAddr := d.cfg.APIMaxConnsPerAddr
+		if perAddr <= 0 {
+			perAddr = defaultAPIConnsPerAddr
+		}
+		tl = newLimitListener(tl, n, perAddr, func() {
 			if now, prev := time.Now().UnixNano(), last.Load(); now-prev > int64(time.Minute) && last.CompareAndSwap(prev, now) {
-				d.log.Warn("API connections refused: too many at once", "addr", addr, "max", n)
+				d.log.Warn("API connections refused: too many at once", "addr", addr, "max", n, "max_per_address", perAddr)
 			}
 		})
 		d.serve(tl, d.api.Handler(d.Store))

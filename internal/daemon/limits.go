@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"net"
+	"net/netip"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -17,6 +18,8 @@ const (
 	minReserveFDs   = 1024 // kept out of the egress budget even on a small RLIMIT_NOFILE
 	maxFloorConns   = 32   // connections guaranteed to each sandbox while the budget allows
 	defaultAPIConns = 256  // concurrent TCP API connections (--listen)
+	// defaultAPIConnsPerAddr: of them, from one remote address.
+	defaultAPIConnsPerAddr = 64
 )
 
 // egressBudget returns the budget of proxied connections (all sandboxes) and the floor
@@ -52,17 +55,25 @@ func nofile() uint64 {
 	return rl.Cur
 }
 
-// limitListener accepts at most n connections at once. A connection beyond them is closed
-// at once (the client sees the end, not a hang), so slow or idle clients on the TCP API
-// cannot take the descriptors the unix socket, the sandboxes and the store need.
+// limitListener accepts at most n connections at once, and at most perAddr of them from
+// one remote address. A connection beyond either is closed at once (the client sees the
+// end, not a hang), so slow or idle clients on the TCP API cannot take the descriptors the
+// unix socket, the sandboxes and the store need, and one host cannot take every place.
 type limitListener struct {
 	net.Listener
 	sem     chan struct{}
+	perAddr int
 	refused func()
+
+	mu     sync.Mutex
+	byAddr map[netip.Addr]int
 }
 
-func newLimitListener(l net.Listener, n int, refused func()) net.Listener {
-	return &limitListener{Listener: l, sem: make(chan struct{}, n), refused: refused}
+func newLimitListener(l net.Listener, n, perAddr int, refused func()) net.Listener {
+	if perAddr <= 0 || perAddr > n {
+		perAddr = n
+	}
+	return &limitListener{Listener: l, sem: make(chan struct{}, n), perAddr: perAddr, refused: refused, byAddr: map[netip.Addr]int{}}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -71,19 +82,46 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case l.sem <- struct{}{}:
-			return &limitedConn{Conn: c, release: func() { <-l.sem }}, nil
-		default:
-			if tc, ok := c.(*net.TCPConn); ok {
-				tc.SetLinger(0)
-			}
-			c.Close()
-			if l.refused != nil {
-				l.refused()
+		addr := remoteAddr(c)
+		l.mu.Lock()
+		ok := l.byAddr[addr] < l.perAddr
+		if ok {
+			select {
+			case l.sem <- struct{}{}:
+				l.byAddr[addr]++
+			default:
+				ok = false
 			}
 		}
+		l.mu.Unlock()
+		if ok {
+			return &limitedConn{Conn: c, release: func() { l.release(addr) }}, nil
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
+		c.Close()
+		if l.refused != nil {
+			l.refused()
+		}
 	}
+}
+
+func (l *limitListener) release(addr netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.byAddr[addr]--; l.byAddr[addr] <= 0 {
+		delete(l.byAddr, addr)
+	}
+	<-l.sem
+}
+
+// remoteAddr is c's remote IP address (IPv4-mapped IPv6 unmapped), or the zero Addr.
+func remoteAddr(c net.Conn) netip.Addr {
+	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+		return ap.Addr().Unmap()
+	}
+	return netip.Addr{}
 }
 
 type limitedConn struct {

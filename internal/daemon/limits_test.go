@@ -40,7 +40,7 @@ func TestLimitListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused := make(chan struct{}, 10)
-	l := newLimitListener(raw, 2, func() { refused <- struct{}{} })
+	l := newLimitListener(raw, 2, 0, func() { refused <- struct{}{} })
 	defer l.Close()
 	accepted := make(chan net.Conn, 10)
 	go func() {
@@ -98,5 +98,59 @@ func TestDefaultLimits(t *testing.T) {
 	}
 	if got := defaultLimits(sandbox.Limits{IOIops: IOUnthrottled}); got.IOIops != 0 || got.IOBps != builtinLimits.IOBps {
 		t.Errorf("iops off: %+v", got)
+	}
+}
+
+// TestLimitListenerPerAddress: one remote address gets at most perAddr of the places;
+// another address still gets one, and a closed connection frees its address's place.
+func TestLimitListenerPerAddress(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLimitListener(raw, 4, 2, nil)
+	defer l.Close()
+	accepted := make(chan net.Conn, 10)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dialFrom := func(src string) net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+		c, err := d.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	served := func(c net.Conn) bool {
+		// An accepted connection stays open; a refused one is reset (read error).
+		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		_, err := c.Read(make([]byte, 1))
+		ne, ok := err.(net.Error)
+		return ok && ne.Timeout()
+	}
+	a1, a2 := dialFrom("127.0.0.1"), dialFrom("127.0.0.1")
+	first := <-accepted
+	<-accepted
+	if a3 := dialFrom("127.0.0.1"); served(a3) {
+		t.Error("a third connection from one address over its cap of 2 was served")
+	}
+	if b := dialFrom("127.0.0.2"); !served(b) {
+		t.Error("another address was refused while the listener had room")
+	}
+	<-accepted
+	if !served(a1) || !served(a2) {
+		t.Error("the first address's connections were cut")
+	}
+	first.Close()
+	if a4 := dialFrom("127.0.0.1"); !served(a4) {
+		t.Error("a place freed by a closed connection was not given to its address")
 	}
 }
