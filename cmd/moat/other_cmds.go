@@ -318,19 +318,11 @@ every key.`,
 key's next creates are bounded by the new maxima.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(cmd.Context())
+			c, key, err := a.apiKey(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			keys, err := c.APIKeys(cmd.Context())
-			if err != nil {
-				return err
-			}
-			i := slices.IndexFunc(keys, func(k v1.APIKey) bool { return k.ID == args[0] })
-			if i < 0 {
-				return fmt.Errorf("API key %s: not found (moat apikey ls lists them)", args[0])
-			}
-			max, err := setMax.maxima(cmd, keys[i].Max)
+			max, err := setMax.maxima(cmd, key.Max)
 			if err != nil {
 				return err
 			}
@@ -346,19 +338,11 @@ key's next creates are bounded by the new maxima.`,
 	// change adds (or removes) names to a key's grants.
 	change := func(add bool) func(cmd *cobra.Command, args []string) error {
 		return func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(cmd.Context())
+			c, key, err := a.apiKey(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			keys, err := c.APIKeys(cmd.Context())
-			if err != nil {
-				return err
-			}
-			i := slices.IndexFunc(keys, func(k v1.APIKey) bool { return k.ID == args[0] })
-			if i < 0 {
-				return fmt.Errorf("API key %s: not found (moat apikey ls lists them)", args[0])
-			}
-			names := keys[i].Secrets
+			names := key.Secrets
 			for _, n := range args[1:] {
 				names = slices.DeleteFunc(names, func(s string) bool { return s == n })
 				if add {
@@ -522,4 +506,21 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 	cmd.Flags().IntVar(&o.LsRuns, "ls-runs", 1000, "ls calls timed idle and under the connection load")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// apiKey connects to the daemon and finds the API key id among its keys.
+func (a *app) apiKey(ctx context.Context, id string) (*sdk.Client, v1.APIKey, error) {
+	c, err := a.connect(ctx)
+	if err != nil {
+		return nil, v1.APIKey{}, err
+	}
+	keys, err := c.APIKeys(ctx)
+	if err != nil {
+		return nil, v1.APIKey{}, err
+	}
+	i := slices.IndexFunc(keys, func(k v1.APIKey) bool { return k.ID == id })
+	if i < 0 {
+		return nil, v1.APIKey{}, fmt.Errorf("API key %s: not found (moat apikey ls lists them)", id)
+	}
+	return c, keys[i], nil
 }

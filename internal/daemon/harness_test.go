@@ -183,19 +183,7 @@ func (e *env) assertNoLeaks(deleted []v1.Sandbox) {
 				t.Errorf("leaked %s", p)
 			}
 		}
-		if sb.HostUID != 0 {
-			// Killed processes may take a moment to be reaped by the host's init.
-			var pids []string
-			for range 100 {
-				if pids = processesInRange(sb.HostUID, 65536); len(pids) == 0 {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			if len(pids) > 0 {
-				t.Errorf("sandbox %s: processes still running as its uids: %v", sb.ID, pids)
-			}
-		}
+		assertNoProcesses(t, sb)
 	}
 	for _, rt := range []string{"runc", "runsc"} {
 		root := filepath.Join(e.runDir, "runtime", rt)
@@ -297,4 +285,21 @@ func assertPermissionDenied(t *testing.T, err error, want ...string) {
 			t.Errorf("the refusal %q does not say %q", se.Message, w)
 		}
 	}
+}
+
+// assertNoProcesses fails t if a process still runs as one of sandbox sb's host uids
+// (killed processes may take a moment to be reaped by the host's init).
+func assertNoProcesses(t *testing.T, sb v1.Sandbox) {
+	t.Helper()
+	if sb.HostUID == 0 {
+		return
+	}
+	var pids []string
+	for range 100 {
+		if pids = processesInRange(sb.HostUID, 65536); len(pids) == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("sandbox %s: processes still running as its uids: %v", sb.ID, pids)
 }

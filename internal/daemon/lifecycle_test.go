@@ -269,18 +269,7 @@ func (e *env) assertGone(gone []v1.Sandbox) {
 				t.Errorf("leaked link for %s: %s", sb.ID, line)
 			}
 		}
-		if sb.HostUID != 0 {
-			var pids []string
-			for range 100 {
-				if pids = processesInRange(sb.HostUID, 65536); len(pids) == 0 {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			if len(pids) > 0 {
-				t.Errorf("sandbox %s: processes still running as its uids: %v", sb.ID, pids)
-			}
-		}
+		assertNoProcesses(t, sb)
 	}
 }
 

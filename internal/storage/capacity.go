@@ -104,17 +104,27 @@ func admitLayer(what string, a driveAsk) error {
 // roomForLayer measures the data filesystem and asks admitLayer whether the layer build
 // what may start.
 func (s *Store) roomForLayer(what string) error {
-	fsSize, free, err := linux.FSSpace(s.dir)
+	ask, err := s.space()
 	if err != nil {
-		return fmt.Errorf("measuring the data filesystem: %w", err)
+		return err
+	}
+	return admitLayer(what, ask)
+}
+
+// space measures the data filesystem for an admission: what it has free, what the drives
+// have been promised (none counted when overcommitting) and the policy with its reserve.
+func (s *Store) space() (driveAsk, error) {
+	fsSize, free, err := linux.FSSpace(s.drivePathRaw(""))
+	if err != nil {
+		return driveAsk{}, fmt.Errorf("measuring the data filesystem: %w", err)
 	}
 	p := s.policy
 	p.Reserve = s.reserve(fsSize)
-	var promised int64
+	ask := driveAsk{FS: s.dir, Free: free, Policy: p}
 	if !p.Overcommit {
-		promised = s.unallocated(p.PerDrive)
+		ask.Promised = s.unallocated(p.PerDrive)
 	}
-	return admitLayer(what, driveAsk{FS: s.dir, Free: free, Promised: promised, Policy: p})
+	return ask, nil
 }
 
 // sizeText prints n bytes for people: "1.5 GiB", "300 MiB", "12 KiB", "17 bytes".
@@ -150,17 +160,12 @@ func (s *Store) admit(tmp string, size int64) error {
 		return fmt.Errorf("locking the drives directory: %w", err)
 	}
 	defer unlock()
-	fsSize, free, err := linux.FSSpace(s.drivePathRaw(""))
+	ask, err := s.space()
 	if err != nil {
-		return fmt.Errorf("measuring the data filesystem: %w", err)
+		return err
 	}
-	p := s.policy
-	p.Reserve = s.reserve(fsSize)
-	var promised int64
-	if !p.Overcommit {
-		promised = s.unallocated(p.PerDrive)
-	}
-	if err := admitDrive(driveAsk{FS: s.dir, Size: size, Free: free, Promised: promised, Policy: p}); err != nil {
+	ask.Size = size
+	if err := admitDrive(ask); err != nil {
 		return err
 	}
 	f, err := s.drives.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
