@@ -85,6 +85,8 @@ func TestLimitCeilings(t *testing.T) {
 				{"key maxima: memory", withCap, v1.CreateSandboxRequest{MemoryBytes: 1 << 30}, "memory 1 GiB exceeds API key " + capped.ID + "'s maximum of 512 MiB"},
 				{"key maxima: disk", withCap, v1.CreateSandboxRequest{DiskBytes: 1 << 30}, "disk 1 GiB exceeds API key " + capped.ID + "'s maximum of 512 MiB"},
 				{"key maxima: pids", withCap, v1.CreateSandboxRequest{Pids: 300}, "pids 300 exceeds API key " + capped.ID + "'s maximum of 200"},
+				{"key: no looser drive throttle than the default", withoutCap, small(v1.CreateSandboxRequest{IOBps: 1 << 40}),
+					"io_bps 1099511627776 exceeds the daemon's default of 16777216, which API key " + plain.ID + "'s sandboxes may not exceed without the daemon's --max-io-bps"},
 			} {
 				tc.req.Runtime = rt
 				sb, err := tc.c.Create(ctx, tc.req)

@@ -47,6 +47,10 @@ type Ceilings struct {
 	// FileBudget is the most open files (struct file) one sandbox's processes may hold
 	// together (0: Host.FileMax/HostShare).
 	FileBudget int64
+	// IODefaults are the daemon's default drive throttle. An API key's sandbox may not
+	// ask for more (a looser throttle takes I/O from its peers) unless the operator set
+	// the daemon's IO maxima; the operator on the unix socket may.
+	IODefaults Limits
 }
 
 // fileBudget is c.FileBudget or the host's share of fs.file-max; 0 when unknown.
@@ -88,6 +92,17 @@ func EffectiveLimits(req, defaults Limits, c Ceilings) (Limits, error) {
 	out := req
 	keyMax := func(what string) string {
 		return fmt.Sprintf("API key %s's maximum of %s", c.KeyID, what)
+	}
+	// An API key's sandbox keeps at least the default drive throttle unless the daemon
+	// has an IO maximum of its own.
+	keyIODefault := func(def, daemonMax int64) float64 {
+		if c.KeyID == "" || daemonMax > 0 {
+			return 0
+		}
+		return float64(def)
+	}
+	keyIOText := func(def, flag string) string {
+		return fmt.Sprintf("the daemon's default of %s, which API key %s's sandboxes may not exceed without the daemon's %s", def, c.KeyID, flag)
 	}
 	type field struct {
 		name   string
@@ -132,10 +147,12 @@ func EffectiveLimits(req, defaults Limits, c Ceilings) (Limits, error) {
 		{"io_bps", &bps, req.IOBps != 0, float64(defaults.IOBps), []limitCap{
 			{float64(c.Daemon.IOBps), "the daemon's maximum of " + count(float64(c.Daemon.IOBps))},
 			{float64(c.Key.IOBps), keyMax(count(float64(c.Key.IOBps)))},
+			{keyIODefault(c.IODefaults.IOBps, c.Daemon.IOBps), keyIOText(count(float64(c.IODefaults.IOBps)), "--max-io-bps")},
 		}, count},
 		{"io_iops", &iops, req.IOIops != 0, float64(defaults.IOIops), []limitCap{
 			{float64(c.Daemon.IOIops), "the daemon's maximum of " + count(float64(c.Daemon.IOIops))},
 			{float64(c.Key.IOIops), keyMax(count(float64(c.Key.IOIops)))},
+			{keyIODefault(c.IODefaults.IOIops, c.Daemon.IOIops), keyIOText(count(float64(c.IODefaults.IOIops)), "--max-io-iops")},
 		}, count},
 	}
 	for _, f := range fields {

@@ -232,7 +232,7 @@ func (m *Manager) validate(ctx context.Context, opts *CreateOptions) error {
 // ceilings are the bounds of the limits caller may ask for: the host's, the daemon's, and
 // its API key's maxima (none for the operator).
 func (m *Manager) ceilings(caller Caller) Ceilings {
-	c := Ceilings{Host: m.cfg.Host, Daemon: m.cfg.MaxLimits, FileBudget: m.cfg.FileBudget}
+	c := Ceilings{Host: m.cfg.Host, Daemon: m.cfg.MaxLimits, FileBudget: m.cfg.FileBudget, IODefaults: m.cfg.DefaultLimits}
 	if !caller.Operator {
 		c.Key, c.KeyID = caller.Max, caller.APIKey
 	}
