@@ -765,6 +765,12 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 			}
 		}
 		sb, err = markDeleting()
+		// The drive's blocks come back only when its loop device lets go of the unlinked
+		// file, a moment after the lazy unmount: try again for a while.
+		for wait := time.Now().Add(10 * time.Second); errors.Is(err, errdefs.ErrResourceExhausted) && time.Now().Before(wait) && ctx.Err() == nil; {
+			time.Sleep(100 * time.Millisecond)
+			sb, err = markDeleting()
+		}
 	}
 	unlock()
 	if err != nil {
