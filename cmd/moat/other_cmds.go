@@ -257,14 +257,21 @@ func printDoctor(r doctor.Report) {
 		}
 		fmt.Fprintln(tw, line)
 	}
-	fmt.Fprintln(tw, "KERNEL")
-	for _, k := range append(r.Kernel, r.Tools...) {
-		line := fmt.Sprintf("  %s\t%s\t%s", mark(k.OK), k.Name, k.Detail)
-		if !k.OK && k.Fix != "" {
-			line += "  → " + k.Fix
+	checks := func(title string, cs []doctor.Check) {
+		if len(cs) == 0 {
+			return
 		}
-		fmt.Fprintln(tw, line)
+		fmt.Fprintln(tw, title)
+		for _, k := range cs {
+			line := fmt.Sprintf("  %s\t%s\t%s", mark(k.OK), k.Name, k.Detail)
+			if !k.OK && k.Fix != "" {
+				line += "  → " + k.Fix
+			}
+			fmt.Fprintln(tw, line)
+		}
 	}
+	checks("KERNEL", append(r.Kernel, r.Tools...))
+	checks("STORAGE", r.Storage)
 	fmt.Fprintln(tw, "ISOLATION LEVELS")
 	for _, l := range r.Isolation {
 		line := fmt.Sprintf("  %s\t%s\t%s", mark(l.Available), l.Name, l.Detail)

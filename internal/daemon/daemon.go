@@ -208,7 +208,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	d.addCloser("storage", stor.Close)
 	// Each sandbox's init log (and its one rotated part) is written beside its drive.
-	stor.SetDiskPolicy(storage.DiskPolicy{Overcommit: cfg.DiskOvercommit, Reserve: cfg.DiskReserve, PerDrive: 2 * initlog.DefaultLimits.MaxBytes})
+	stor.SetDiskPolicy(storage.DiskPolicy{Overcommit: cfg.DiskOvercommit, Reserve: cfg.DiskReserve, PerDrive: logShare})
 
 	net := netns.New(cfg.RunDir, d.log.With("component", "netns"))
 	d.addCloser("network", net.Close)
@@ -302,9 +302,27 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 
 	d.api = apiserver.New(d.Manager, templates{stor}, events{st, d.Egress}, apiKeys{st}, secretStore{sec, d.Manager}, func(ctx context.Context) any {
-		return doctor.Run(ctx, ProbeRuntime)
+		r := doctor.Run(ctx, ProbeRuntime)
+		r.Storage = append(r.Storage, d.dataFSCheck(stor))
+		return r
 	}, apiserver.E2BConfig{Templates: cfg.E2BTemplates}, d.log.With("component", "api"))
 	return d, nil
+}
+
+// logShare is what each sandbox may write to the data filesystem beside its drive: its
+// capped init log and the rotated part.
+var logShare = 2 * initlog.DefaultLimits.MaxBytes
+
+// dataFSCheck is the doctor's finding on the data filesystem: how many more sandboxes with
+// the default drive it admits.
+func (d *Daemon) dataFSCheck(stor *storage.Store) doctor.Check {
+	sp, err := stor.Space()
+	if err != nil {
+		return doctor.Check{Name: "data filesystem", Detail: err.Error()}
+	}
+	disk := d.Manager.DefaultLimits().DiskBytes
+	return doctor.DataFilesystem(doctor.DataFS{FS: sp.FS, Free: sp.Free, Promised: sp.Promised, Reserve: sp.Reserve,
+		DefaultDisk: disk, Fits: sp.DrivesThatFit(disk, logShare), Size: storage.SizeText})
 }
 
 // ProbeRuntime is the doctor's runtime probe.

@@ -53,7 +53,35 @@ type Report struct {
 	Kernel    []Check   `json:"kernel"`
 	Tools     []Check   `json:"tools"`
 	Isolation []Level   `json:"isolation"`
-	OK        bool      `json:"ok"`
+	// Storage is about the daemon's data filesystem (filled in by the daemon).
+	Storage []Check `json:"storage,omitempty"`
+	OK      bool    `json:"ok"`
+}
+
+// DataFS is what the daemon measured of its data filesystem for DataFilesystem.
+type DataFS struct {
+	FS                      string
+	Free, Promised, Reserve int64 // bytes (storage.Space)
+	DefaultDisk             int64 // the default drive's size
+	Fits                    int64 // more default sandboxes admitted; -1: any (overcommitting)
+	Size                    func(int64) string
+}
+
+// DataFilesystem reports how many sandboxes with the default drive the data filesystem
+// still admits: free, less what is promised to drives and the reserve. Pure.
+func DataFilesystem(d DataFS) Check {
+	c := Check{Name: "data filesystem", OK: d.Fits != 0}
+	if d.Fits < 0 {
+		c.Detail = fmt.Sprintf("%s: %s free, %s reserved for the database and logs; drives are overcommitted (--disk-overcommit) and take space as sandboxes write",
+			d.FS, d.Size(d.Free), d.Size(d.Reserve))
+		return c
+	}
+	c.Detail = fmt.Sprintf("%s: %s free, %s of it promised to drives, %s reserved for the database and logs: room for %d more sandboxes with the default %s drive",
+		d.FS, d.Size(d.Free), d.Size(d.Promised), d.Size(d.Reserve), d.Fits, d.Size(d.DefaultDisk))
+	if d.Fits == 0 {
+		c.Fix = "creates with the default drive are refused (429): delete sandboxes or templates, enlarge the filesystem, or lower --default-disk"
+	}
+	return c
 }
 
 // RuntimeProber probes one runtime by name. Implemented with internal/runtime.

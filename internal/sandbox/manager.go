@@ -231,6 +231,9 @@ func (m *Manager) validate(ctx context.Context, opts *CreateOptions) error {
 
 // ceilings are the bounds of the limits caller may ask for: the host's, the daemon's, and
 // its API key's maxima (none for the operator).
+// DefaultLimits are the limits of a sandbox that asks for none, before the ceilings.
+func (m *Manager) DefaultLimits() Limits { return m.cfg.DefaultLimits }
+
 func (m *Manager) ceilings(caller Caller) Ceilings {
 	c := Ceilings{Host: m.cfg.Host, Daemon: m.cfg.MaxLimits, FileBudget: m.cfg.FileBudget, IODefaults: m.cfg.DefaultLimits}
 	if !caller.Operator {

@@ -127,6 +127,43 @@ func (s *Store) space() (driveAsk, error) {
 	return ask, nil
 }
 
+// Space is what the data filesystem holds for drives now (moat doctor).
+type Space struct {
+	FS         string `json:"fs"`
+	Free       int64  `json:"free_bytes"`     // what the filesystem can still allocate
+	Promised   int64  `json:"promised_bytes"` // promised to drives but not yet allocated
+	Reserve    int64  `json:"reserve_bytes"`  // kept for the database, logs and layers
+	Overcommit bool   `json:"overcommit"`
+}
+
+// Space measures the data filesystem as drive admission sees it.
+func (s *Store) Space() (Space, error) {
+	ask, err := s.space()
+	if err != nil {
+		return Space{}, err
+	}
+	return Space{FS: ask.FS, Free: ask.Free, Promised: ask.Promised, Reserve: ask.Policy.Reserve, Overcommit: ask.Policy.Overcommit}, nil
+}
+
+// DrivesThatFit is how many more drives of size bytes (each with perSandbox bytes of logs
+// beside it) the space admits; -1 when it admits any number (overcommit above the reserve).
+func (sp Space) DrivesThatFit(size, perSandbox int64) int64 {
+	left := sp.Free - sp.Promised - sp.Reserve
+	if sp.Overcommit {
+		if sp.Free > sp.Reserve {
+			return -1
+		}
+		return 0
+	}
+	if left <= 0 || size+perSandbox <= 0 {
+		return 0
+	}
+	return left / (size + perSandbox)
+}
+
+// SizeText prints n bytes for people: "1.5 GiB", "300 MiB".
+func SizeText(n int64) string { return sizeText(n) }
+
 // sizeText prints n bytes for people: "1.5 GiB", "300 MiB", "12 KiB", "17 bytes".
 func sizeText(n int64) string {
 	const unit = 1024

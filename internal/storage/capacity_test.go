@@ -102,6 +102,25 @@ func TestAdmitLayer(t *testing.T) {
 	}
 }
 
+func TestDrivesThatFit(t *testing.T) {
+	const M = int64(1 << 20)
+	for _, c := range []struct {
+		sp   Space
+		want int64
+	}{
+		{Space{Free: 1000 * M, Reserve: 200 * M}, 7},                    // (1000-200)/(100+8)
+		{Space{Free: 1000 * M, Promised: 500 * M, Reserve: 200 * M}, 2}, // (300)/(108)
+		{Space{Free: 100 * M, Reserve: 200 * M}, 0},                     // inside the reserve
+		{Space{Free: 1000 * M, Promised: 1 << 40, Reserve: 200 * M}, 0}, // promised beyond free
+		{Space{Free: 1000 * M, Reserve: 200 * M, Overcommit: true}, -1}, // any number
+		{Space{Free: 100 * M, Reserve: 200 * M, Overcommit: true}, 0},   // not even overcommitting
+	} {
+		if got := c.sp.DrivesThatFit(100*M, 8*M); got != c.want {
+			t.Errorf("%+v: %d drives fit, want %d", c.sp, got, c.want)
+		}
+	}
+}
+
 func TestDefaultReserve(t *testing.T) {
 	for _, c := range []struct{ fs, want int64 }{
 		{600 << 20, 256 << 20}, // small: the floor
