@@ -120,37 +120,44 @@ func TestLimitListenerPerAddress(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	dialFrom := func(src string) net.Conn {
+	// dial connects from src and reports whether the listener serves the connection: an
+	// accepted one stays open; a refused one is reset, at the dial or at the first read.
+	dial := func(src string) (net.Conn, bool) {
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
 		c, err := d.Dial("tcp", raw.Addr().String())
 		if err != nil {
-			t.Fatal(err)
+			return nil, false
 		}
 		t.Cleanup(func() { c.Close() })
-		return c
+		return c, stillOpen(c)
 	}
-	served := func(c net.Conn) bool {
-		// An accepted connection stays open; a refused one is reset (read error).
-		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-		_, err := c.Read(make([]byte, 1))
-		ne, ok := err.(net.Error)
-		return ok && ne.Timeout()
+	a1, ok1 := dial("127.0.0.1")
+	a2, ok2 := dial("127.0.0.1")
+	if !ok1 || !ok2 {
+		t.Fatal("the first two connections from one address were refused")
 	}
-	a1, a2 := dialFrom("127.0.0.1"), dialFrom("127.0.0.1")
 	first := <-accepted
 	<-accepted
-	if a3 := dialFrom("127.0.0.1"); served(a3) {
+	if _, ok := dial("127.0.0.1"); ok {
 		t.Error("a third connection from one address over its cap of 2 was served")
 	}
-	if b := dialFrom("127.0.0.2"); !served(b) {
+	if _, ok := dial("127.0.0.2"); !ok {
 		t.Error("another address was refused while the listener had room")
 	}
 	<-accepted
-	if !served(a1) || !served(a2) {
+	if !stillOpen(a1) || !stillOpen(a2) {
 		t.Error("the first address's connections were cut")
 	}
 	first.Close()
-	if a4 := dialFrom("127.0.0.1"); !served(a4) {
+	if _, ok := dial("127.0.0.1"); !ok {
 		t.Error("a place freed by a closed connection was not given to its address")
 	}
+}
+
+// stillOpen reports whether c is open and quiet: a read times out rather than failing.
+func stillOpen(c net.Conn) bool {
+	c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	_, err := c.Read(make([]byte, 1))
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
 }
