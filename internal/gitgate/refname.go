@@ -17,8 +17,7 @@ const MaxRefNameLen = 1024
 //
 //   - anything not under "refs/", an empty component ("//", a leading or trailing "/");
 //   - a component that starts with "." or ends with ".lock";
-//   - "..", "@{", the name "@" (or a component "@" alone is fine, as in git);
-//   - a trailing ".";
+//   - "..", "@{", a trailing ".";
 //   - ASCII control characters (below 0x20, and DEL), space, "~", "^", ":", "?", "*", "[",
 //     and "\";
 //   - (moat) any byte outside ASCII: git allows UTF-8 there, moat does not, so every ref
@@ -40,8 +39,6 @@ func checkRefName(name string) error {
 		return fmt.Errorf("longer than %d bytes", MaxRefNameLen)
 	case !strings.HasPrefix(name, "refs/"):
 		return fmt.Errorf(`not under "refs/"`)
-	case name == "@":
-		return fmt.Errorf(`is "@"`)
 	case strings.HasSuffix(name, "."):
 		return fmt.Errorf(`ends with "."`)
 	case strings.HasSuffix(name, "/"):
