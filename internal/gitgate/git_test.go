@@ -120,6 +120,8 @@ type gateServer struct {
 	caps   string
 	policy *Policy
 	ff     FastForward
+	// report, when set, replaces RefusalReport.
+	report func(*Request, Decision) Report
 
 	mu       sync.Mutex
 	requests []*Request
@@ -166,6 +168,9 @@ func (s *gateServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		d := s.policy.Decide(req, s.ff)
 		rep := RefusalReport(d)
+		if s.report != nil {
+			rep = s.report(req, d)
+		}
 		w.Header().Set("Content-Type", ContentTypeResult)
 		if err := WriteReport(w, req.Capabilities, rep); err != nil {
 			s.t.Errorf("WriteReport: %v", err)
