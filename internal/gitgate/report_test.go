@@ -99,7 +99,7 @@ func TestWriteReportSideband(t *testing.T) {
 	if err := WriteReport(&sb, Capabilities{"report-status", "side-band"}, long); err != nil {
 		t.Fatal(err)
 	}
-	if b1, b2 := demux(t, sb.Bytes(), 996); !bytes.Equal(b1, plain.Bytes()) || len(b2) != 995 {
+	if b1, b2 := demux(t, sb.Bytes(), 996); !bytes.Equal(b1, plain.Bytes()) || len(b2) != MaxReasonLen+1 {
 		t.Errorf("split report: band 1 equal %v, band 2 %d bytes", bytes.Equal(b1, plain.Bytes()), len(b2))
 	}
 }
