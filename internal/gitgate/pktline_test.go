@@ -109,3 +109,19 @@ func TestPktWriter(t *testing.T) {
 		t.Fatalf("over-long line: %v, wrote %d bytes", err, b.Len())
 	}
 }
+
+// Reading a line allocates nothing, whatever its length: memory is the reader's buffer.
+func TestPktReaderAllocs(t *testing.T) {
+	line := []byte("fff0" + strings.Repeat("x", MaxPktData))
+	src := bytes.NewReader(line)
+	r := NewPktReader(src)
+	allocs := testing.AllocsPerRun(100, func() {
+		src.Reset(line)
+		if _, _, err := r.Read(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per line", allocs)
+	}
+}
