@@ -128,8 +128,15 @@ type gateServer struct {
 }
 
 func (s *gateServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch {
-	case r.Method == http.MethodGet && r.URL.Path == "/repo.git/info/refs" && r.URL.Query().Get("service") == "git-receive-pack":
+	// Route as the gate will: by Classify.
+	service, repo, err := Classify(r.Method, r.URL)
+	if err != nil || repo != "/repo.git" {
+		s.t.Errorf("Classify(%s %s) = %v %q %v", r.Method, r.URL, service, repo, err)
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	switch service {
+	case PushAdvertisement:
 		var b bytes.Buffer
 		pw := NewPktWriter(&b)
 		_ = pw.WriteString("# service=git-receive-pack\n")
@@ -150,7 +157,7 @@ func (s *gateServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", ContentTypeAdvertisement)
 		w.Header().Set("Cache-Control", "no-cache")
 		_, _ = w.Write(b.Bytes())
-	case r.Method == http.MethodPost && r.URL.Path == "/repo.git/git-receive-pack":
+	case Push:
 		body := readBody(s.t, r)
 		req, err := ParseReceivePack(bytes.NewReader(body), Limits{})
 		if err != nil {
