@@ -16,6 +16,7 @@ func FuzzPktLine(f *testing.F) {
 	f.Add([]byte("0009hello0000000100020004"))
 	f.Add([]byte("fff0"))
 	f.Add([]byte("000Ahello!0003"))
+	f.Add(body([]string{"# service=git-receive-pack", "", a1 + " refs/heads/main\x00report-status push-cert=1-a push-options", ""}, ""))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		r := NewPktReader(bytes.NewReader(in))
 		var out bytes.Buffer
@@ -55,6 +56,27 @@ func FuzzPktLine(f *testing.F) {
 		again, err := readAll(t, out.String())
 		if err != nil || len(again) != len(kinds) {
 			t.Fatalf("rewritten lines do not read back: %d lines, %v", len(again), err)
+		}
+
+		// The same bytes as an advertisement: filtering is idempotent and removes what it
+		// must.
+		var adv bytes.Buffer
+		if FilterAdvertisement(&adv, bytes.NewReader(in)) == nil {
+			var again bytes.Buffer
+			if err := FilterAdvertisement(&again, bytes.NewReader(adv.Bytes())); err != nil || !bytes.Equal(again.Bytes(), adv.Bytes()) {
+				t.Fatalf("filtering is not idempotent: %v", err)
+			}
+			lines, _ := readAll(t, adv.String())
+			for _, l := range lines {
+				if _, caps, ok := strings.Cut(l.data, "\x00"); ok {
+					for _, c := range strings.Fields(caps) {
+						if c == "push-options" || strings.HasPrefix(c, "push-cert=") || c == "push-cert" {
+							t.Fatalf("filtered advertisement has %q", c)
+						}
+					}
+					break
+				}
+			}
 		}
 	})
 }
