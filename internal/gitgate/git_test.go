@@ -486,3 +486,42 @@ func seed(t *testing.T, name string, body []byte) {
 		t.Fatal(err)
 	}
 }
+
+// A shallow clone (git clone --depth 1, common for agents) sends its shallow boundary with
+// every push. Moat does not refuse it for that: the lines grant nothing, and the real
+// server takes the push.
+func TestRealGitShallowClientPush(t *testing.T) {
+	g := newGitEnv(t)
+	root := t.TempDir()
+	seedRepo := t.TempDir()
+	g.must(seedRepo, "init", "-q", "-b", "main")
+	g.commit(seedRepo, "a", "1\n")
+	g.commit(seedRepo, "b", "2\n")
+	g.must(root, "clone", "-q", "--bare", seedRepo, "srv.git")
+	g.must(filepath.Join(root, "srv.git"), "config", "http.receivepack", "true")
+	rec := newRecordingBackend(t, g, root)
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+
+	client := filepath.Join(t.TempDir(), "c")
+	g.must(root, "clone", "-q", "--depth", "1", srv.URL+"/srv.git", client)
+	boundary := g.must(client, "rev-parse", "HEAD")
+	g.commit(client, "c", "3\n")
+	g.must(client, "push", "-q", "origin", "HEAD:refs/heads/agent/t/x")
+
+	req, err := ParseReceivePack(bytes.NewReader(rec.last(t)), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(req.Shallow) != 1 || req.Shallow[0] != boundary {
+		t.Fatalf("shallow lines %q, want [%s]", req.Shallow, boundary)
+	}
+	p, err := Compile(PolicySpec{Prefix: "refs/heads/agent/t/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := p.Decide(req, nil); !d.Allow {
+		t.Fatalf("shallow client's push refused: %+v", d)
+	}
+	seed(t, "push-shallow-sha1", rec.last(t))
+}
