@@ -13,17 +13,17 @@ func TestProtectedDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	hits := map[string]string{
-		".github/workflows/ci.yml":       ".github/workflows/**",
-		".github/workflows/sub/x.yaml":   ".github/workflows/**",
-		".github/workflows":              ".github/workflows/**", // a file replacing the directory
-		".gitlab-ci.yml":                 ".gitlab-ci.yml",
-		".circleci/config.yml":           ".circleci/**",
-		"CODEOWNERS":                     "CODEOWNERS",
-		".github/CODEOWNERS":             ".github/CODEOWNERS",
-		"docs/CODEOWNERS":                "docs/CODEOWNERS",
-		".gitlab/CODEOWNERS":             ".gitlab/CODEOWNERS",
-		".moat/policy.yaml":              ".moat/**",
-		".moat":                          ".moat/**",
+		".github/workflows/ci.yml":     ".github/workflows/**",
+		".github/workflows/sub/x.yaml": ".github/workflows/**",
+		".github/workflows":            ".github/workflows/**", // a file replacing the directory
+		".gitlab-ci.yml":               ".gitlab-ci.yml",
+		".circleci/config.yml":         ".circleci/**",
+		"CODEOWNERS":                   "CODEOWNERS",
+		".github/CODEOWNERS":           ".github/CODEOWNERS",
+		"docs/CODEOWNERS":              "docs/CODEOWNERS",
+		".gitlab/CODEOWNERS":           ".gitlab/CODEOWNERS",
+		".moat/policy.yaml":            ".moat/**",
+		".moat":                        ".moat/**",
 	}
 	misses := []string{
 		"README.md", "src/.github/workflows/ci.yml", "sub/.gitlab-ci.yml", "src/CODEOWNERS",
