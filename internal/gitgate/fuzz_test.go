@@ -229,7 +229,7 @@ func refMatch(g, p []string, fold bool) bool {
 }
 
 func FuzzProtectedPaths(f *testing.F) {
-	for _, g := range DefaultProtected {
+	for _, g := range DefaultProtected() {
 		f.Add(g, ".github/workflows/ci.yml", false)
 	}
 	f.Add("a/**/b/**/c", "a/1/b/2/b/3/c", false)

@@ -7,18 +7,20 @@ import (
 	"github.com/moatdev/moat/internal/errdefs"
 )
 
-// DefaultProtected are the path globs protected in every sandbox: CI definitions that run
-// with the repository's secrets, CODEOWNERS at every place GitHub and GitLab read it, and
-// moat's own files.
-var DefaultProtected = []string{
-	".github/workflows/**",
-	".gitlab-ci.yml",
-	".circleci/**",
-	"CODEOWNERS",
-	".github/CODEOWNERS",
-	"docs/CODEOWNERS",
-	".gitlab/CODEOWNERS",
-	".moat/**",
+// DefaultProtected returns the path globs protected in every sandbox (a new slice each
+// call): CI definitions that run with the repository's secrets, CODEOWNERS at every place
+// GitHub and GitLab read it, and moat's own files.
+func DefaultProtected() []string {
+	return []string{
+		".github/workflows/**",
+		".gitlab-ci.yml",
+		".circleci/**",
+		"CODEOWNERS",
+		".github/CODEOWNERS",
+		"docs/CODEOWNERS",
+		".gitlab/CODEOWNERS",
+		".moat/**",
+	}
 }
 
 // MaxPathLen bounds a path given to PathMatcher.Match (git itself allows longer paths; moat
@@ -56,7 +58,7 @@ type Hit struct {
 	Glob string
 }
 
-// NewPathMatcher compiles globs (typically DefaultProtected plus the operator's list). An
+// NewPathMatcher compiles globs (typically DefaultProtected() plus the operator's list). An
 // invalid glob is errdefs.ErrInvalidArgument.
 func NewPathMatcher(globs []string, opts MatcherOptions) (*PathMatcher, error) {
 	m := &PathMatcher{fold: opts.CaseInsensitive}

@@ -8,7 +8,7 @@ import (
 )
 
 func TestProtectedDefaults(t *testing.T) {
-	m, err := NewPathMatcher(DefaultProtected, MatcherOptions{})
+	m, err := NewPathMatcher(DefaultProtected(), MatcherOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestPathMatcherGlobs(t *testing.T) {
 }
 
 func TestPathMatcherCaseInsensitive(t *testing.T) {
-	m, err := NewPathMatcher(DefaultProtected, MatcherOptions{CaseInsensitive: true})
+	m, err := NewPathMatcher(DefaultProtected(), MatcherOptions{CaseInsensitive: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestPathMatcherInvalid(t *testing.T) {
 			t.Errorf("glob %q: %v, want ErrInvalidArgument", g, err)
 		}
 	}
-	m, err := NewPathMatcher(DefaultProtected, MatcherOptions{})
+	m, err := NewPathMatcher(DefaultProtected(), MatcherOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

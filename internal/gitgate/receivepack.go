@@ -146,8 +146,9 @@ func ParseReceivePack(r io.Reader, lim Limits) (*Request, error) {
 	sig, err := br.Peek(4)
 	switch {
 	case len(sig) == 0 && errors.Is(err, io.EOF):
-		// No pack: fine only when nothing needs objects; Decide refuses deletions anyway,
-		// but say what is wrong.
+		// No pack: git sends none when every command is a deletion. Whether a
+		// creation or update without one can stand is the host's business (it has the
+		// objects or refuses).
 	case string(sig) == "PACK":
 		req.Pack = br
 	case err != nil && !errors.Is(err, io.EOF):
