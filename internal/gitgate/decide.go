@@ -64,7 +64,8 @@ type Verdict struct {
 	Command Command
 	Allow   bool
 	// Rule names what decided, for the audit log: "agent-prefix", "outside-prefix",
-	// "delete", "tag", "non-fast-forward", "push-cert", "push-options", "all-or-nothing".
+	// "delete", "tag", "non-fast-forward", "push-cert", "push-options", "protected-path",
+	// "all-or-nothing".
 	Rule string
 	// Reason is a sentence for the person reading git push's output ("" when allowed).
 	// It is plain ASCII without newlines, fit for an "ng" line.
@@ -104,6 +105,7 @@ const (
 	RulePushCert       = "push-cert"
 	RulePushOptions    = "push-options"
 	RuleAllOrNothing   = "all-or-nothing"
+	RuleProtectedPath  = "protected-path"
 )
 
 // Decide decides req's commands. It does no I/O; ff is called as documented at FastForward
@@ -158,4 +160,39 @@ func (p *Policy) decide(req *Request, c Command, ff FastForward) Verdict {
 		v.Rule, v.Reason = RuleNonFastForward, "non-fast-forward updates (rewriting pushed history) are not allowed; push a new branch under "+p.prefix
 	}
 	return v
+}
+
+// WithProtected refuses, in d, every allowed command whose ref has hits (protected paths
+// its update touches, from PathMatcher.Match, keyed by ref name), with rule
+// "protected-path" and a reason naming the first path, its glob and how many more there
+// are; then one refusal refuses all, as in Decide. Commands already refused keep their
+// verdict. d is not modified. For a push held for approval instead, the caller keeps d
+// and records the hits.
+func WithProtected(d Decision, hits map[string][]Hit) Decision {
+	out := Decision{Allow: true, Verdicts: make([]Verdict, len(d.Verdicts))}
+	for i, v := range d.Verdicts {
+		if h := hits[v.Command.Ref]; v.Allow && len(h) > 0 {
+			v = Verdict{Command: v.Command, Rule: RuleProtectedPath, Reason: protectedReason(h)}
+		}
+		out.Verdicts[i] = v
+		out.Allow = out.Allow && v.Allow
+	}
+	if out.Allow {
+		return out
+	}
+	for i, v := range out.Verdicts {
+		if v.Allow {
+			out.Verdicts[i] = Verdict{Command: v.Command, Rule: RuleAllOrNothing,
+				Reason: "refused because another ref in this push was refused"}
+		}
+	}
+	return out
+}
+
+func protectedReason(h []Hit) string {
+	r := fmt.Sprintf("touches protected path %+q (protected by %+q)", truncate(h[0].Path, 200), truncate(h[0].Glob, 100))
+	if len(h) > 1 {
+		r += fmt.Sprintf(" and %d more", len(h)-1)
+	}
+	return r
 }

@@ -133,3 +133,43 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+func TestWithProtected(t *testing.T) {
+	p, err := Compile(PolicySpec{Prefix: "refs/heads/agent/t/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &Request{Commands: []Command{{z1, a1, "refs/heads/agent/t/ci"}, {z1, a1, "refs/heads/agent/t/ok"}}}
+	d := p.Decide(req, nil)
+	hits := map[string][]Hit{"refs/heads/agent/t/ci": {
+		{Path: ".github/workflows/ci.yml", Glob: ".github/workflows/**"},
+		{Path: "CODEOWNERS", Glob: "CODEOWNERS"},
+	}}
+	got := WithProtected(d, hits)
+	if !d.Allow || got.Allow {
+		t.Fatalf("Allow: before %v, after %v", d.Allow, got.Allow)
+	}
+	want := `touches protected path ".github/workflows/ci.yml" (protected by ".github/workflows/**") and 1 more`
+	if v := got.Verdicts[0]; v.Rule != RuleProtectedPath || v.Reason != want {
+		t.Errorf("verdict %+v", v)
+	}
+	if v := got.Verdicts[1]; v.Allow || v.Rule != RuleAllOrNothing {
+		t.Errorf("verdict %+v", v)
+	}
+	if r := got.Refused(); r[0].Rule != RuleProtectedPath {
+		t.Errorf("Refused() = %+v", r)
+	}
+	// No hits: unchanged. Refused commands keep their verdict.
+	if again := WithProtected(d, nil); !again.Allow {
+		t.Errorf("no hits: %+v", again)
+	}
+	main := p.Decide(&Request{Commands: []Command{{a1, b1, "refs/heads/main"}}}, nil)
+	if v := WithProtected(main, map[string][]Hit{"refs/heads/main": hits["refs/heads/agent/t/ci"]}).Verdicts[0]; v.Rule != RuleOutsidePrefix {
+		t.Errorf("refused verdict replaced: %+v", v)
+	}
+	// A path that is not ASCII is quoted as ASCII.
+	odd := WithProtected(d, map[string][]Hit{"refs/heads/agent/t/ok": {{Path: ".moat/caf\u00e9\n", Glob: ".moat/**"}}})
+	if r := odd.Verdicts[1].Reason; hasNonASCII(r) || strings.ContainsAny(r, "\n") {
+		t.Errorf("reason %q", r)
+	}
+}

@@ -213,6 +213,7 @@ func TestRealGitPushRefused(t *testing.T) {
 		setup    func() // runs before the push
 		push     []string
 		wantOK   bool
+		protect  bool     // check protected paths, against the advertised main
 		stderr   []string // must appear
 		noStderr []string // must not appear
 	}{
@@ -253,6 +254,15 @@ func TestRealGitPushRefused(t *testing.T) {
 			stderr: []string{"remote: moat: refs/heads/agent/t/new: push options (git push -o) are not accepted"},
 		},
 		{
+			name: "protected path", caps: withSideband, push: []string{"HEAD:refs/heads/agent/t/ci"}, protect: true,
+			setup: func() {
+				g.must(client, "checkout", "-q", "-b", "ci", "main")
+				g.commit(client, ".github/workflows/ci.yml", "on: push\n")
+			},
+			stderr: []string{`remote: moat: refs/heads/agent/t/ci: touches protected path ".github/workflows/ci.yml" (protected by ".github/workflows/**")`,
+				`! [remote rejected] HEAD -> agent/t/ci (moat: touches protected path ".github/workflows/ci.yml"`},
+		},
+		{
 			name: "fast-forward on the agent branch", caps: withSideband, push: []string{"HEAD:refs/heads/agent/t/work"},
 			setup:  func() { g.must(client, "checkout", "-q", "main"); g.commit(client, "ff", "ff\n") },
 			wantOK: true, stderr: []string{base[:7] + ".."},
@@ -269,6 +279,26 @@ func TestRealGitPushRefused(t *testing.T) {
 			s := &gateServer{t: t, caps: tc.caps, policy: policy, ff: ff, refs: map[string]string{
 				"refs/heads/main": base, "refs/heads/agent/t/work": base,
 			}}
+			if tc.protect {
+				// The test stands in for the quarantine: touched paths are the difference
+				// between the host's main and the pushed tip.
+				m, err := NewPathMatcher(DefaultProtected(), MatcherOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.report = func(req *Request, d Decision) Report {
+					hits := map[string][]Hit{}
+					for _, c := range req.Commands {
+						out := g.must(client, "diff", "--name-only", "-z", base, c.New)
+						h, err := m.Match(strings.Split(strings.TrimRight(out, "\x00"), "\x00"))
+						if err != nil {
+							t.Errorf("Match: %v", err)
+						}
+						hits[c.Ref] = h
+					}
+					return RefusalReport(WithProtected(d, hits))
+				}
+			}
 			srv := httptest.NewServer(s)
 			defer srv.Close()
 			args := append([]string{"push", "--porcelain=false", srv.URL + "/repo.git"}, tc.push...)
