@@ -12,6 +12,7 @@
 //     of a push is a push or an error.
 //   - [FilterAdvertisement]: the host's receive-pack advertisement without the capabilities
 //     moat refuses (push-cert, push-options), so git refuses --signed and -o itself.
+//   - [DecodeBody]: the request body without its gzip Content-Encoding, bounded.
 //   - [PktReader] and [PktWriter]: git's pkt-line framing, strictly (4 hex digits, flush
 //     0000, delim 0001, response-end 0002, at most 65520 bytes a line); a reader never holds
 //     more than one line.

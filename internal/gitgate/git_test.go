@@ -2,8 +2,8 @@ package gitgate
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
+	"crypto/rand"
 	"crypto/sha1"
 	"crypto/sha256"
 	"errors"
@@ -96,16 +96,12 @@ func (g *gitEnv) commit(dir, file, content string) string {
 
 func readBody(t *testing.T, r *http.Request) []byte {
 	t.Helper()
-	var body io.Reader = r.Body
-	if r.Header.Get("Content-Encoding") == "gzip" {
-		zr, err := gzip.NewReader(r.Body)
-		if err != nil {
-			t.Errorf("gzip request: %v", err)
-			return nil
-		}
-		body = zr
+	body, err := DecodeBody(r.Body, r.Header.Get("Content-Encoding"), 64<<20)
+	if err != nil {
+		t.Errorf("request body: %v", err)
+		return nil
 	}
-	b, err := io.ReadAll(io.LimitReader(body, 64<<20))
+	b, err := io.ReadAll(body)
 	if err != nil {
 		t.Errorf("reading request: %v", err)
 	}
@@ -347,6 +343,7 @@ type recordingBackend struct {
 	backend http.Handler
 	mu      sync.Mutex
 	bodies  [][]byte
+	chunked []bool // per body: sent with chunked transfer coding
 }
 
 func newRecordingBackend(t *testing.T, g *gitEnv, root string) *recordingBackend {
@@ -365,16 +362,15 @@ func (b *recordingBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			b.t.Errorf("reading request: %v", err)
 		}
-		body := raw
-		if r.Header.Get("Content-Encoding") == "gzip" {
-			zr, err := gzip.NewReader(bytes.NewReader(raw))
-			if err == nil {
-				body, err = io.ReadAll(zr)
-			}
-			if err != nil {
-				b.t.Errorf("gzip request: %v", err)
-			}
+		dec, err := DecodeBody(bytes.NewReader(raw), r.Header.Get("Content-Encoding"), 64<<20)
+		var body []byte
+		if err == nil {
+			body, err = io.ReadAll(dec)
 		}
+		if err != nil {
+			b.t.Errorf("request body: %v", err)
+		}
+		b.chunked = append(b.chunked, len(r.TransferEncoding) > 0 && r.TransferEncoding[0] == "chunked")
 		b.mu.Lock()
 		b.bodies = append(b.bodies, body)
 		b.mu.Unlock()
@@ -554,4 +550,34 @@ func TestRealGitShallowClientPush(t *testing.T) {
 		t.Fatalf("shallow client's push refused: %+v", d)
 	}
 	seed(t, "push-shallow-sha1", rec.last(t))
+}
+
+// A push larger than http.postBuffer is sent chunked; net/http undoes the chunking and the
+// parser sees the same request.
+func TestRealGitChunkedPush(t *testing.T) {
+	g := newGitEnv(t)
+	root := t.TempDir()
+	g.must(root, "init", "-q", "--bare", "srv.git")
+	g.must(filepath.Join(root, "srv.git"), "config", "http.receivepack", "true")
+	rec := newRecordingBackend(t, g, root)
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+
+	client := t.TempDir()
+	g.must(client, "init", "-q", "-b", "main")
+	big := make([]byte, 512<<10)
+	for i := range big {
+		big[i] = byte(i*7919 + i>>8*31) // not compressible to nothing
+	}
+	if _, err := rand.Read(big[:256<<10]); err != nil {
+		t.Fatal(err)
+	}
+	tip := g.commit(client, "big.bin", string(big))
+	g.must(client, "-c", "http.postBuffer=65536", "push", "-q", srv.URL+"/srv.git", "HEAD:refs/heads/agent/t/big")
+	if !rec.chunked[len(rec.chunked)-1] {
+		t.Fatal("git did not send the push chunked")
+	}
+	quarantine := t.TempDir()
+	g.must(quarantine, "init", "-q", "--bare")
+	parseCaptured(t, g, quarantine, SHA1, rec.last(t), Command{Old: SHA1.ZeroID(), New: tip, Ref: "refs/heads/agent/t/big"})
 }
