@@ -48,7 +48,9 @@ func (s Service) String() string {
 // else: path segments are compared without case, a "git-receive-pack" segment anywhere
 // makes the request a push whatever follows it, and every "service" query parameter (keys
 // without case) counts. It returns errdefs.ErrInvalidArgument, for the gate to refuse, for:
-// percent-encoded paths ("%" in the escaped path: servers differ in what they decode), a
+// percent-encoded paths ("%" in the escaped path: servers differ in what they decode),
+// paths with "\", ";" (Java servers drop ";params" from a segment) or "." and ".."
+// segments (servers differ in how they clean them), a
 // malformed or ambiguous query (two service values), a service other than upload-pack and
 // receive-pack, and a push service reached by a method other than the protocol's (POST
 // for the service, GET or HEAD for the advertisement). WebDAV methods (git http-push's
@@ -69,8 +71,8 @@ func Classify(method string, u *url.URL) (Service, string, error) {
 	default:
 		return bad("unknown method")
 	}
-	if strings.Contains(u.EscapedPath(), "%") || strings.Contains(u.Path, "\\") {
-		return bad("percent-encoded or backslash path")
+	if strings.Contains(u.EscapedPath(), "%") || strings.ContainsAny(u.Path, "\\;") {
+		return bad(`percent-encoded path, or "\" or ";" in it`)
 	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
@@ -89,6 +91,11 @@ func Classify(method string, u *url.URL) (Service, string, error) {
 		}
 	}
 	segs := strings.Split(u.Path, "/")
+	for _, s := range segs {
+		if s == "." || s == ".." {
+			return bad(`"." or ".." in the path`)
+		}
+	}
 	for i, s := range segs {
 		if strings.EqualFold(s, "git-receive-pack") {
 			if !strings.EqualFold(method, "POST") {

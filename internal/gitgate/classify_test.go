@@ -43,6 +43,10 @@ func TestClassify(t *testing.T) {
 		{"GET", "/o/r.git/info/refs?service=%zz", 0, "", true},
 		{"GET", "/o/r.git/other?service=git-receive-pack", 0, "", true},
 		{"POST", `/o/r.git\git-receive-pack`, 0, "", true},
+		{"POST", "/o/r.git/git-receive-pack;jsessionid=1", 0, "", true},
+		{"POST", "/o/r.git/x/../git-receive-pack", 0, "", true},
+		{"GET", "/o/r.git/info/refs/.?service=git-upload-pack", 0, "", true},
+		{"GET", "/o/r.git/./info/refs?service=git-receive-pack", 0, "", true},
 		// git http-push (WebDAV) writes refs and objects directly.
 		{"PUT", "/o/r.git/objects/ab/cdef", 0, "", true},
 		{"MKCOL", "/o/r.git/objects/ab/", 0, "", true},
