@@ -48,9 +48,10 @@ func (s Service) String() string {
 // else: path segments are compared without case, a "git-receive-pack" segment anywhere
 // makes the request a push whatever follows it, and every "service" query parameter (keys
 // without case) counts. It returns errdefs.ErrInvalidArgument, for the gate to refuse, for:
-// percent-encoded paths ("%" in the escaped path: servers differ in what they decode),
-// paths with "\", ";" (Java servers drop ";params" from a segment) or "." and ".."
-// segments (servers differ in how they clean them), a
+// a path that names receive-pack, upload-pack or info/refs (or a request with a service
+// parameter) and is percent-encoded ("%" in the escaped path: servers differ in what they
+// decode), or has "\", ";" (Java servers drop ";params" from a segment) or "." and ".."
+// segments (servers differ in how they clean them); a
 // malformed or ambiguous query (two service values), a service other than upload-pack and
 // receive-pack, and a push service reached by a method other than the protocol's (POST
 // for the service, GET or HEAD for the advertisement). WebDAV methods (git http-push's
@@ -71,9 +72,6 @@ func Classify(method string, u *url.URL) (Service, string, error) {
 	default:
 		return bad("unknown method")
 	}
-	if strings.Contains(u.EscapedPath(), "%") || strings.ContainsAny(u.Path, "\\;") {
-		return bad(`percent-encoded path, or "\" or ";" in it`)
-	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
 		return bad("malformed query")
@@ -91,9 +89,17 @@ func Classify(method string, u *url.URL) (Service, string, error) {
 		}
 	}
 	segs := strings.Split(u.Path, "/")
-	for _, s := range segs {
-		if s == "." || s == ".." {
-			return bad(`"." or ".." in the path`)
+	// Where the request may be meant for git, spellings servers read differently are
+	// refused; elsewhere (a host's web pages and API) they are the caller's business.
+	lower := strings.ToLower(u.Path)
+	if service != "" || strings.Contains(lower, "receive-pack") || strings.Contains(lower, "upload-pack") || strings.Contains(lower, "info/refs") {
+		if strings.Contains(u.EscapedPath(), "%") || strings.ContainsAny(u.Path, "\\;") {
+			return bad(`percent-encoded path, or "\" or ";" in it`)
+		}
+		for _, s := range segs {
+			if s == "." || s == ".." {
+				return bad(`"." or ".." in the path`)
+			}
 		}
 	}
 	for i, s := range segs {

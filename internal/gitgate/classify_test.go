@@ -25,6 +25,8 @@ func TestClassify(t *testing.T) {
 		{"GET", "/o/r.git/HEAD", Other, "", false},
 		{"GET", "/o/r", Other, "", false},
 		{"PUT", "/repos/o/r/issues/1", Other, "", false},
+		{"GET", "/repos/o/r/branches/agent%2Ft%2Fx", Other, "", false},
+		{"GET", "/o/r/blob/main/a/../b;x", Other, "", false},
 		// Other spellings of a push are pushes (or refused), never something else.
 		{"POST", "/o/r.git/GIT-RECEIVE-PACK", Push, "/o/r.git", false},
 		{"POST", "/o/r.git/git-receive-pack/", Push, "/o/r.git", false},
