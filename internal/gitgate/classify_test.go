@@ -97,8 +97,13 @@ func FuzzClassify(f *testing.F) {
 		if s == Push && !strings.EqualFold(method, "POST") {
 			t.Fatalf("push by %s", method)
 		}
-		if strings.Contains(strings.ToLower(u.RawQuery), "receive-pack") && s != Push && s != PushAdvertisement && s != Other {
-			t.Fatalf("%s %q mentions receive-pack, classified %v", method, raw, s)
+		q, _ := url.ParseQuery(u.RawQuery)
+		for k, vs := range q {
+			for _, v := range vs {
+				if strings.EqualFold(k, "service") && strings.EqualFold(v, "git-receive-pack") && s != Push && s != PushAdvertisement {
+					t.Fatalf("%s %q asks for receive-pack, classified %v", method, raw, s)
+				}
+			}
 		}
 	})
 }
