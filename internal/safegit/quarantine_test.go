@@ -1,0 +1,224 @@
+package safegit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moatdev/moat/internal/errdefs"
+)
+
+// TestQuarantineConfigOnly: the only configuration git reads in a quarantine is moat's
+// config file and moat's command-line overrides — not the daemon's HOME, system config,
+// XDG config, or GIT_* variables of the daemon's environment.
+func TestQuarantineConfigOnly(t *testing.T) {
+	evilHome := t.TempDir()
+	writeFile(t, filepath.Join(evilHome, ".gitconfig"), "[core]\n\tpager = evil-home\n[include]\n\tpath = /etc/evil\n", 0o644)
+	writeFile(t, filepath.Join(evilHome, "xdg/git/config"), "[core]\n\tpager = evil-xdg\n", 0o644)
+	t.Setenv("HOME", evilHome)
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(evilHome, "xdg"))
+	t.Setenv("GIT_CONFIG_PARAMETERS", "'core.fsmonitor'='evil-params'")
+	t.Setenv("GIT_CONFIG_COUNT", "1")
+	t.Setenv("GIT_CONFIG_KEY_0", "core.editor")
+	t.Setenv("GIT_CONFIG_VALUE_0", "evil-count")
+	t.Setenv("GIT_DIR", evilHome)
+
+	q := testQuarantine(t, Options{})
+	out, err := q.run(context.Background(), invocation{args: []string{"config", "--show-origin", "--show-scope", "--list", "-z"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := "file:" + filepath.Join(q.GitDir(), "config")
+	n := 0
+	for _, rec := range strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00") {
+		// -z --show-scope --show-origin: "SCOPE\0ORIGIN\0KEY\nVALUE" flattened as scope, origin, kv.
+		n++
+		if strings.Contains(rec, "evil") {
+			t.Errorf("config from outside moat: %q", rec)
+		}
+		_ = rec
+	}
+	recs := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	if len(recs)%3 != 0 {
+		t.Fatalf("unexpected config listing: %q", out)
+	}
+	sawFile := false
+	for i := 0; i < len(recs); i += 3 {
+		scope, origin := recs[i], recs[i+1]
+		switch {
+		case scope == "command" && origin == "command line:":
+		case scope == "local" && origin == cfgFile:
+			sawFile = true
+		default:
+			t.Errorf("config %q read from %s %s", recs[i+2], scope, origin)
+		}
+	}
+	if !sawFile {
+		t.Errorf("the quarantine's own config was not read: %q", out)
+	}
+	if !strings.Contains(string(out), "core.hookspath\n/dev/null") {
+		t.Errorf("core.hooksPath override missing: %q", out)
+	}
+
+	// The config is moat's, read-only, and Open refuses a changed one.
+	st, err := os.Stat(filepath.Join(q.GitDir(), "config"))
+	if err != nil || st.Mode().Perm() != 0o400 {
+		t.Fatalf("config mode %v, %v", st.Mode(), err)
+	}
+	if _, err := Open(q.dir, Options{}); err != nil {
+		t.Fatalf("Open of a fresh quarantine: %v", err)
+	}
+	if err := os.Chmod(filepath.Join(q.GitDir(), "config"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(q.GitDir(), "config"), []byte(quarantineConfig+"[include]\n\tpath = /tmp/x\n"), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(q.dir, Options{}); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Fatalf("Open of a quarantine with a changed config: %v", err)
+	}
+	// No sample hooks: the repository was made without templates.
+	if ents, err := os.ReadDir(filepath.Join(q.GitDir(), "hooks")); err == nil && len(ents) > 0 {
+		t.Errorf("quarantine has hooks: %v", ents)
+	}
+	if st, err := os.Stat(q.dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("quarantine dir mode %v, %v", st.Mode(), err)
+	}
+	if _, err := Create(context.Background(), q.dir, Options{}); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Errorf("Create over an existing quarantine: %v", err)
+	}
+}
+
+func TestReceivePack(t *testing.T) {
+	f := newFixture(t)
+	ctx := ctxT(t)
+
+	t.Run("thin pack needs its bases", func(t *testing.T) {
+		q := testQuarantine(t, Options{})
+		if _, err := q.ReceivePack(ctx, bytes.NewReader(f.thinPack)); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Fatalf("thin pack without bases: %v", err)
+		}
+		if ok, _ := q.HasCommit(ctx, f.tip); ok {
+			t.Fatal("tip present after a failed receive")
+		}
+		if err := (PathFetcher{Path: f.remote}).Fetch(ctx, q, []string{"refs/heads/main"}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := q.ReceivePack(ctx, bytes.NewReader(f.thinPack))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Bytes != int64(len(f.thinPack)) || res.Objects == 0 {
+			t.Errorf("result %+v, pack of %d bytes", res, len(f.thinPack))
+		}
+		if ok, err := q.HasCommit(ctx, f.tip); !ok || err != nil {
+			t.Fatalf("tip missing after receive: %v", err)
+		}
+	})
+
+	t.Run("limits", func(t *testing.T) {
+		q := testQuarantine(t, Options{MaxObjects: 2})
+		if _, err := q.ReceivePack(ctx, bytes.NewReader(f.thinPack)); !errors.Is(err, errdefs.ErrResourceExhausted) {
+			t.Errorf("too many objects: %v", err)
+		}
+		q = testQuarantine(t, Options{MaxPackBytes: 100})
+		_ = q.FetchPath(ctx, f.remote, []string{"refs/heads/main"})
+		if _, err := q.ReceivePack(ctx, bytes.NewReader(f.thinPack)); !errors.Is(err, errdefs.ErrResourceExhausted) {
+			t.Errorf("too many bytes: %v", err)
+		}
+		if ok, _ := q.HasCommit(ctx, f.tip); ok {
+			t.Error("tip present after an oversized pack")
+		}
+	})
+
+	t.Run("malformed", func(t *testing.T) {
+		q := testQuarantine(t, Options{})
+		_ = q.FetchPath(ctx, f.remote, []string{"refs/heads/main"})
+		for name, pack := range map[string][]byte{
+			"empty":     nil,
+			"not pack":  []byte("GET / HTTP/1.1\r\n\r\n"),
+			"version":   append([]byte("PACK\x00\x00\x00\x09\x00\x00\x00\x01"), f.thinPack[12:]...),
+			"truncated": f.thinPack[:len(f.thinPack)/2],
+			"corrupt":   append(append([]byte{}, f.thinPack[:len(f.thinPack)-5]...), 1, 2, 3, 4, 5),
+		} {
+			if _, err := q.ReceivePack(ctx, bytes.NewReader(pack)); !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Errorf("%s pack: %v", name, err)
+			}
+		}
+		if ok, _ := q.HasCommit(ctx, f.tip); ok {
+			t.Error("tip present after malformed packs")
+		}
+	})
+
+	t.Run("fsck refuses a broken commit", func(t *testing.T) {
+		dir := t.TempDir()
+		tgit(t, dir, nil, "init", "-q", "--bare", "b.git")
+		bad := "tree " + emptyTree + "\nauthor no-email-here 1 +0000\ncommitter x <x@y> 1 +0000\n\nbad\n"
+		id := tgit(t, filepath.Join(dir, "b.git"), []byte(bad), "hash-object", "-t", "commit", "-w", "--literally", "--stdin")
+		pack := tgitRaw(t, filepath.Join(dir, "b.git"), []byte(id+"\n"), "pack-objects", "--stdout", "-q")
+		q := testQuarantine(t, Options{})
+		if _, err := q.ReceivePack(ctx, bytes.NewReader(pack)); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Fatalf("broken commit accepted: %v", err)
+		}
+		if ok, _ := q.HasCommit(ctx, id); ok {
+			t.Error("broken commit present")
+		}
+	})
+
+	t.Run("cancel kills git", func(t *testing.T) {
+		q := testQuarantine(t, Options{})
+		ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		go pw.Write(f.thinPack[:100]) // then nothing: index-pack waits for more
+		start := time.Now()
+		_, err := q.ReceivePack(ctx, pr)
+		if err == nil || time.Since(start) > 10*time.Second {
+			t.Fatalf("receive of a stalled pack: %v after %v", err, time.Since(start))
+		}
+	})
+}
+
+func TestCheckNames(t *testing.T) {
+	for ref, ok := range map[string]bool{
+		"refs/heads/main": true, "refs/heads/agent/x-1": true, "refs/tags/v1.0": true,
+		"main": false, "refs/heads/": false, "refs/heads/a..b": false, "refs/heads/a b": false,
+		"refs/heads/x.lock": false, "refs/heads/.x": false, "refs/heads/a:b": false, "refs/heads/a@{1}": false,
+		"refs/heads/a^": false, "refs/heads/a~1": false, "refs//x": false, "refs/heads/x.": false,
+		"refs/heads/a\x00": false, "refs/heads/a\\b": false, "refs/heads/*": false, "--upload-pack=x": false,
+	} {
+		if err := CheckRefName(ref); (err == nil) != ok {
+			t.Errorf("CheckRefName(%q) = %v", ref, err)
+		}
+	}
+	for b, ok := range map[string]bool{
+		"agent/x": true, "agent/a/b": true, "agent/": false, "main": false, "agent/..": false, "agentx": false,
+	} {
+		if err := CheckExportBranch(b); (err == nil) != ok {
+			t.Errorf("CheckExportBranch(%q) = %v", b, err)
+		}
+	}
+	for id, ok := range map[string]bool{
+		strings.Repeat("a", 40): true, strings.Repeat("0", 64): true, strings.Repeat("A", 40): false,
+		"HEAD": false, strings.Repeat("a", 39): false, "--all": false,
+	} {
+		if err := CheckObjectID(id); (err == nil) != ok {
+			t.Errorf("CheckObjectID(%q) = %v", id, err)
+		}
+	}
+	if d, err := Dir("/var/lib/moat/git", "sb1", "https://github.com/a/b"); err != nil || !strings.HasPrefix(d, "/var/lib/moat/git/sb1/") {
+		t.Errorf("Dir = %q, %v", d, err)
+	}
+	for _, id := range []string{"", "..", "a/b"} {
+		if _, err := Dir("/r", id, "u"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("Dir(%q) = %v", id, err)
+		}
+	}
+}
