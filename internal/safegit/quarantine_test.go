@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -196,6 +197,10 @@ func TestCheckNames(t *testing.T) {
 	} {
 		if err := CheckRefName(ref); (err == nil) != ok {
 			t.Errorf("CheckRefName(%q) = %v", ref, err)
+		}
+		// Whatever CheckRefName accepts, git accepts.
+		if ok && exec.Command("git", "check-ref-format", ref).Run() != nil {
+			t.Errorf("git check-ref-format refuses %q", ref)
 		}
 	}
 	for b, ok := range map[string]bool{

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/moatdev/moat/internal/errdefs"
@@ -293,5 +294,52 @@ func TestExportRules(t *testing.T) {
 	}
 	if _, err := q.Export(ctx, t.TempDir(), f.tip, "agent/z"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("export into a non-repository: %v", err)
+	}
+}
+
+// TestExportAsOwner: when the daemon is root and the user's repository is another user's,
+// the objects and the ref Export writes belong to that user (the git processes writing
+// into the repository ran as its owner), so the user can still gc and delete them.
+func TestExportAsOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	f, q := receivedFixture(t, Options{})
+	ctx := ctxT(t)
+	tmp := t.TempDir()
+	// Let the other user reach its repository inside the test's private temp directory.
+	for _, d := range []string{filepath.Dir(tmp), tmp} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	host := filepath.Join(tmp, "host.git")
+	tgit(t, tmp, nil, "clone", "-q", "--bare", f.remote, host)
+	const uid, gid = 65534, 65534
+	if err := filepath.Walk(host, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Export(ctx, host, f.tip, "agent/owned"); err != nil {
+		t.Fatal(err)
+	}
+	err := filepath.Walk(host, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Uid != uid {
+			t.Errorf("%s is owned by uid %d", p, st.Uid)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tgit(t, host, nil, "-c", "safe.directory=*", "rev-parse", "refs/heads/agent/owned"); got != f.tip {
+		t.Errorf("agent/owned = %s", got)
 	}
 }
