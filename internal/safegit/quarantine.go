@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -232,8 +233,8 @@ func (q *Quarantine) ReceivePack(ctx context.Context, pack io.Reader) (PackResul
 		args:  []string{"index-pack", "--stdin", "--strict", "--fix-thin", fmt.Sprintf("--max-input-size=%d", q.opt.MaxPackBytes)},
 		stdin: io.MultiReader(bytes.NewReader(hdr[:]), body),
 	})
-	res := PackResult{Objects: n, Bytes: packHeaderLen + body.n}
-	if body.over {
+	res := PackResult{Objects: n, Bytes: packHeaderLen + body.n.Load()}
+	if body.over.Load() {
 		return res, fmt.Errorf("receiving pack: over %d bytes: %w", q.opt.MaxPackBytes, errdefs.ErrResourceExhausted)
 	}
 	if err != nil {
@@ -258,26 +259,26 @@ func ParsePackHeader(b []byte) (uint32, error) {
 }
 
 // countingReader reads at most max bytes; one more byte marks it over and fails the read.
+// Its counters are atomic: the copy into git may still be blocked in Read after git ended.
 type countingReader struct {
 	r    io.Reader
-	n    int64
+	n    atomic.Int64
 	max  int64
-	over bool
+	over atomic.Bool
 }
 
 var errPackTooBig = errors.New("pack too big")
 
 func (c *countingReader) Read(p []byte) (int, error) {
-	if c.over {
+	if c.over.Load() {
 		return 0, errPackTooBig
 	}
-	if room := c.max - c.n + 1; int64(len(p)) > room {
+	if room := c.max - c.n.Load() + 1; int64(len(p)) > room {
 		p = p[:room]
 	}
 	n, err := c.r.Read(p)
-	c.n += int64(n)
-	if c.n > c.max {
-		c.over = true
+	if c.n.Add(int64(n)) > c.max {
+		c.over.Store(true)
 		return 0, errPackTooBig
 	}
 	return n, err

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -224,6 +225,23 @@ func TestCheckNames(t *testing.T) {
 	for _, id := range []string{"", "..", "a/b"} {
 		if _, err := Dir("/r", id, "u"); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("Dir(%q) = %v", id, err)
+		}
+	}
+}
+
+func TestLockfiles(t *testing.T) {
+	safe := regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+	for _, n := range LockfileNames() {
+		if !safe.MatchString(n) {
+			t.Errorf("lockfile name %q is not shell-safe", n)
+		}
+		if !IsLockfile(n) || !IsLockfile("a/b/"+n) {
+			t.Errorf("IsLockfile(%q) false", n)
+		}
+	}
+	for _, p := range []string{"go.sum.bak", "lock", "package-lock.json/x", "Cargo.lock.orig"} {
+		if IsLockfile(p) {
+			t.Errorf("IsLockfile(%q) true", p)
 		}
 	}
 }
