@@ -190,6 +190,15 @@ func (q *Quarantine) check() error {
 	return nil
 }
 
+// Remove deletes the quarantine and everything in it (the sandbox was deleted). It is
+// idempotent.
+func (q *Quarantine) Remove() error {
+	if err := os.RemoveAll(q.dir); err != nil {
+		return fmt.Errorf("removing quarantine %s: %w", q.dir, err)
+	}
+	return nil
+}
+
 // GitDir is the quarantine's bare repository.
 func (q *Quarantine) GitDir() string { return q.gitDir }
 

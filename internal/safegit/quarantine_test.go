@@ -3,6 +3,7 @@ package safegit
 import (
 	"bytes"
 	"context"
+	"crypto/sha1"
 	"errors"
 	"io"
 	"os"
@@ -121,6 +122,16 @@ func TestReceivePack(t *testing.T) {
 		}
 		if ok, err := q.HasCommit(ctx, f.tip); !ok || err != nil {
 			t.Fatalf("tip missing after receive: %v", err)
+		}
+	})
+
+	t.Run("empty pack", func(t *testing.T) {
+		// A push of a commit the remote has to a new ref sends a pack of no objects.
+		hdr := []byte("PACK\x00\x00\x00\x02\x00\x00\x00\x00")
+		sum := sha1.Sum(hdr)
+		q := testQuarantine(t, Options{})
+		if res, err := q.ReceivePack(ctx, bytes.NewReader(append(hdr, sum[:]...))); err != nil || res.Objects != 0 || res.Bytes != 32 {
+			t.Fatalf("empty pack: %+v, %v", res, err)
 		}
 	})
 

@@ -122,3 +122,36 @@ func TestPatchApplies(t *testing.T) {
 		t.Errorf("patched tree %s, tip tree %s", got, want)
 	}
 }
+
+// TestReportIgnoresMailmap: a .mailmap in the quarantine's HEAD (which a bare repository
+// would read by default) cannot rename the authors a report shows.
+func TestReportIgnoresMailmap(t *testing.T) {
+	f, q := receivedFixture(t, Options{})
+	ctx := ctxT(t)
+	dir := t.TempDir()
+	writeFile(t, dir+"/.mailmap", "Trusted Maintainer <boss@corp.example> Test <test@example.com>\n", 0o644)
+	snap, err := q.CommitSnapshot(ctx, dir, "", CommitMeta{Name: "m", Email: "m@x", Message: "mailmap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.run(ctx, invocation{args: []string{"update-ref", "refs/heads/master", snap.Commit}}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := q.Report(ctx, f.base, f.tip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := rep.Commits[0]; c.AuthorName != "Test" || c.AuthorEmail != "test@example.com" || c.CommitterName != "Test" {
+		t.Errorf("report shows %+v", c)
+	}
+	// Control: git's default in a bare repository does read HEAD:.mailmap.
+	if got := tgit(t, q.GitDir(), nil, "log", "-1", "--format=%aN", f.tip); got != "Trusted Maintainer" {
+		t.Errorf("control: default mailmap gives %q", got)
+	}
+	if err := q.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Remove(); err != nil {
+		t.Errorf("second Remove: %v", err)
+	}
+}
