@@ -283,6 +283,19 @@ func TestExportRules(t *testing.T) {
 	if _, err := q.Export(ctx, host, f.tip, "agent/mine"); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("export to the checked-out branch: %v", err)
 	}
+	// Through a linked work tree (.git is a file): its branch is refused, others land in the
+	// shared refs.
+	linked := filepath.Join(t.TempDir(), "linked")
+	tgit(t, host, nil, "worktree", "add", "-q", "-b", "agent/linked", linked, "main")
+	if _, err := q.Export(ctx, host, f.tip, "agent/linked"); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("export to a branch checked out in a linked work tree: %v", err)
+	}
+	if _, err := q.Export(ctx, linked, f.tip, "agent/via-linked"); err != nil {
+		t.Errorf("export through a linked work tree: %v", err)
+	} else if got := tgit(t, host, nil, "rev-parse", "agent/via-linked"); got != f.tip {
+		t.Errorf("agent/via-linked = %s", got)
+	}
+
 	// Names outside agent/, bad ids, missing commits, a directory that is no repository.
 	for _, b := range []string{"main", "agent/", "agent/../main", "refs/heads/agent/x", "agent/x.lock"} {
 		if _, err := q.Export(ctx, host, f.tip, b); !errors.Is(err, errdefs.ErrInvalidArgument) {
