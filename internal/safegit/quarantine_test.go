@@ -184,6 +184,34 @@ func TestReceivePack(t *testing.T) {
 		}
 	})
 
+	t.Run("fsck refuses dangerous trees", func(t *testing.T) {
+		// A tree with a .git entry (it would be a repository inside a checkout) and a
+		// .gitmodules whose URL is an option (CVE-2018-17456 class).
+		dir := t.TempDir()
+		tgit(t, dir, nil, "init", "-q", "--bare", "b.git")
+		gd := filepath.Join(dir, "b.git")
+		blob := tgit(t, gd, []byte("[core]\n\tfsmonitor = /tmp/x\n"), "hash-object", "-w", "--stdin")
+		gm := tgit(t, gd, []byte("[submodule \"x\"]\n\tpath = x\n\turl = --upload-pack=touch${IFS}/tmp/pwned\n"), "hash-object", "-w", "--stdin")
+		sub := tgit(t, gd, []byte("100644 blob "+blob+"\tconfig\n"), "mktree")
+		for name, entry := range map[string]string{
+			".git dir":    "040000 tree " + sub + "\t.git\n",
+			".GIT dir":    "040000 tree " + sub + "\t.GIT\n",
+			".gitmodules": "100644 blob " + gm + "\t.gitmodules\n",
+		} {
+			tree := tgit(t, gd, []byte(entry), "mktree")
+			commit := tgit(t, gd, []byte("x\n"), "commit-tree", tree)
+			pack := tgitRaw(t, gd, []byte(commit+"\n"), "pack-objects", "--revs", "--stdout", "-q")
+			q := testQuarantine(t, Options{})
+			_, err := q.ReceivePack(ctx, bytes.NewReader(pack))
+			if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "fsck error") {
+				t.Errorf("%s: not refused by fsck: %v", name, err)
+			}
+			if ok, _ := q.HasCommit(ctx, commit); ok {
+				t.Errorf("%s: commit present", name)
+			}
+		}
+	})
+
 	t.Run("cancel kills git", func(t *testing.T) {
 		q := testQuarantine(t, Options{})
 		ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)

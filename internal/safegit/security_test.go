@@ -356,3 +356,31 @@ func TestExportAsOwner(t *testing.T) {
 		t.Errorf("agent/owned = %s", got)
 	}
 }
+
+// TestNoHooksInQuarantine: even hooks placed in the quarantine itself (which only moat can
+// write) never run: every git process has core.hooksPath=/dev/null.
+func TestNoHooksInQuarantine(t *testing.T) {
+	ctx := ctxT(t)
+	c := newCanaries(t)
+	f := newFixture(t)
+	q := testQuarantine(t, Options{})
+	installHooks(t, c, filepath.Join(q.GitDir(), "hooks"), "quarantine")
+	if err := q.FetchPath(ctx, f.remote, []string{"refs/heads/main"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.ReceivePack(ctx, bytes.NewReader(f.thinPack)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.CommitSnapshot(ctx, f.sandbox, f.tip, CommitMeta{Name: "m", Email: "m@x", Message: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	if fired := c.fired(t); len(fired) != 0 {
+		t.Errorf("quarantine hooks ran: %v", fired)
+	}
+	// Control: the hooks are live — git told to use them (the quarantine's own config also
+	// says /dev/null) runs them on a ref update.
+	tgit(t, q.GitDir(), nil, "-c", "core.hooksPath="+filepath.Join(q.GitDir(), "hooks"), "update-ref", "refs/heads/x", f.tip)
+	if fired := strings.Join(c.fired(t), " "); !strings.Contains(fired, "reference-transaction") {
+		t.Errorf("control: plain git ran %q", fired)
+	}
+}
