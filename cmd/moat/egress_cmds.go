@@ -22,6 +22,7 @@ import (
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/apiserver"
 	"github.com/moatdev/moat/internal/egress/policy"
+	"github.com/moatdev/moat/internal/safegit"
 	"github.com/moatdev/moat/sdk"
 )
 
@@ -99,11 +100,13 @@ func (p *policyFlags) spec(start policy.Start) (*v1.Policy, error) {
 	return &out, nil
 }
 
-// lockfileScript prints the SHA-256 of every lockfile under the working directory.
-const lockfileScript = `find . -maxdepth 6 \( -name node_modules -o -name .git -o -name vendor -o -name target -o -name .venv \) -prune -o -type f \( ` +
-	`-name go.sum -o -name go.mod -o -name package-lock.json -o -name npm-shrinkwrap.json -o -name yarn.lock -o -name pnpm-lock.yaml ` +
-	`-o -name bun.lockb -o -name poetry.lock -o -name Pipfile.lock -o -name uv.lock -o -name requirements.txt -o -name Cargo.lock ` +
-	`-o -name Gemfile.lock -o -name composer.lock -o -name mix.lock -o -name pubspec.lock \) -print0 2>/dev/null | xargs -0 -r sha256sum 2>/dev/null; true`
+// lockfileScript prints the SHA-256 of every lockfile (safegit.LockfileNames) under the
+// working directory.
+func lockfileScript() string {
+	return `find . -maxdepth 6 \( -name node_modules -o -name .git -o -name vendor -o -name target -o -name .venv \) -prune -o -type f \( ` +
+		"-name " + strings.Join(safegit.LockfileNames(), " -o -name ") +
+		` \) -print0 2>/dev/null | xargs -0 -r sha256sum 2>/dev/null; true`
+}
 
 // runSetup runs the setup command in the setup phase, reports the lockfiles it changed,
 // and switches the sandbox to the run phase.
@@ -149,7 +152,7 @@ func runSetup(ctx context.Context, c *sdk.Client, id, workdir, line string, quie
 func lockfiles(ctx context.Context, c *sdk.Client, id, workdir string) (map[string]string, error) {
 	var out bytes.Buffer
 	if _, err := c.Exec(ctx, id, sdk.ExecRequest{
-		Cmd: "/bin/bash", Args: []string{"-c", lockfileScript}, Workdir: workdir, Stdout: &out, Stderr: &bytes.Buffer{},
+		Cmd: "/bin/bash", Args: []string{"-c", lockfileScript()}, Workdir: workdir, Stdout: &out, Stderr: &bytes.Buffer{},
 	}); err != nil {
 		return nil, fmt.Errorf("listing lockfiles: %w", err)
 	}
