@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/moatdev/moat/internal/tokenbucket"
 )
 
 // Log rate: most of what moat-init logs is caused from inside the sandbox (bad requests
@@ -16,35 +18,10 @@ const (
 	logRate  = 10  // lines per second after a burst
 )
 
-// bucket is a token bucket: it allows burst events at once and rate per second after.
-type bucket struct {
-	rate, burst float64
-	tokens      float64
-	last        time.Time
-}
-
-func newBucket(rate, burst float64) *bucket { return &bucket{rate: rate, burst: burst, tokens: burst} }
-
-// allow reports whether one more event may happen at now, taking a token if so. Time
-// going backwards adds nothing.
-func (b *bucket) allow(now time.Time) bool {
-	if !b.last.IsZero() && now.After(b.last) {
-		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	}
-	if b.last.IsZero() || now.After(b.last) {
-		b.last = now
-	}
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
-}
-
 // limitShared is the state every handler derived from one limitHandler shares.
 type limitShared struct {
 	mu      sync.Mutex
-	b       *bucket
+	b       *tokenbucket.Bucket
 	dropped int
 	now     func() time.Time
 }
@@ -57,7 +34,7 @@ type limitHandler struct {
 }
 
 func newLimitHandler(next slog.Handler, rate, burst float64) *limitHandler {
-	return &limitHandler{next: next, s: &limitShared{b: newBucket(rate, burst), now: time.Now}}
+	return &limitHandler{next: next, s: &limitShared{b: tokenbucket.New(rate, burst), now: time.Now}}
 }
 
 func (h *limitHandler) Enabled(ctx context.Context, l slog.Level) bool {
@@ -66,7 +43,7 @@ func (h *limitHandler) Enabled(ctx context.Context, l slog.Level) bool {
 
 func (h *limitHandler) Handle(ctx context.Context, r slog.Record) error {
 	h.s.mu.Lock()
-	if !h.s.b.allow(h.s.now()) {
+	if !h.s.b.Allow(h.s.now()) {
 		h.s.dropped++
 		h.s.mu.Unlock()
 		return nil

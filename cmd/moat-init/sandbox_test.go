@@ -61,36 +61,6 @@ func TestReadToken(t *testing.T) {
 	}
 }
 
-func TestBucket(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	b := newBucket(10, 3)
-	for i := range 3 {
-		if !b.allow(t0) {
-			t.Fatalf("burst event %d refused", i)
-		}
-	}
-	if b.allow(t0) {
-		t.Fatal("allowed past the burst")
-	}
-	if b.allow(t0.Add(50 * time.Millisecond)) {
-		t.Fatal("allowed after half a token")
-	}
-	if !b.allow(t0.Add(100 * time.Millisecond)) {
-		t.Fatal("refused after a token's time")
-	}
-	// Time going backwards gives nothing; a long pause refills only up to the burst.
-	if b.allow(t0) {
-		t.Fatal("allowed after time went backwards")
-	}
-	n := 0
-	for b.allow(t0.Add(time.Hour)) {
-		n++
-	}
-	if n != 3 {
-		t.Fatalf("after a long pause %d events, want the burst of 3", n)
-	}
-}
-
 func TestLimitHandler(t *testing.T) {
 	var out strings.Builder
 	h := newLimitHandler(slog.NewTextHandler(&out, nil), 1, 5)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/moatdev/moat/internal/tokenbucket"
 )
 
 // capped writes to a log file through a byte-rate limit and a size cap with one
@@ -18,17 +20,16 @@ type capped struct {
 	f    *os.File
 	size int64 // of f
 
-	tokens  float64 // bytes that may be written now
-	last    time.Time
-	dropped int64 // bytes dropped since the last note
-	midLine bool  // the last byte written was not a newline
+	bucket  *tokenbucket.Bucket // bytes that may be written now
+	dropped int64               // bytes dropped since the last note
+	midLine bool                // the last byte written was not a newline
 }
 
 func newCapped(path string, lim Limits) (*capped, error) {
 	if lim.MaxBytes <= 0 || lim.Rate <= 0 || lim.Burst <= 0 {
 		return nil, fmt.Errorf("init log limits %+v: every one must be positive", lim)
 	}
-	c := &capped{path: path, lim: lim, tokens: float64(lim.Burst)}
+	c := &capped{path: path, lim: lim, bucket: tokenbucket.New(float64(lim.Rate), float64(lim.Burst))}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o640)
 	if err != nil {
 		return nil, fmt.Errorf("opening init log: %w", err)
@@ -46,35 +47,25 @@ func newCapped(path string, lim Limits) (*capped, error) {
 // a flood then gets one note per resumeBytes, not one per read.
 const resumeBytes = 4096
 
-// refill adds the tokens earned since the last call. Time going backwards adds nothing.
-func (c *capped) refill(now time.Time) {
-	if !c.last.IsZero() && now.After(c.last) {
-		c.tokens = min(float64(c.lim.Burst), c.tokens+now.Sub(c.last).Seconds()*float64(c.lim.Rate))
-	}
-	if c.last.IsZero() || now.After(c.last) {
-		c.last = now
-	}
-}
-
 // write logs what the rate allows of p at now and drops the rest. After a drop, output
 // resumes once the bucket holds resumeBytes (or the whole burst, if smaller), with a line
 // saying how much was dropped; that line is paid for from the bucket too.
 func (c *capped) write(p []byte, now time.Time) error {
-	c.refill(now)
+	c.bucket.Refill(now)
 	if c.dropped > 0 {
-		if c.tokens < float64(min(resumeBytes, c.lim.Burst)) {
+		if c.bucket.Tokens() < float64(min(resumeBytes, c.lim.Burst)) {
 			c.dropped += int64(len(p))
 			return nil
 		}
 		n, err := c.note(c.dropped)
-		c.tokens -= float64(n)
+		c.bucket.Take(float64(n))
 		c.dropped = 0
 		if err != nil {
 			return err
 		}
 	}
-	k := min(len(p), int(max(c.tokens, 0)))
-	c.tokens -= float64(k)
+	k := min(len(p), int(max(c.bucket.Tokens(), 0)))
+	c.bucket.Take(float64(k))
 	c.dropped += int64(len(p) - k)
 	if k == 0 {
 		return nil
