@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -52,8 +51,6 @@ type GitHubScope struct {
 	Permissions  map[string]string `json:"permissions"`
 }
 
-var headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-
 // validateCredentials checks bindings and gives placeholder bindings their placeholder.
 func validateCredentials(creds []Credential) error {
 	seen := map[string]bool{}
@@ -92,7 +89,7 @@ func validateCredentials(creds []Credential) error {
 		switch {
 		case c.Header == "" && c.Template != "":
 			return fmt.Errorf("%s: a template needs a header: %w", where, errdefs.ErrInvalidArgument)
-		case c.Header != "" && !headerNameRE.MatchString(c.Header):
+		case c.Header != "" && !intercept.IsToken(c.Header):
 			return fmt.Errorf("%s: header name %q is invalid: %w", where, c.Header, errdefs.ErrInvalidArgument)
 		case c.Header != "" && !strings.Contains(c.Template, "{{value}}"):
 			return fmt.Errorf("%s: the header template must contain {{value}}: %w", where, errdefs.ErrInvalidArgument)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/moatdev/moat/internal/egress/intercept"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/secrets"
 )
@@ -177,7 +178,7 @@ func credentialTemplate(t string) bool {
 		return true
 	}
 	scheme, ok := strings.CutSuffix(t, " {{value}}")
-	return ok && headerNameRE.MatchString(scheme)
+	return ok && intercept.IsToken(scheme)
 }
 
 // hostPorts splits a normalized host entry into its name pattern and the ports it covers:

@@ -42,7 +42,7 @@ func swapCredential(hv, ph, v string) (out, sent, wrote string, ok bool) {
 		return v, "", "", true
 	}
 	scheme, rest, found := strings.Cut(hv, " ")
-	if !found || !isToken(scheme) || strings.Contains(scheme, ph) {
+	if !found || !IsToken(scheme) || strings.Contains(scheme, ph) {
 		return hv, "", "", false
 	}
 	if !strings.EqualFold(scheme, "Basic") {

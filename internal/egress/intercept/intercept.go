@@ -187,7 +187,7 @@ func (inj *Injection) Validate() error {
 		return fmt.Errorf("injection of %q: the placeholder cannot be swapped in %q", inj.Secret, inj.PlaceholderHeader)
 	}
 	if inj.Header != "" {
-		if !isToken(inj.Header) {
+		if !IsToken(inj.Header) {
 			return fmt.Errorf("injection of %q: %q is not a header name", inj.Secret, inj.Header)
 		}
 		if forbiddenHeader(inj.Header) {
@@ -764,8 +764,8 @@ func (l *oneConnListener) Close() error {
 
 func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
 
-// isToken says whether s is an RFC 9110 token (a valid header name).
-func isToken(s string) bool {
+// IsToken says whether s is an RFC 9110 token (a valid header name or auth scheme).
+func IsToken(s string) bool {
 	if s == "" {
 		return false
 	}
@@ -781,7 +781,7 @@ func isToken(s string) bool {
 
 // SwappableHeader says whether name is a header a placeholder may be swapped in: a valid
 // name, and not one that frames or routes the request (forbiddenHeader).
-func SwappableHeader(name string) bool { return isToken(name) && !forbiddenHeader(name) }
+func SwappableHeader(name string) bool { return IsToken(name) && !forbiddenHeader(name) }
 
 // forbiddenHeader names headers an injection must not set: they frame the message, route
 // it, or are hop-by-hop.
