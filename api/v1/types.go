@@ -202,7 +202,7 @@ type EgressEntry struct {
 	Seq        int64     `json:"seq"`
 	Time       time.Time `json:"time"`
 	Phase      string    `json:"phase"`
-	Proto      string    `json:"proto"` // "tcp" or "dns"
+	Proto      string    `json:"proto"` // "tcp", "dns", "http" (an HTTP rule decided a request) or "git" (the git gate decided a push)
 	Name       string    `json:"name,omitempty"`
 	Addr       string    `json:"addr,omitempty"`
 	Port       int       `json:"port,omitempty"`
