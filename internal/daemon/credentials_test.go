@@ -111,7 +111,7 @@ func TestCredentialBrokering(t *testing.T) {
 	auth="http.extraHeader=Authorization: Bearer $API_TOKEN"
 	git -c "$auth" clone -q https://api.test:%d/git/repo.git /tmp/repo
 	cd /tmp/repo; echo change >> README; git commit -qam "agent change %s"
-	git -c "$auth" push -q origin HEAD:main 2>&1; git log --oneline | head -1`, port, rt))
+	git -c "$auth" push -q origin HEAD:refs/heads/agent/%s/work 2>&1; git log --oneline | head -1`, port, rt, sb.ID))
 				if t.Failed() || !strings.Contains(out, "agent change "+rt) {
 					t.Errorf("clone/push: %q", out)
 				}
@@ -307,7 +307,12 @@ func (s *syncBuffer) String() string {
 // (git http-backend via CGI), only to requests auth lets in (write: a push).
 func gitServer(t *testing.T, name string, auth func(r *http.Request, write bool) bool, log *netLog) http.Handler {
 	t.Helper()
-	root := t.TempDir()
+	return gitServerAt(t, t.TempDir(), name, auth, log)
+}
+
+// gitServerAt is gitServer with the repository at root/NAME.git.
+func gitServerAt(t *testing.T, root, name string, auth func(r *http.Request, write bool) bool, log *netLog) http.Handler {
+	t.Helper()
 	bare := filepath.Join(root, name+".git")
 	work := filepath.Join(root, "work")
 	for _, args := range [][]string{
