@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -353,6 +354,15 @@ func gitServerAt(t *testing.T, root, name string, auth func(r *http.Request, wri
 		}
 		if strings.HasSuffix(r.URL.Path, "/git-receive-pack") {
 			log.add("git push received %s", name)
+		}
+		if r.ContentLength < 0 {
+			// git sends a large push chunked, and net/http/cgi refuses chunked bodies.
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(bytes.NewReader(body)), int64(len(body)), nil
 		}
 		backend.ServeHTTP(w, r)
 	}))

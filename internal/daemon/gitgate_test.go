@@ -131,6 +131,29 @@ func TestGitGatePush(t *testing.T) {
 				})
 			}
 
+			// Past http.postBuffer (1 MiB) git probes with "0000" first and sends the pack
+			// chunked: the gate lets the probe through, and its refusal is still read.
+			e.run("large push", func(t *testing.T, e *env) {
+				e.mustSh(sb.ID, `set -e; cd /tmp/repo; head -c 3000000 /dev/urandom > blob.bin; git add blob.bin; git commit -qm blob`)
+				big := strings.TrimSpace(e.mustSh(sb.ID, `git -C /tmp/repo rev-parse HEAD`))
+				r := e.sh(sb.ID, "", `cd /tmp/repo && git push origin HEAD:refs/heads/release`)
+				if r.code == 0 || !strings.Contains(r.stderr, "remote: moat: ") {
+					t.Errorf("large push to a branch outside the prefix: %+v", r)
+				}
+				if got := serverRefs(t, bare); !maps.Equal(got, refs) {
+					t.Errorf("a refused large push changed the server's refs: %v, was %v", got, refs)
+				}
+				if r := e.sh(sb.ID, "", `cd /tmp/repo && git push origin HEAD:`+prefix+`big`); r.code != 0 {
+					t.Fatalf("large push to the agent branch: %+v", r)
+				}
+				if got := serverRefs(t, bare); got[prefix+"big"] != big {
+					t.Errorf("server refs after the large push: %v, want %s at %s", got, prefix+"big", big)
+				}
+				serverGit(t, bare, "cat-file", "-e", big+":blob.bin")
+				e.mustSh(sb.ID, `cd /tmp/repo && git reset -q --hard HEAD~1`)
+				refs = serverRefs(t, bare)
+			})
+
 			e.run("push options are hidden", func(t *testing.T, e *env) {
 				r := e.sh(sb.ID, "", `cd /tmp/repo && echo more >> README && git commit -qam more && git push -o ci.skip origin HEAD:`+prefix+`work`)
 				if r.code == 0 || !strings.Contains(r.stderr, "does not support push options") {
