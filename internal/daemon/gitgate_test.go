@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/egress"
 	"github.com/moatdev/moat/internal/testutil"
+	"github.com/moatdev/moat/sdk"
 )
 
 // TestGitGatePush: a sandbox with a git credential binding pushes through the git gate to
@@ -152,6 +154,39 @@ func TestGitGatePush(t *testing.T) {
 				serverGit(t, bare, "cat-file", "-e", big+":blob.bin")
 				e.mustSh(sb.ID, `cd /tmp/repo && git reset -q --hard HEAD~1`)
 				refs = serverRefs(t, bare)
+			})
+
+			e.run("prefix set at create", func(t *testing.T, e *env) {
+				sb2 := e.create(v1.CreateSandboxRequest{
+					Runtime:           rt,
+					Policy:            &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"git.test"}}}},
+					Credentials:       []v1.Credential{{Secret: "GIT_TOKEN", Hosts: []string{bound}}},
+					AgentBranchPrefix: "agent/custom-" + rt,
+				})
+				custom := "refs/heads/agent/custom-" + rt + "/"
+				if sb2.AgentBranchPrefix != custom {
+					t.Errorf("the sandbox's prefix is %q, want %q", sb2.AgentBranchPrefix, custom)
+				}
+				e.mustSh(sb2.ID, fmt.Sprintf(`set -e
+	git config --global user.email agent@example.test; git config --global user.name agent
+	git clone -q "https://x:$GIT_TOKEN@git.test:%d/git/repo.git" /tmp/repo
+	cd /tmp/repo; echo custom >> README; git commit -qam custom`, port))
+				r := e.sh(sb2.ID, "", "cd /tmp/repo && git push origin HEAD:refs/heads/agent/"+sb2.ID+"/work")
+				if r.code == 0 || !strings.Contains(r.stderr, "may push only to branches under "+custom) {
+					t.Errorf("push under the default prefix of a sandbox with its own: %+v", r)
+				}
+				if r := e.sh(sb2.ID, "", "cd /tmp/repo && git push origin HEAD:"+custom+"work"); r.code != 0 {
+					t.Fatalf("push under the sandbox's prefix: %+v", r)
+				}
+				got := serverRefs(t, bare)
+				if got[custom+"work"] == "" || got["refs/heads/agent/"+sb2.ID+"/work"] != "" {
+					t.Errorf("server refs: %v", got)
+				}
+				refs = got
+				_, err := e.c.Create(ctx, v1.CreateSandboxRequest{Runtime: rt, AgentBranchPrefix: "refs/tags/x/"})
+				if !errors.Is(err, sdk.ErrInvalidArgument) || !strings.Contains(err.Error(), "refs/heads/") {
+					t.Errorf("create with a tag prefix: %v, want invalid argument", err)
+				}
 			})
 
 			e.run("push options are hidden", func(t *testing.T, e *env) {

@@ -150,13 +150,17 @@ func (b *boundary) current() (string, *policy.Policy) {
 
 // Attach starts serving sandbox id's boundary with spec and the credential bindings
 // creds; with bindings it returns the PEM certificate of the sandbox's interception CA.
-// Attaching a sandbox that is attached replaces its policy (as SetPolicy).
-func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential) (string, error) {
+// Attaching a sandbox that is attached replaces its policy (as SetPolicy). gitPrefix is
+// the ref prefix the git gate lets the sandbox push under ("": refs/heads/agent/<id>/).
+func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential, gitPrefix string) (string, error) {
 	comp, pol, err := compile(spec)
 	if err != nil {
 		return "", err
 	}
-	gitPol, err := gitgate.Compile(gitgate.PolicySpec{Prefix: gitgate.DefaultPrefix(id)})
+	if gitPrefix == "" {
+		gitPrefix = gitgate.DefaultPrefix(id)
+	}
+	gitPol, err := gitgate.Compile(gitgate.PolicySpec{Prefix: gitPrefix})
 	if err != nil {
 		return "", fmt.Errorf("git gate of sandbox %s: %w", id, err)
 	}
