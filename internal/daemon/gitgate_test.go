@@ -156,6 +156,26 @@ func TestGitGatePush(t *testing.T) {
 				refs = serverRefs(t, bare)
 			})
 
+			e.run("decisions are audited", func(t *testing.T, e *env) {
+				evs, err := e.c.Events(ctx, sb.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var git []string
+				for _, ev := range evs {
+					if ev.Kind == "git" {
+						git = append(git, ev.Detail)
+					}
+				}
+				joined := strings.Join(git, "\n")
+				for _, want := range []string{"git push to git.test:" + fmt.Sprint(port) + " allowed (agent-prefix): push /git/repo.git: " + prefix + "work: agent-prefix",
+					"refused (outside-prefix)", "refused (tag)", "refused (delete)"} {
+					if !strings.Contains(joined, want) {
+						t.Errorf("git events do not say %q: %q", want, joined)
+					}
+				}
+			})
+
 			e.run("prefix set at create", func(t *testing.T, e *env) {
 				sb2 := e.create(v1.CreateSandboxRequest{
 					Runtime:           rt,

@@ -89,7 +89,7 @@ func (m *Manager) gitHubProvider(id string, c sandbox.Credential, key secrets.Va
 			for _, k := range slices.Sorted(maps.Keys(c.GitHub.Permissions)) {
 				perms = append(perms, k+":"+c.GitHub.Permissions[k])
 			}
-			m.cfg.Audit(id, fmt.Sprintf("%s: GitHub App %s installation token %s for %s (%s), expires %s",
+			m.cfg.Audit(id, "credential", fmt.Sprintf("%s: GitHub App %s installation token %s for %s (%s), expires %s",
 				c.Secret, app.AppID, kind, strings.Join(c.GitHub.Repositories, ","), strings.Join(perms, ","), exp.UTC().Format(time.RFC3339)))
 		},
 	})
@@ -372,7 +372,7 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 		Git: &intercept.GitGate{Policy: ic.b.git, Record: ic.recordGit},
 		Audit: func(u intercept.Use) {
 			if ic.m.cfg.Audit != nil && u.Injected {
-				ic.m.cfg.Audit(ic.b.id, fmt.Sprintf("%s %s %s://%s%s → %d", u.Secret, u.Method, u.Scheme, u.Host, u.Path, u.Status))
+				ic.m.cfg.Audit(ic.b.id, "credential", fmt.Sprintf("%s %s %s://%s%s → %d", u.Secret, u.Method, u.Scheme, u.Host, u.Path, u.Status))
 			}
 		},
 	})
@@ -402,7 +402,7 @@ func (ic interceptor) recordGit(ev intercept.GitEvent) {
 		if !e.Allowed {
 			verdict = "refused"
 		}
-		ic.m.cfg.Audit(ic.b.id, fmt.Sprintf("git push to %s:%d %s (%s): %s", ic.host, ic.port, verdict, e.Rule, e.Reason))
+		ic.m.cfg.Audit(ic.b.id, "git", fmt.Sprintf("git %s to %s:%d %s (%s): %s", ev.Service, ic.host, ic.port, verdict, e.Rule, e.Reason))
 	}
 }
 

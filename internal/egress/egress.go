@@ -79,7 +79,9 @@ type Config struct {
 	Secrets SecretSource
 	CADir   string
 	RootCAs *x509.CertPool
-	Audit   func(sandbox, detail string)
+	// Audit kinds: "credential" (a use, a token minted or revoked), "git" (a git gate
+	// decision).
+	Audit func(sandbox, kind, detail string)
 	// Budget is the daemon's budget of proxied connections, shared by every sandbox
 	// (nil: none beyond each sandbox's MaxConns).
 	Budget *proxy.Budget
