@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/moatdev/moat/internal/gitgate"
 )
@@ -245,5 +246,27 @@ func TestGitGateFiltersAdvertisement(t *testing.T) {
 	res, body = do(t, c, "GET", "https://api.test/o/r.git/info/refs?service=git-upload-pack", "", nil)
 	if res.StatusCode != 200 || body != full {
 		t.Errorf("fetch advertisement: %d %q, want it untouched", res.StatusCode, body)
+	}
+}
+
+// TestGitGateReadDeadline: a push whose commands never finish arriving is refused when
+// the gate's read deadline passes, instead of holding the request open.
+func TestGitGateReadDeadline(t *testing.T) {
+	pol, err := gitgate.Compile(gitgate.PolicySpec{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := newUpstream(t, nil)
+	c := newHarness(t, u, Config{Git: &GitGate{Policy: pol, ReadTimeout: 200 * time.Millisecond}}).client()
+	c.Timeout = 10 * time.Second // without the gate's deadline, the request would wait forever
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go pw.Write([]byte("0094" + zeroID)) // part of the first command, then nothing
+	res, body := push(t, c, pr, "")
+	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "could not read the request") {
+		t.Errorf("stalled push: %d %q, want 403", res.StatusCode, body)
+	}
+	if got := u.seen(); len(got) != 0 {
+		t.Errorf("the upstream saw %+v", got)
 	}
 }
