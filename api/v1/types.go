@@ -23,6 +23,10 @@ type CreateSandboxRequest struct {
 	Metadata       map[string]string `json:"metadata,omitempty"`
 	Policy         *Policy           `json:"policy,omitempty"` // egress; nil: deny-all
 	Credentials    []Credential      `json:"credentials,omitempty"`
+	// AgentBranchPrefix is where the sandbox may push (the git gate): "agent/NAME/" or
+	// "refs/heads/agent/NAME/" (any ref prefix strictly below refs/heads/; a missing
+	// "refs/heads/" or trailing "/" is added). Empty: refs/heads/agent/<sandbox id>/.
+	AgentBranchPrefix string `json:"agent_branch_prefix,omitempty"`
 }
 
 // Credential binds a stored secret (moat secret set) to hosts. Without Header the sandbox
@@ -77,6 +81,9 @@ type Sandbox struct {
 	Policy Policy `json:"policy"`
 	// Credentials are the secret bindings (never the values).
 	Credentials []Credential `json:"credentials,omitempty"`
+	// AgentBranchPrefix is the ref prefix the git gate lets the sandbox push under, e.g.
+	// "refs/heads/agent/sb-0123456789ab/".
+	AgentBranchPrefix string `json:"agent_branch_prefix"`
 	// OOMKills counts the sandbox's processes the kernel's OOM killer ended (its memory
 	// limit was reached), over all its runs; LastOOMAt is when the latest was seen.
 	OOMKills  uint64     `json:"oom_kills,omitempty"`
@@ -202,7 +209,7 @@ type EgressEntry struct {
 	Seq        int64     `json:"seq"`
 	Time       time.Time `json:"time"`
 	Phase      string    `json:"phase"`
-	Proto      string    `json:"proto"` // "tcp" or "dns"
+	Proto      string    `json:"proto"` // "tcp", "dns", "http" (an HTTP rule decided a request) or "git" (the git gate decided a push)
 	Name       string    `json:"name,omitempty"`
 	Addr       string    `json:"addr,omitempty"`
 	Port       int       `json:"port,omitempty"`

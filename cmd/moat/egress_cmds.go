@@ -238,6 +238,8 @@ func destination(e v1.EgressEntry) string {
 		return host + " (dns)"
 	case "http":
 		return fmt.Sprintf("%s:%d (http)", host, e.Port)
+	case "git":
+		return fmt.Sprintf("%s:%d (git)", host, e.Port)
 	}
 	return fmt.Sprintf("%s:%d", host, e.Port)
 }
@@ -261,7 +263,7 @@ func writeEgressSummary(w io.Writer, entries []v1.EgressEntry) {
 	allowed, blocked := map[string]*agg{}, map[string]*agg{}
 	var nAllowed, nBlocked int
 	for _, e := range entries {
-		if (e.Proto == "dns" || e.Proto == "http") && e.Allowed {
+		if (e.Proto == "dns" || e.Proto == "http" || e.Proto == "git") && e.Allowed {
 			continue // the connection is what counts
 		}
 		key := destination(e)
@@ -372,6 +374,8 @@ func printEgressRow(tw *tabwriter.Writer, e v1.EgressEntry) {
 	detail := termSafe(e.Rule)
 	if !e.Allowed {
 		verdict, detail = "BLOCKED", termSafe(e.Reason)
+	} else if e.Proto == "git" {
+		detail = termSafe(e.Reason)
 	} else if e.Proto == "tcp" {
 		state := fmt.Sprintf("%s up, %s down, %s", humanBytes(e.BytesUp), humanBytes(e.BytesDown), (time.Duration(e.DurationMS * float64(time.Millisecond))).Round(time.Millisecond))
 		if e.Open {

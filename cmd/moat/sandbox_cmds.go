@@ -33,6 +33,7 @@ type sandboxFlags struct {
 	policy                        policyFlags
 	credentials, credHeaders      []string
 	github                        githubFlags
+	agentBranchPrefix             string
 }
 
 // githubFlags bind a GitHub App key (moat secret set --github-app) with a task's scope.
@@ -61,6 +62,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.credHeaders, "credential-header", nil, "NAME@[http://]HOST[:PORT][,HOST...][/PATH-PREFIX]='Header: template with {{value}}': the proxy sets that header on requests to HOST (repeatable)")
 	fl.StringVar(&f.github.token, "github-token", "", "NAME@HOST[,HOST...]: NAME is a GitHub App key; the sandbox gets $NAME holding a placeholder for an installation token, minted by moat for --github-repo with --github-permission and revoked when the sandbox stops")
 	fl.StringSliceVar(&f.github.repos, "github-repo", nil, "a repository (without owner) the --github-token may touch (repeatable or comma-separated)")
+	fl.StringVar(&f.agentBranchPrefix, "agent-branch-prefix", "", "the only branches git pushes from the sandbox may create or update, e.g. agent/fix-login/ (default: agent/<sandbox id>/); no tags, deletions or other refs")
 	fl.StringSliceVar(&f.github.perms, "github-permission", nil, "PERMISSION=LEVEL for the --github-token, e.g. contents=write,pull_requests=write (default contents=read)")
 }
 
@@ -130,6 +132,7 @@ func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Durati
 	if gh != nil {
 		req.Credentials = append(req.Credentials, *gh)
 	}
+	req.AgentBranchPrefix = f.agentBranchPrefix
 	return req, timeout, nil
 }
 

@@ -308,10 +308,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 			MemoryBytes: req.MemoryBytes, CPUs: req.CPUs, Pids: req.Pids, DiskBytes: req.DiskBytes,
 			Nofile: req.Nofile, IOBps: req.IOBps, IOIops: req.IOIops,
 		},
-		Timeout:     timeout,
-		Metadata:    req.Metadata,
-		Policy:      FromAPIPolicy(req.Policy),
-		Credentials: fromAPICredentials(req.Credentials),
+		Timeout:           timeout,
+		Metadata:          req.Metadata,
+		Policy:            FromAPIPolicy(req.Policy),
+		Credentials:       fromAPICredentials(req.Credentials),
+		AgentBranchPrefix: req.AgentBranchPrefix,
 	})
 	if err != nil {
 		writeError(w, err)
@@ -613,6 +614,7 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 		out.HostUID = sb.HostIDs().Host
 	}
 	out.Policy = ToAPIPolicy(sb.EgressPolicy())
+	out.AgentBranchPrefix = sb.GitPrefix()
 	for _, c := range sb.Credentials {
 		cred := v1.Credential{Secret: c.Secret, Hosts: c.Hosts, Header: c.Header, Template: c.Template, PathPrefix: c.PathPrefix, Methods: c.Methods, PlainHTTP: c.PlainHTTP}
 		if g := c.GitHub; g != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -111,7 +112,7 @@ func TestCredentialBrokering(t *testing.T) {
 	auth="http.extraHeader=Authorization: Bearer $API_TOKEN"
 	git -c "$auth" clone -q https://api.test:%d/git/repo.git /tmp/repo
 	cd /tmp/repo; echo change >> README; git commit -qam "agent change %s"
-	git -c "$auth" push -q origin HEAD:main 2>&1; git log --oneline | head -1`, port, rt))
+	git -c "$auth" push -q origin HEAD:refs/heads/agent/%s/work 2>&1; git log --oneline | head -1`, port, rt, sb.ID))
 				if t.Failed() || !strings.Contains(out, "agent change "+rt) {
 					t.Errorf("clone/push: %q", out)
 				}
@@ -307,7 +308,12 @@ func (s *syncBuffer) String() string {
 // (git http-backend via CGI), only to requests auth lets in (write: a push).
 func gitServer(t *testing.T, name string, auth func(r *http.Request, write bool) bool, log *netLog) http.Handler {
 	t.Helper()
-	root := t.TempDir()
+	return gitServerAt(t, t.TempDir(), name, auth, log)
+}
+
+// gitServerAt is gitServer with the repository at root/NAME.git.
+func gitServerAt(t *testing.T, root, name string, auth func(r *http.Request, write bool) bool, log *netLog) http.Handler {
+	t.Helper()
 	bare := filepath.Join(root, name+".git")
 	work := filepath.Join(root, "work")
 	for _, args := range [][]string{
@@ -348,6 +354,15 @@ func gitServer(t *testing.T, name string, auth func(r *http.Request, write bool)
 		}
 		if strings.HasSuffix(r.URL.Path, "/git-receive-pack") {
 			log.add("git push received %s", name)
+		}
+		if r.ContentLength < 0 {
+			// git sends a large push chunked, and net/http/cgi refuses chunked bodies.
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(bytes.NewReader(body)), int64(len(body)), nil
 		}
 		backend.ServeHTTP(w, r)
 	}))

@@ -231,9 +231,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Secrets:  sec,
 		CADir:    filepath.Join(cfg.DataDir, "ca"),
 		RootCAs:  roots,
-		Audit: func(id, detail string) {
-			if err := st.AddEvent(context.Background(), id, "credential", detail); err != nil {
-				d.log.Error("recording a credential use", "sandbox", id, "err", err)
+		Audit: func(id, kind, detail string) {
+			if err := st.AddEvent(context.Background(), id, kind, detail); err != nil {
+				d.log.Error("recording an egress event", "sandbox", id, "kind", kind, "err", err)
 			}
 		},
 		Log:         d.log.With("component", "egress"),

@@ -110,7 +110,7 @@ func TestGitHubAppTokens(t *testing.T) {
 			}
 			out := e.mustSh(sb.ID, fmt.Sprintf(`set -e; cd /tmp/w
 	git config user.email agent@example.test; git config user.name agent
-	echo change >> README; git commit -qam "agent change %s"; git push -q origin HEAD:main 2>&1; echo pushed`, rt))
+	echo change >> README; git commit -qam "agent change %s"; git push -q origin HEAD:refs/heads/agent/%s/work 2>&1; echo pushed`, rt, sb.ID))
 			if !strings.Contains(out, "pushed") || !in.log.contains("git push received widget") {
 				t.Errorf("push: %q; log %v", out, in.log.all())
 			}

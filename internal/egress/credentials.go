@@ -20,6 +20,7 @@ import (
 	"github.com/moatdev/moat/internal/egress/proxy"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/fsutil"
+	"github.com/moatdev/moat/internal/gitgate"
 	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/secrets"
 	"github.com/moatdev/moat/internal/tokens"
@@ -88,7 +89,7 @@ func (m *Manager) gitHubProvider(id string, c sandbox.Credential, key secrets.Va
 			for _, k := range slices.Sorted(maps.Keys(c.GitHub.Permissions)) {
 				perms = append(perms, k+":"+c.GitHub.Permissions[k])
 			}
-			m.cfg.Audit(id, fmt.Sprintf("%s: GitHub App %s installation token %s for %s (%s), expires %s",
+			m.cfg.Audit(id, "credential", fmt.Sprintf("%s: GitHub App %s installation token %s for %s (%s), expires %s",
 				c.Secret, app.AppID, kind, strings.Join(c.GitHub.Repositories, ","), strings.Join(perms, ","), exp.UTC().Format(time.RFC3339)))
 		},
 	})
@@ -368,10 +369,56 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 	return intercept.Serve(ctx, client, head, host, port, dial, intercept.Config{
 		CA: ca, RootCAs: ic.m.cfg.RootCAs, Injections: inj, Log: ic.m.log.With("sandbox", ic.b.id),
 		Check: ic.check, Upstreams: ic.b.upstreams, PlainHTTP: ic.PlainHTTP(),
+		Git: &intercept.GitGate{Policy: ic.b.git, Record: ic.recordGit},
 		Audit: func(u intercept.Use) {
 			if ic.m.cfg.Audit != nil && u.Injected {
-				ic.m.cfg.Audit(ic.b.id, fmt.Sprintf("%s %s %s://%s%s → %d", u.Secret, u.Method, u.Scheme, u.Host, u.Path, u.Status))
+				ic.m.cfg.Audit(ic.b.id, "credential", fmt.Sprintf("%s %s %s://%s%s → %d", u.Secret, u.Method, u.Scheme, u.Host, u.Path, u.Status))
 			}
 		},
 	})
+}
+
+// recordGit logs one decision of the git gate in the egress log (proto "git": the
+// repository, each ref with its rule, the reason of the first refusal) and in the audit
+// log.
+func (ic interceptor) recordGit(ev intercept.GitEvent) {
+	phase, _ := ic.b.current()
+	e := &Entry{Time: time.Now(), Sandbox: ic.b.id, Phase: phase, Proto: "git", Name: ic.host, Port: int(ic.port)}
+	if ev.Err != nil {
+		e.Rule, e.Reason = "invalid", fmt.Sprintf("%s %s: %v", ev.Service, ev.Repo, ev.Err)
+	} else {
+		e.Allowed = ev.Decision.Allow
+		e.Rule, e.Reason = gitgate.RuleAgentPrefix, gitSummary(ev.Repo, ev.Decision)
+		if r := ev.Decision.Refused(); len(r) > 0 {
+			e.Rule = r[0].Rule
+		}
+	}
+	if len(e.Reason) > maxGitReason {
+		e.Reason = e.Reason[:maxGitReason] + "..."
+	}
+	ic.m.journal.add(e)
+	if ic.m.cfg.Audit != nil {
+		verdict := "allowed"
+		if !e.Allowed {
+			verdict = "refused"
+		}
+		ic.m.cfg.Audit(ic.b.id, "git", fmt.Sprintf("git %s to %s:%d %s (%s): %s", ev.Service, ic.host, ic.port, verdict, e.Rule, e.Reason))
+	}
+}
+
+// maxGitReason bounds the text of a git gate entry (a push may name 256 refs).
+const maxGitReason = 4096
+
+// gitSummary is a push decision in one line: "push /repo.git: refs/heads/x: agent-prefix;
+// refs/heads/main: outside-prefix (this sandbox may push only ...)".
+func gitSummary(repo string, d gitgate.Decision) string {
+	parts := make([]string, 0, len(d.Verdicts))
+	for _, v := range d.Verdicts {
+		p := v.Command.Ref + ": " + v.Rule
+		if !v.Allow && v.Rule != gitgate.RuleAllOrNothing {
+			p += " (" + v.Reason + ")"
+		}
+		parts = append(parts, p)
+	}
+	return "push " + repo + ": " + strings.Join(parts, "; ")
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/egress/proxy"
 	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/gitgate"
 	"github.com/moatdev/moat/internal/linux"
 	"github.com/moatdev/moat/internal/netns"
 	"github.com/moatdev/moat/internal/sandbox"
@@ -45,11 +46,13 @@ type Journal interface {
 
 // Entry is one decision in a sandbox's egress log.
 type Entry struct {
-	Seq      int64         `json:"seq"`
-	Time     time.Time     `json:"time"`
-	Sandbox  string        `json:"sandbox"`
-	Phase    string        `json:"phase"`
-	Proto    string        `json:"proto"` // "tcp", "dns", or "http" (a request inspected by an HTTP rule)
+	Seq     int64     `json:"seq"`
+	Time    time.Time `json:"time"`
+	Sandbox string    `json:"sandbox"`
+	Phase   string    `json:"phase"`
+	// Proto is "tcp", "dns", "http" (a request inspected by an HTTP rule) or "git" (a
+	// push, or a git request refused, decided by the git gate).
+	Proto    string        `json:"proto"`
 	Name     string        `json:"name,omitempty"`
 	Addr     string        `json:"addr,omitempty"` // the destination the sandbox used
 	Port     int           `json:"port,omitempty"`
@@ -76,7 +79,9 @@ type Config struct {
 	Secrets SecretSource
 	CADir   string
 	RootCAs *x509.CertPool
-	Audit   func(sandbox, detail string)
+	// Audit kinds: "credential" (a use, a token minted or revoked), "git" (a git gate
+	// decision).
+	Audit func(sandbox, kind, detail string)
 	// Budget is the daemon's budget of proxied connections, shared by every sandbox
 	// (nil: none beyond each sandbox's MaxConns).
 	Budget *proxy.Budget
@@ -134,6 +139,9 @@ type boundary struct {
 	// upstreams keeps the interceptor's upstream connections open across the sandbox's
 	// connections (never shared between sandboxes); reset when the policy changes.
 	upstreams *intercept.Upstreams
+	// git is the sandbox's git gate policy: pushes to every intercepted host are decided
+	// with it (refs under refs/heads/agent/<id>/ only).
+	git *gitgate.Policy
 }
 
 func (b *boundary) current() (string, *policy.Policy) {
@@ -144,11 +152,19 @@ func (b *boundary) current() (string, *policy.Policy) {
 
 // Attach starts serving sandbox id's boundary with spec and the credential bindings
 // creds; with bindings it returns the PEM certificate of the sandbox's interception CA.
-// Attaching a sandbox that is attached replaces its policy (as SetPolicy).
-func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential) (string, error) {
+// Attaching a sandbox that is attached replaces its policy (as SetPolicy). gitPrefix is
+// the ref prefix the git gate lets the sandbox push under ("": refs/heads/agent/<id>/).
+func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential, gitPrefix string) (string, error) {
 	comp, pol, err := compile(spec)
 	if err != nil {
 		return "", err
+	}
+	if gitPrefix == "" {
+		gitPrefix = gitgate.DefaultPrefix(id)
+	}
+	gitPol, err := gitgate.Compile(gitgate.PolicySpec{Prefix: gitPrefix})
+	if err != nil {
+		return "", fmt.Errorf("git gate of sandbox %s: %w", id, err)
 	}
 	caPEM, err := m.credentials(id, spec, creds)
 	if err != nil {
@@ -170,7 +186,7 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 		ls.Close()
 		return "", err
 	}
-	b := &boundary{id: id, table: table, ls: ls, spec: spec, comp: comp, phase: spec.Phase, pol: pol, dnsLog: map[string]bool{}, upstreams: intercept.NewUpstreams(m.cfg.RootCAs)}
+	b := &boundary{id: id, table: table, ls: ls, spec: spec, comp: comp, phase: spec.Phase, pol: pol, dnsLog: map[string]bool{}, upstreams: intercept.NewUpstreams(m.cfg.RootCAs), git: gitPol}
 	b.proxy = proxy.New(proxy.Config{
 		Policy: b.current,
 		Name: func(a netip.Addr) (string, bool) {

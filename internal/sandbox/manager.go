@@ -150,6 +150,9 @@ type CreateOptions struct {
 	TemplateAlias string `json:"template_alias,omitempty"`
 	// Credentials bind stored secrets to hosts (credentials.go).
 	Credentials []Credential `json:"credentials,omitempty"`
+	// AgentBranchPrefix is the ref prefix the git gate lets the sandbox push under
+	// (NormalizeAgentPrefix); "" is gitgate.DefaultPrefix(id).
+	AgentBranchPrefix string `json:"agent_branch_prefix,omitempty"`
 }
 
 var (
@@ -204,6 +207,13 @@ func (m *Manager) validate(ctx context.Context, opts *CreateOptions) error {
 	}
 	if err := validateCredentials(opts.Credentials); err != nil {
 		return err
+	}
+	if opts.AgentBranchPrefix != "" {
+		p, err := NormalizeAgentPrefix(opts.AgentBranchPrefix)
+		if err != nil {
+			return err
+		}
+		opts.AgentBranchPrefix = p
 	}
 	for _, c := range opts.Credentials {
 		if _, clash := opts.Env[c.Secret]; clash && c.Header == "" {
@@ -280,7 +290,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 		ID: newID(), State: StateCreating, Runtime: opts.Runtime, Template: opts.Template,
 		Repo: opts.Repo, User: opts.User, Env: opts.Env, Limits: opts.Limits, Metadata: opts.Metadata,
 		Policy: opts.Policy, OnTimeout: opts.OnTimeout, TemplateAlias: opts.TemplateAlias,
-		Credentials: opts.Credentials, CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
+		Credentials: opts.Credentials, AgentBranchPrefix: opts.AgentBranchPrefix, CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
 		Owner: CallerFrom(ctx).Owner(), Provisioning: true,
 	}
 	if opts.Timeout > 0 {
@@ -384,7 +394,7 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 	if err := m.network.Setup(ctx, sb.ID, p.netns); err != nil {
 		return fmt.Errorf("setting up network: %w", err)
 	}
-	caPEM, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials)
+	caPEM, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials, sb.GitPrefix())
 	if err != nil {
 		return fmt.Errorf("starting egress: %w", err)
 	}
@@ -897,7 +907,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			older := m.fromOlderDaemon(sb.ID)
 			if !older && m.alive(ctx, sb) {
 				m.attachLog(sb.ID)
-				if _, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials); err == nil {
+				if _, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials, sb.GitPrefix()); err == nil {
 					m.log.Info("adopted running sandbox", "sandbox", sb.ID, "state", sb.State)
 					continue
 				} else {

@@ -6,10 +6,12 @@ package sandbox
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/gitgate"
 )
 
 // State is a sandbox's lifecycle state.
@@ -98,6 +100,9 @@ type Sandbox struct {
 	Policy *policy.Spec `json:"policy,omitempty"`
 	// Credentials are the secrets bound to hosts (credentials.go).
 	Credentials []Credential `json:"credentials,omitempty"`
+	// AgentBranchPrefix is the ref prefix the git gate lets the sandbox push under, as
+	// asked at create (normalized); "" is the default (GitPrefix).
+	AgentBranchPrefix string `json:"agent_branch_prefix,omitempty"`
 
 	// AccessToken authenticates the daemon to the sandbox's moat-init. It is never
 	// sent to API clients of the native API.
@@ -121,6 +126,31 @@ func (s *Sandbox) EgressPolicy() policy.Spec {
 		return policy.DenyAll()
 	}
 	return *s.Policy
+}
+
+// GitPrefix is the ref prefix the git gate lets the sandbox push under: the one asked at
+// create, or refs/heads/agent/<id>/.
+func (s *Sandbox) GitPrefix() string {
+	if s.AgentBranchPrefix != "" {
+		return s.AgentBranchPrefix
+	}
+	return gitgate.DefaultPrefix(s.ID)
+}
+
+// NormalizeAgentPrefix makes a create request's agent branch prefix a full ref prefix
+// ("agent/x" → "refs/heads/agent/x/") and checks it (gitgate.Compile): a valid ref name
+// strictly below refs/heads/. Bad input is errdefs.ErrInvalidArgument.
+func NormalizeAgentPrefix(p string) (string, error) {
+	if !strings.HasPrefix(p, "refs/") {
+		p = "refs/heads/" + p
+	}
+	if !strings.HasSuffix(p, "/") {
+		p += "/"
+	}
+	if _, err := gitgate.Compile(gitgate.PolicySpec{Prefix: p}); err != nil {
+		return "", fmt.Errorf("agent branch prefix: %w", err)
+	}
+	return p, nil
 }
 
 // HostIDs returns the host uid/gid range of the sandbox's user namespace.

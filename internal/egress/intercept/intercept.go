@@ -145,6 +145,9 @@ type Config struct {
 	// policy's HTTP rules): a refused request gets 403 with reason, and nothing of it
 	// reaches the upstream. path is the escaped path without the query.
 	Check func(method, path string) (allow bool, reason string)
+	// Git, if set, is the sandbox's git gate: pushes are decided (after Check, before the
+	// credential is fetched) and push advertisements filtered; see GitGate.
+	Git *GitGate
 
 	// IdleTimeout ends a client connection that sends no request for this long
 	// (default 15 min, the proxy's idle timeout).
@@ -288,6 +291,7 @@ type session struct {
 	inj              []Injection
 	audit            func(Use)
 	check            func(method, path string) (bool, string)
+	git              *GitGate
 	log              *slog.Logger
 	idleTimeout      time.Duration
 	handshakeTimeout time.Duration
@@ -303,6 +307,9 @@ type session struct {
 func newSession(host string, port int, dial func(context.Context) (net.Conn, error), cfg Config, plain bool) (*session, error) {
 	if cfg.CA == nil {
 		return nil, errors.New("intercept: no CA")
+	}
+	if cfg.Git != nil && cfg.Git.Policy == nil {
+		return nil, errors.New("intercept: a git gate without a policy")
 	}
 	if port <= 0 || port > 65535 {
 		return nil, fmt.Errorf("intercept: bad port %d", port)
@@ -331,6 +338,7 @@ func newSession(host string, port int, dial func(context.Context) (net.Conn, err
 		inj:              inj,
 		audit:            cfg.Audit,
 		check:            cfg.Check,
+		git:              cfg.Git,
 		log:              cfg.Log,
 		idleTimeout:      cfg.IdleTimeout,
 		handshakeTimeout: cfg.HandshakeTimeout,
@@ -384,6 +392,8 @@ type exchange struct {
 	// basic holds old, new pairs: the Basic credentials written → as the client sent them.
 	basic []string
 	sent  atomic.Bool
+	// advert: the request asks for a push advertisement, whose answer is filtered.
+	advert bool
 }
 
 type exchangeKey struct{}
@@ -420,6 +430,9 @@ func (s *session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(rw, "moat: blocked by the egress policy: "+why, http.StatusForbidden)
 			return
 		}
+	}
+	if s.git != nil && !s.gate(rw, r, ex) {
+		return
 	}
 	for i := range s.inj {
 		inj := &s.inj[i]
@@ -591,6 +604,13 @@ func (s *session) modifyResponse(res *http.Response) error {
 		body, decoded = &lazyDecoder{src: res.Body, open: func(r io.Reader) (io.Reader, error) { return zlib.NewReader(r) }}, true
 	default:
 		return fmt.Errorf("%w: %q", errEncoding, ce)
+	}
+	if ex.advert && res.StatusCode == http.StatusOK {
+		adv, err := filterAdvertisement(res, body)
+		if err != nil {
+			return err
+		}
+		res.Body, body = adv, adv
 	}
 	if ex.scrub.empty() && !decoded {
 		return nil

@@ -1,0 +1,246 @@
+package intercept
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/gitgate"
+)
+
+// GitGate is the git gate of one sandbox on an intercepted host (Config.Git): every git
+// push over smart HTTP to the host is decided before anything of it goes upstream.
+//
+// What it does, per request (gitgate.Classify):
+//   - a push (POST …/git-receive-pack): the commands are read from the body (bounded in
+//     size and time) and decided with Policy; a refused push is answered by moat with a
+//     git report ("remote: moat: …", git exits non-zero) and nothing reaches the
+//     upstream; an allowed one is forwarded byte for byte (the bytes read, then the rest
+//     of the body) with the injections, as any request;
+//   - a push advertisement (GET …/info/refs?service=git-receive-pack): the upstream's
+//     answer loses the push-cert and push-options capabilities (gitgate.FilterAdvertisement);
+//   - a request Classify refuses (a spelling of a git endpoint servers read differently,
+//     WebDAV writes to a repository): 403 with the reason.
+//
+// Not yet (the quarantine slice of issue 11): updates of an existing ref under the prefix
+// are allowed without a fast-forward check (forced updates within the agent's own prefix
+// pass), and the pushed objects are not inspected (no protected paths).
+type GitGate struct {
+	Policy *gitgate.Policy // required
+	// Record, if set, is called once for each push decided and each git request refused
+	// for its form.
+	Record func(GitEvent)
+	// MaxHead bounds the decoded bytes of a push read before its pack (commands, shallow
+	// lines, push options); default 1 MiB.
+	MaxHead int64
+	// ReadTimeout bounds reading a push's commands, and, for a refused push, the rest of
+	// its body (default 30 s each).
+	ReadTimeout time.Duration
+	// MaxDrain bounds what is read and discarded of a refused push's body before the
+	// answer, so that git, still sending its pack, reads moat's report instead of a reset
+	// connection (default 64 MiB; past it the connection is closed after the answer).
+	MaxDrain int64
+}
+
+// GitEvent is one decision of the git gate, for the egress log.
+type GitEvent struct {
+	Service gitgate.Service
+	Repo    string // the repository path, e.g. "/owner/repo.git"; "" when unknown
+	// Decision is the decision on a push whose commands were read (Err nil).
+	Decision gitgate.Decision
+	// Err is why a request was refused before any decision on its refs: its URL, body or
+	// framing. Nothing of it went upstream.
+	Err error
+}
+
+const (
+	defaultGitMaxHead     = 1 << 20
+	defaultGitReadTimeout = 30 * time.Second
+	defaultGitMaxDrain    = 64 << 20
+)
+
+// gate runs the git gate on r, before anything of it is sent. It returns false when it
+// has answered the request itself; otherwise r (its body, for an allowed push) is ready
+// to go upstream.
+func (s *session) gate(w http.ResponseWriter, r *http.Request, ex *exchange) bool {
+	g := s.git
+	svc, repo, err := gitgate.Classify(r.Method, r.URL)
+	if err != nil {
+		s.recordGit(GitEvent{Service: svc, Err: err})
+		http.Error(w, "moat: git gate: "+clientReason(err), http.StatusForbidden)
+		return false
+	}
+	switch svc {
+	case gitgate.PushAdvertisement:
+		ex.advert = true
+		return true
+	case gitgate.Push:
+	default:
+		return true
+	}
+
+	timeout := g.ReadTimeout
+	if timeout <= 0 {
+		timeout = defaultGitReadTimeout
+	}
+	maxHead := g.MaxHead
+	if maxHead <= 0 {
+		maxHead = defaultGitMaxHead
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(timeout))
+	rec := &recorder{r: r.Body, max: int(2*maxHead + 64<<10)}
+	req, probe, err := readPush(rec, r.Header.Get("Content-Encoding"), maxHead)
+	if err != nil {
+		s.recordGit(GitEvent{Service: svc, Repo: repo, Err: err})
+		s.log.Info("git gate: push refused unread", "host", s.host, "repo", repo, "err", err)
+		http.Error(w, "moat: git gate: "+clientReason(err), http.StatusForbidden)
+		return false
+	}
+	if probe {
+		// git's probe before a large push ("0000": no commands) changes nothing.
+		_ = rc.SetReadDeadline(time.Time{})
+		r.Body = readCloser{io.MultiReader(bytes.NewReader(rec.buf), r.Body), r.Body}
+		return true
+	}
+	prefix := g.Policy.Prefix()
+	// TODO(issue 11, quarantine slice): answer from the quarantine repository. Until
+	// then every update of an existing ref under the prefix counts as a fast-forward, so
+	// a forced update of the agent's own branch is not detected; refs outside the prefix
+	// never reach ff (Decide refuses them first) and are refused here too.
+	ff := func(ref, _, _ string) bool { return strings.HasPrefix(ref, prefix) }
+	d := g.Policy.Decide(req, ff)
+	s.recordGit(GitEvent{Service: svc, Repo: repo, Decision: d})
+	if d.Allow {
+		_ = rc.SetReadDeadline(time.Time{})
+		r.Body = readCloser{io.MultiReader(bytes.NewReader(rec.buf), r.Body), r.Body}
+		return true
+	}
+	s.log.Info("git gate: push refused", "host", s.host, "repo", repo, "refused", len(d.Refused()))
+	// Take the rest of the body, so git reads the report rather than a reset.
+	maxDrain := g.MaxDrain
+	if maxDrain <= 0 {
+		maxDrain = defaultGitMaxDrain
+	}
+	_ = rc.SetReadDeadline(time.Now().Add(timeout))
+	if n, _ := io.Copy(io.Discard, io.LimitReader(r.Body, maxDrain+1)); n > maxDrain {
+		w.Header().Set("Connection", "close")
+	}
+	if !gitgate.CanReport(req.Capabilities) {
+		http.Error(w, "moat: git gate: "+d.Refused()[0].Command.Ref+": "+d.Refused()[0].Reason, http.StatusForbidden)
+		return false
+	}
+	var rep bytes.Buffer
+	if err := gitgate.WriteReport(&rep, req.Capabilities, gitgate.RefusalReport(d)); err != nil {
+		http.Error(w, "moat: git gate: "+clientReason(err), http.StatusForbidden)
+		return false
+	}
+	w.Header().Set("Content-Type", gitgate.ContentTypeResult)
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(rep.Bytes())
+	return false
+}
+
+// readPush reads a push's commands from body: its Content-Encoding undone, at most
+// maxHead decoded bytes. probe is git's "0000" request (sent before a large push to
+// check the credentials), which has no commands and is let through.
+func readPush(body io.Reader, encoding string, maxHead int64) (req *gitgate.Request, probe bool, err error) {
+	dec, err := gitgate.DecodeBody(body, encoding, maxHead)
+	if err != nil {
+		return nil, false, err
+	}
+	br := bufio.NewReader(dec)
+	if b, err := br.Peek(5); len(b) == 4 && string(b) == "0000" && errors.Is(err, io.EOF) {
+		return nil, true, nil
+	}
+	req, err = gitgate.ParseReceivePack(br, gitgate.Limits{})
+	return req, false, err
+}
+
+// clientReason is err's text for the sandbox: one line of printable ASCII.
+func clientReason(err error) string {
+	msg := err.Error()
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		msg = "could not read the request: " + msg
+	}
+	b := []byte(msg)
+	for i, c := range b {
+		if c < 0x20 || c >= 0x7f {
+			b[i] = '?'
+		}
+	}
+	if len(b) > 512 {
+		b = b[:512]
+	}
+	return string(b)
+}
+
+func (s *session) recordGit(ev GitEvent) {
+	if s.git.Record != nil {
+		s.git.Record(ev)
+	}
+}
+
+// recorder keeps every byte read through it, up to max (past it, reads fail): the part
+// of a push's body the gate read, to be sent again in front of the rest.
+type recorder struct {
+	r   io.Reader
+	buf []byte
+	max int
+}
+
+func (c *recorder) Read(p []byte) (int, error) {
+	if len(c.buf) >= c.max {
+		return 0, fmt.Errorf("more than %d bytes of the body before the pack: %w", c.max, errdefs.ErrInvalidArgument)
+	}
+	if len(p) > c.max-len(c.buf) {
+		p = p[:c.max-len(c.buf)]
+	}
+	n, err := c.r.Read(p)
+	c.buf = append(c.buf, p[:n]...)
+	return n, err
+}
+
+// filterAdvertisement makes res's body the receive-pack advertisement without the
+// capabilities moat refuses. body is res's body, decoded. An answer that is not an
+// advertisement is an error (502): git would take it for the dumb protocol.
+func filterAdvertisement(res *http.Response, body io.Reader) (io.ReadCloser, error) {
+	ct, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type"))
+	if ct != gitgate.ContentTypeAdvertisement {
+		return nil, fmt.Errorf("a push advertisement of content type %q", truncateString(ct, 80))
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(gitgate.FilterAdvertisement(pw, body)) }()
+	res.Header.Del("Content-Length")
+	res.ContentLength = -1
+	return advertBody{pr: pr, up: res.Body}, nil
+}
+
+// advertBody reads the filtered advertisement; Close ends the filter and the upstream
+// body.
+type advertBody struct {
+	pr *io.PipeReader
+	up io.Closer
+}
+
+func (b advertBody) Read(p []byte) (int, error) { return b.pr.Read(p) }
+
+func (b advertBody) Close() error {
+	b.pr.CloseWithError(errors.New("advertisement closed"))
+	return b.up.Close()
+}
+
+func truncateString(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
