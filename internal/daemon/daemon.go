@@ -230,6 +230,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Resolver: egress.NewResolver(cfg.EgressHosts, cfg.EgressDNS),
 		Secrets:  sec,
 		CADir:    filepath.Join(cfg.DataDir, "ca"),
+		GitDir:   filepath.Join(cfg.DataDir, "git"),
 		RootCAs:  roots,
 		Audit: func(id, kind, detail string) {
 			if err := st.AddEvent(context.Background(), id, kind, detail); err != nil {

@@ -1,0 +1,103 @@
+package safegit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/moatdev/moat/internal/errdefs"
+)
+
+// RemoteHEAD is where FetchHTTP keeps the remote's default branch head (its HEAD).
+const RemoteHEAD = "refs/moat/remote/HEAD"
+
+// FetchHTTP fetches every branch of the remote at rawURL (refs/heads/* into
+// refs/moat/remote/heads/*) and its HEAD (into RemoteHEAD), over http or https only. The
+// URL must carry no credentials: the caller serves it on loopback and adds the credential
+// itself, so no secret is ever in git's argv or environment. A remote without a HEAD (an
+// empty repository, a dangling HEAD) leaves RemoteHEAD unset.
+func (q *Quarantine) FetchHTTP(ctx context.Context, rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.User != nil || u.Host == "" || strings.HasPrefix(rawURL, "-") {
+		return fmt.Errorf("fetching: bad remote URL: %w", errdefs.ErrInvalidArgument)
+	}
+	cfg := []string{"protocol." + u.Scheme + ".allow=always", "http.followRedirects=false", "fetch.negotiationAlgorithm=skipping"}
+	args := []string{"fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules", "--prune", "--end-of-options", rawURL,
+		"+refs/heads/*:refs/moat/remote/heads/*"}
+	if _, err := q.run(ctx, invocation{args: append(args, "+HEAD:"+RemoteHEAD), config: cfg}); err == nil {
+		return nil
+	}
+	// No HEAD (or it does not resolve): the branches alone.
+	if _, err := q.run(ctx, invocation{args: args, config: cfg}); err != nil {
+		return fmt.Errorf("fetching from the remote: %w", err)
+	}
+	_, _ = q.run(ctx, invocation{args: []string{"update-ref", "-d", RemoteHEAD}})
+	return nil
+}
+
+// ResolveRef returns the commit ref (a full name) points to, or "" when it does not exist.
+func (q *Quarantine) ResolveRef(ctx context.Context, ref string) (string, error) {
+	if err := CheckRefName(ref); err != nil {
+		return "", err
+	}
+	out, err := q.run(ctx, invocation{args: []string{"rev-parse", "--verify", "--quiet", "--end-of-options", ref + "^{commit}"}, okCodes: []int{1}})
+	var ec exitCode
+	if errors.As(err, &ec) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	id := strings.TrimSpace(string(out))
+	if err := CheckObjectID(id); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// IsAncestor reports whether commit a is an ancestor of commit b (b fast-forwards a); both
+// must be in the quarantine.
+func (q *Quarantine) IsAncestor(ctx context.Context, a, b string) (bool, error) {
+	if _, err := q.checkPair(ctx, a, b); err != nil {
+		return false, err
+	}
+	_, err := q.run(ctx, invocation{args: []string{"merge-base", "--is-ancestor", "--end-of-options", a, b}, okCodes: []int{1}})
+	var ec exitCode
+	if errors.As(err, &ec) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// ChangedPaths lists every path whose entry differs between base's tree and tip's (both
+// commits in the quarantine; base "" is the empty tree), renames as a deletion and an
+// addition (both paths listed). Paths are as git stores them (bytes, not quoted). At most
+// MaxFiles paths, errdefs.ErrResourceExhausted beyond: a caller deciding on paths must
+// not decide on a part.
+func (q *Quarantine) ChangedPaths(ctx context.Context, base, tip string) ([]string, error) {
+	base, err := q.checkPair(ctx, base, tip)
+	if err != nil {
+		return nil, fmt.Errorf("changed paths: %w", err)
+	}
+	if base == "" {
+		base = emptyTree
+	}
+	out, err := q.run(ctx, invocation{args: []string{"diff-tree", "-r", "-z", "--name-only", "--no-renames", "--no-ext-diff", "--no-textconv", "--end-of-options", base, tip, "--"}})
+	if err != nil {
+		return nil, fmt.Errorf("changed paths: %w", err)
+	}
+	var paths []string
+	for _, p := range bytes.Split(bytes.TrimSuffix(out, []byte{0}), []byte{0}) {
+		if len(p) == 0 {
+			continue
+		}
+		if len(paths) == q.opt.MaxFiles {
+			return nil, fmt.Errorf("changed paths: more than %d: %w", q.opt.MaxFiles, errdefs.ErrResourceExhausted)
+		}
+		paths = append(paths, string(p))
+	}
+	return paths, nil
+}
