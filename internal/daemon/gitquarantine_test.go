@@ -160,6 +160,11 @@ func TestGitGateQuarantine(t *testing.T) {
 			})
 			e.run("branch at a server commit that changes a workflow", func(t *testing.T, e *env) {
 				refused(t, `git fetch -q origin feature && git push origin FETCH_HEAD:`+prefix+`reuse`, "protected-path", `touches protected path ".github/workflows/deploy.yml"`)
+				// A new commit on top of it: a thin pack whose bases are on the server's
+				// feature branch only (not HEAD, not the pushed ref), fetched on the retry.
+				e.mustSh(sb.ID, `cd /tmp/repo && git checkout -q -b on-feature FETCH_HEAD && echo more >> README && git commit -qam on-feature`)
+				refused(t, `git push origin HEAD:`+prefix+`on-feature`, "protected-path", `touches protected path ".github/workflows/deploy.yml"`)
+				e.mustSh(sb.ID, `cd /tmp/repo && git checkout -q main`)
 			})
 			e.run("sandbox git config runs nothing on the host", func(t *testing.T, e *env) {
 				e.mustSh(sb.ID, fmt.Sprintf(`set -e; cd /tmp/repo

@@ -14,19 +14,30 @@ import (
 // RemoteHEAD is where FetchHTTP keeps the remote's default branch head (its HEAD).
 const RemoteHEAD = "refs/moat/remote/HEAD"
 
-// FetchHTTP fetches every branch of the remote at rawURL (refs/heads/* into
-// refs/moat/remote/heads/*) and its HEAD (into RemoteHEAD), over http or https only. The
-// URL must carry no credentials: the caller serves it on loopback and adds the credential
-// itself, so no secret is ever in git's argv or environment. A remote without a HEAD (an
-// empty repository, a dangling HEAD) leaves RemoteHEAD unset.
-func (q *Quarantine) FetchHTTP(ctx context.Context, rawURL string) error {
+// FetchHTTP fetches refs (full names under refs/heads/; none means every branch) of the
+// remote at rawURL into refs/moat/remote/ (refs/heads/x → refs/moat/remote/heads/x), and
+// its HEAD into RemoteHEAD, over http or https only. The URL must carry no credentials:
+// the caller serves it on loopback and adds the credential itself, so no secret is ever
+// in git's argv or environment. A remote without a HEAD (an empty repository, a dangling
+// HEAD) leaves RemoteHEAD unset.
+func (q *Quarantine) FetchHTTP(ctx context.Context, rawURL string, refs []string) error {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.User != nil || u.Host == "" || strings.HasPrefix(rawURL, "-") {
 		return fmt.Errorf("fetching: bad remote URL: %w", errdefs.ErrInvalidArgument)
 	}
-	cfg := []string{"protocol." + u.Scheme + ".allow=always", "http.followRedirects=false", "fetch.negotiationAlgorithm=skipping"}
-	args := []string{"fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules", "--prune", "--end-of-options", rawURL,
-		"+refs/heads/*:refs/moat/remote/heads/*"}
+	cfg := []string{"protocol." + u.Scheme + ".allow=always", "http.followRedirects=false"}
+	args := []string{"fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules"}
+	if len(refs) == 0 {
+		args = append(args, "--prune", "--end-of-options", rawURL, "+refs/heads/*:refs/moat/remote/heads/*")
+	} else {
+		args = append(args, "--end-of-options", rawURL)
+		for _, ref := range refs {
+			if err := CheckRefName(ref); err != nil || !strings.HasPrefix(ref, "refs/heads/") {
+				return fmt.Errorf("fetching %q: %w", ref, errdefs.ErrInvalidArgument)
+			}
+			args = append(args, "+"+ref+":refs/moat/remote/"+strings.TrimPrefix(ref, "refs/"))
+		}
+	}
 	if _, err := q.run(ctx, invocation{args: append(args, "+HEAD:"+RemoteHEAD), config: cfg}); err == nil {
 		return nil
 	}

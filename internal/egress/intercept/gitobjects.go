@@ -111,8 +111,21 @@ func (s *session) decideObjects(ctx context.Context, f *os.File, r *http.Request
 	if err != nil {
 		return gitgate.Decision{}, "the quarantine repository is unavailable", err
 	}
-	fetch := func() error { return s.fetchInto(ctx, q, r, repo) }
-	if err := fetch(); err != nil {
+	// First the remote's HEAD and the refs the push updates (their old commits, usually
+	// the bases of the thin pack); if the pack needs more (a new branch made from another
+	// one), every branch, and the pack once more.
+	var updated []string
+	for _, c := range req.Commands {
+		if !c.IsCreate() && !c.IsDelete() {
+			updated = append(updated, c.Ref)
+		}
+	}
+	fetchedAll := false
+	fetch := func(refs []string) error {
+		fetchedAll = fetchedAll || refs == nil
+		return s.fetchInto(ctx, q, r, repo, refs)
+	}
+	if err := fetch(updated); err != nil {
 		return gitgate.Decision{}, "could not fetch from " + s.host + " to check the push", err
 	}
 	receive := func() error {
@@ -137,13 +150,27 @@ func (s *session) decideObjects(ctx context.Context, f *os.File, r *http.Request
 		if errors.Is(err, errdefs.ErrResourceExhausted) {
 			return gitgate.Decision{}, "the push is too large to check", err
 		}
-		// The remote may have moved since the fetch (a base the pack needs is new): once more.
-		if ferr := fetch(); ferr != nil {
+		s.log.Debug("git gate: pack needs more of the remote; fetching every branch", "host", s.host, "repo", repo, "err", err)
+		if ferr := fetch(nil); ferr != nil {
 			return gitgate.Decision{}, "could not fetch from " + s.host + " to check the push", ferr
 		}
 		if err := receive(); err != nil {
 			return gitgate.Decision{}, "the pushed objects were refused (incomplete or malformed)", err
 		}
+	}
+	// The commits the decision reads must all be here; a new branch made at a commit the
+	// remote has on another branch comes with no objects at all.
+	missing, err := missingCommits(ctx, q, req)
+	if err == nil && missing && !fetchedAll {
+		if err = fetch(nil); err == nil {
+			missing, err = missingCommits(ctx, q, req)
+		}
+	}
+	switch {
+	case err != nil:
+		return gitgate.Decision{}, "could not fetch from " + s.host + " to check the push", err
+	case missing:
+		return gitgate.Decision{}, "the push names commits neither it nor the remote has; fetch and push again", errors.New("commits missing after fetching every branch")
 	}
 	base, err := q.ResolveRef(ctx, safegit.RemoteHEAD)
 	if err != nil {
@@ -161,13 +188,7 @@ func (s *session) decideObjects(ctx context.Context, f *os.File, r *http.Request
 		if c.IsDelete() {
 			continue
 		}
-		if ok, err := q.HasCommit(ctx, c.New); err != nil || !ok {
-			return gitgate.Decision{}, c.Ref + ": the pushed commit is not in the push", fmt.Errorf("commit %s of %s: %v", c.New, c.Ref, err)
-		}
 		if !c.IsCreate() {
-			if ok, err := q.HasCommit(ctx, c.Old); err != nil || !ok {
-				return gitgate.Decision{}, c.Ref + ": the remote's commit " + c.Old + " is unknown; fetch and push again", fmt.Errorf("old commit %s of %s: %v", c.Old, c.Ref, err)
-			}
 			anc, err := q.IsAncestor(ctx, c.Old, c.New)
 			if err != nil {
 				return gitgate.Decision{}, "could not compare the commits", err
@@ -190,13 +211,29 @@ func (s *session) decideObjects(ctx context.Context, f *os.File, r *http.Request
 	return gitgate.WithProtected(d, hits), "", nil
 }
 
-// fetchInto fetches the remote's branches and HEAD into q through this session: git
+// missingCommits says whether an old or new commit of req's commands is not in q.
+func missingCommits(ctx context.Context, q *safegit.Quarantine, req *gitgate.Request) (bool, error) {
+	for _, c := range req.Commands {
+		for _, id := range []string{c.Old, c.New} {
+			if strings.Trim(id, "0") == "" {
+				continue
+			}
+			ok, err := q.HasCommit(ctx, id)
+			if err != nil || !ok {
+				return true, err
+			}
+		}
+	}
+	return false, nil
+}
+
+// fetchInto fetches refs (none: every branch) and the remote's HEAD into q through this session: git
 // talks plain HTTP to a listener on the host's loopback that lives for this fetch only,
 // under a random path, and each of its requests is served as the sandbox's own (the
 // push's Authorization header, which holds the placeholder, goes with them), so the
 // egress policy applies and the credential is injected on the way out. git's argv and
 // environment never hold a credential.
-func (s *session) fetchInto(ctx context.Context, q *safegit.Quarantine, push *http.Request, repo string) error {
+func (s *session) fetchInto(ctx context.Context, q *safegit.Quarantine, push *http.Request, repo string, refs []string) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -230,5 +267,5 @@ func (s *session) fetchInto(ctx context.Context, q *safegit.Quarantine, push *ht
 	}
 	go srv.Serve(ln)
 	defer srv.Close()
-	return q.FetchHTTP(ctx, "http://"+ln.Addr().String()+base+repo)
+	return q.FetchHTTP(ctx, "http://"+ln.Addr().String()+base+repo, refs)
 }
