@@ -30,9 +30,10 @@ import (
 //   - a request Classify refuses (a spelling of a git endpoint servers read differently,
 //     WebDAV writes to a repository): 403 with the reason.
 //
-// Not yet (the quarantine slice of issue 11): updates of an existing ref under the prefix
-// are allowed without a fast-forward check (forced updates within the agent's own prefix
-// pass), and the pushed objects are not inspected (no protected paths).
+// With Objects set (the daemon sets it), a push its refs allow is then decided on its
+// objects before anything is forwarded: fast-forward and protected paths (GitObjects).
+// Without it, updates of an existing ref under the prefix count as fast-forwards and the
+// objects are not looked at.
 type GitGate struct {
 	Policy *gitgate.Policy // required
 	// Record, if set, is called once for each push decided and each git request refused
