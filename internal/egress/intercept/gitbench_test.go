@@ -19,35 +19,35 @@ import (
 	"github.com/moatdev/moat/internal/safegit"
 )
 
-// BenchmarkGitPush compares a real `git push` of a new 1 MiB file (a fast-forward of the
-// agent's branch) sent directly to a git http-backend on loopback TLS with the same push
-// through the git gate with the quarantine (Serve: TLS terminated, push spooled, bases
-// fetched back through the session, pack received and checked, fast-forward and paths
-// decided, the bytes forwarded with the credential). Each iteration commits a new file
-// (not timed) and pushes it; p50 is reported as p50-ms.
-func BenchmarkGitPush(b *testing.B) {
+// gitGateRig is a real git http-backend behind the test upstream (it takes only "Bearer
+// value") and, on its own port, Serve with the git gate and its quarantine in front of
+// it; plus a client work tree whose main is on the server.
+type gitGateRig struct {
+	dir, bare, work, caFile string
+	env                     []string
+	u                       *upstream
+	ln                      net.Listener
+	objects                 *GitObjects
+	events                  *gitRecorder
+}
+
+func newGitGateRig(tb testing.TB) *gitGateRig {
+	tb.Helper()
 	gitBin, err := exec.LookPath("git")
 	if err != nil {
-		b.Skip("no git")
+		tb.Skip("no git")
 	}
-	dir := b.TempDir()
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "LC_ALL=C",
+	g := &gitGateRig{dir: tb.TempDir(), events: &gitRecorder{}}
+	g.env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + g.dir, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "LC_ALL=C",
 		"GIT_AUTHOR_NAME=a", "GIT_AUTHOR_EMAIL=a@example.test", "GIT_COMMITTER_NAME=a", "GIT_COMMITTER_EMAIL=a@example.test"}
-	run := func(args ...string) {
-		cmd := exec.Command("git", args...)
-		cmd.Env = env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	bare, work := filepath.Join(dir, "r.git"), filepath.Join(dir, "work")
-	run("init", "-q", "--bare", "-b", "main", bare)
-	run("-C", bare, "config", "http.receivepack", "true")
-	run("init", "-q", "-b", "main", work)
-	run("-C", work, "commit", "-q", "--allow-empty", "-m", "initial")
-	run("-C", work, "push", "-q", bare, "main")
-	backend := &cgi.Handler{Path: gitBin, Args: []string{"http-backend"}, Env: []string{"GIT_PROJECT_ROOT=" + dir, "GIT_HTTP_EXPORT_ALL=1"}}
-	u := newUpstream(b, func(w http.ResponseWriter, r *http.Request) {
+	g.bare, g.work = filepath.Join(g.dir, "r.git"), filepath.Join(g.dir, "work")
+	g.must(tb, "init", "-q", "--bare", "-b", "main", g.bare)
+	g.must(tb, "-C", g.bare, "config", "http.receivepack", "true")
+	g.must(tb, "init", "-q", "-b", "main", g.work)
+	g.must(tb, "-C", g.work, "commit", "-q", "--allow-empty", "-m", "initial")
+	g.must(tb, "-C", g.work, "push", "-q", g.bare, "main")
+	backend := &cgi.Handler{Path: gitBin, Args: []string{"http-backend"}, Env: []string{"GIT_PROJECT_ROOT=" + g.dir, "GIT_HTTP_EXPORT_ALL=1"}}
+	g.u = newUpstream(tb, func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer "+value {
 			http.Error(w, "no", http.StatusUnauthorized)
 			return
@@ -56,39 +56,36 @@ func BenchmarkGitPush(b *testing.B) {
 	})
 	pol, err := gitgate.Compile(gitgate.PolicySpec{Prefix: prefix})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	qdir := filepath.Join(dir, "q")
-	spool := filepath.Join(dir, "spool")
+	qdir, spool := filepath.Join(g.dir, "q"), filepath.Join(g.dir, "spool")
 	if err := os.Mkdir(spool, 0o700); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
+	}
+	g.objects = &GitObjects{
+		SpoolDir: spool,
+		Quarantine: func(ctx context.Context, _ string) (*safegit.Quarantine, error) {
+			if _, err := os.Stat(qdir); err == nil {
+				return safegit.Open(qdir, safegit.Options{})
+			}
+			return safegit.Create(ctx, qdir, safegit.Options{})
+		},
 	}
 	ca, err := NewCA("sbx-bench", 0)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
+	if g.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(func() { cancel(); ln.Close() })
-	cfg := Config{
-		CA: ca, RootCAs: u.roots, Injections: []Injection{bearer()},
-		Git: &GitGate{Policy: pol, Objects: &GitObjects{
-			SpoolDir: spool,
-			Quarantine: func(ctx context.Context, _ string) (*safegit.Quarantine, error) {
-				if _, err := os.Stat(qdir); err == nil {
-					return safegit.Open(qdir, safegit.Options{})
-				}
-				return safegit.Create(ctx, qdir, safegit.Options{})
-			},
-		}},
-	}
-	gatePort := ln.Addr().(*net.TCPAddr).Port
+	tb.Cleanup(func() { cancel(); g.ln.Close() })
+	cfg := Config{CA: ca, RootCAs: g.u.roots, Injections: []Injection{bearer()},
+		Git: &GitGate{Policy: pol, Objects: g.objects, Record: g.events.record}}
+	port := g.ln.Addr().(*net.TCPAddr).Port
 	go func() {
 		for {
-			c, err := ln.Accept()
+			c, err := g.ln.Accept()
 			if err != nil {
 				return
 			}
@@ -99,53 +96,80 @@ func BenchmarkGitPush(b *testing.B) {
 					c.Close()
 					return
 				}
-				Serve(ctx, c, head[:n], host, gatePort, u.dial, cfg)
+				Serve(ctx, c, head[:n], host, port, g.u.dial, cfg)
 			}()
 		}
 	}()
-	caFile := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(caFile, ca.CertPEM(), 0o600); err != nil {
-		b.Fatal(err)
+	g.caFile = filepath.Join(g.dir, "ca.pem")
+	if err := os.WriteFile(g.caFile, ca.CertPEM(), 0o600); err != nil {
+		tb.Fatal(err)
 	}
+	return g
+}
+
+// git runs git with the rig's isolated environment.
+func (g *gitGateRig) git(args ...string) (string, error) {
+	cmd := exec.Command("git", args...)
+	cmd.Env = g.env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (g *gitGateRig) must(tb testing.TB, args ...string) string {
+	tb.Helper()
+	out, err := g.git(args...)
+	if err != nil {
+		tb.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(out)
+}
+
+// push runs git push from the work tree, through the gate (via "gate") or directly to
+// the upstream (the upstream's CA is not at hand as a file: the direct push skips
+// verification, a negligible part of a push).
+func (g *gitGateRig) push(via string, args ...string) (string, error) {
+	addr, auth, tlsArgs := g.u.srv.Listener.Addr().String(), value, []string{"-c", "http.sslVerify=false"}
+	if via == "gate" {
+		addr, auth, tlsArgs = g.ln.Addr().String(), placeholder, []string{"-c", "http.sslCAInfo=" + g.caFile}
+	}
+	_, port, _ := strings.Cut(addr, ":")
+	a := append([]string{"-C", g.work, "-c", "http.curloptResolve=" + host + ":" + port + ":127.0.0.1",
+		"-c", "http.extraHeader=Authorization: Bearer " + auth, "-c", "http.postBuffer=67108864"}, tlsArgs...)
+	a = append(a, "push", "-q", fmt.Sprintf("https://%s:%s/r.git", host, port))
+	return g.git(append(a, args...)...)
+}
+
+// BenchmarkGitPush compares a real `git push` of a new 1 MiB file (a fast-forward of the
+// agent's branch) sent directly to a git http-backend on loopback TLS with the same push
+// through the git gate with the quarantine (Serve: TLS terminated, push spooled, bases
+// fetched back through the session, pack received and checked, fast-forward and paths
+// decided, the bytes forwarded with the credential). Each iteration commits a new file
+// (not timed) and pushes it; p50 is reported as p50-ms.
+func BenchmarkGitPush(b *testing.B) {
+	g := newGitGateRig(b)
 	blob := make([]byte, 1<<20)
-	for _, bc := range []struct {
-		name, addr, auth string
-		tls              []string
-	}{
-		// The upstream's CA is not at hand as a file: the direct push skips verification
-		// (a negligible part of a push).
-		{"direct", u.srv.Listener.Addr().String(), value, []string{"-c", "http.sslVerify=false"}},
-		{"gate", ln.Addr().String(), placeholder, []string{"-c", "http.sslCAInfo=" + caFile}},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			_, port, _ := strings.Cut(bc.addr, ":")
-			url := fmt.Sprintf("https://%s:%s/r.git", host, port)
-			ref := prefix + bc.name
-			args := append([]string{"-C", work, "-c", "http.curloptResolve=" + host + ":" + port + ":127.0.0.1",
-				"-c", "http.extraHeader=Authorization: Bearer " + bc.auth, "-c", "http.postBuffer=67108864"}, bc.tls...)
+	for _, via := range []string{"direct", "gate"} {
+		b.Run(via, func(b *testing.B) {
+			ref := prefix + via
 			var times []time.Duration
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				rand.Read(blob)
-				if err := os.WriteFile(filepath.Join(work, "blob.bin"), blob, 0o644); err != nil {
+				if err := os.WriteFile(filepath.Join(g.work, "blob.bin"), blob, 0o644); err != nil {
 					b.Fatal(err)
 				}
-				run("-C", work, "add", "blob.bin")
-				run("-C", work, "commit", "-q", "-m", fmt.Sprintf("blob %s %d", bc.name, i))
+				g.must(b, "-C", g.work, "add", "blob.bin")
+				g.must(b, "-C", g.work, "commit", "-q", "-m", fmt.Sprintf("blob %s %d", via, i))
 				b.StartTimer()
 				start := time.Now()
-				run(append(slices.Clone(args), "push", "-q", url, "HEAD:"+ref)...)
+				if out, err := g.push(via, "HEAD:"+ref); err != nil {
+					b.Fatalf("push: %v\n%s", err, out)
+				}
 				times = append(times, time.Since(start))
 			}
 			b.StopTimer()
-			cmd := exec.Command("git", "--git-dir="+bare, "rev-parse", ref)
-			cmd.Env = env
-			got, err := cmd.Output()
-			cmd = exec.Command("git", "-C", work, "rev-parse", "HEAD")
-			cmd.Env = env
-			want, _ := cmd.Output()
-			if err != nil || string(got) != string(want) {
-				b.Fatalf("the server's %s is %q (%v), want %q", ref, got, err, want)
+			if got, want := g.must(b, "--git-dir="+g.bare, "rev-parse", ref), g.must(b, "-C", g.work, "rev-parse", "HEAD"); got != want {
+				b.Fatalf("the server's %s is %s, want %s", ref, got, want)
 			}
 			slices.Sort(times)
 			b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "p50-ms")
