@@ -1,0 +1,76 @@
+package intercept
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moatdev/moat/internal/safegit"
+)
+
+// TestGitObjects: through Serve with the quarantine, against a real git http-backend:
+// a new agent branch lands; a forced update and a workflow change are refused with the
+// reason in git's output and the server unchanged; a push that cannot be checked (the
+// quarantine unavailable, the body over MaxBody) is refused as an unpack error, promptly,
+// and the server is unchanged.
+func TestGitObjects(t *testing.T) {
+	g := newGitGateRig(t)
+	serverRef := func(ref string) string {
+		out, _ := g.git("--git-dir="+g.bare, "rev-parse", "--verify", "--quiet", ref)
+		return strings.TrimSpace(out)
+	}
+	commit := func(name, content string) string {
+		p := filepath.Join(g.work, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		g.must(t, "-C", g.work, "add", "-A")
+		g.must(t, "-C", g.work, "commit", "-q", "-m", name)
+		return g.must(t, "-C", g.work, "rev-parse", "HEAD")
+	}
+	refused := func(t *testing.T, want string, args ...string) {
+		t.Helper()
+		before := g.must(t, "--git-dir="+g.bare, "for-each-ref")
+		start := time.Now()
+		out, err := g.push("gate", args...)
+		if err == nil || !strings.Contains(out, want) {
+			t.Errorf("push %v: %v, want a refusal saying %q:\n%s", args, err, want, out)
+		}
+		if d := time.Since(start); d > 4*time.Second {
+			t.Errorf("push %v took %v to be refused", args, d)
+		}
+		if after := g.must(t, "--git-dir="+g.bare, "for-each-ref"); after != before {
+			t.Errorf("push %v changed the server's refs:\n%s\nwas\n%s", args, after, before)
+		}
+	}
+
+	first := commit("a.txt", "a\n")
+	if out, err := g.push("gate", "HEAD:"+prefix+"w"); err != nil || serverRef(prefix+"w") != first {
+		t.Fatalf("push of a new agent branch: %v\n%s", err, out)
+	}
+	g.must(t, "-C", g.work, "commit", "-q", "--amend", "-m", "rewritten")
+	refused(t, "non-fast-forward", "-f", "HEAD:"+prefix+"w")
+	g.must(t, "-C", g.work, "reset", "-q", "--hard", first)
+	commit(".github/workflows/ci.yml", "on: push\n")
+	refused(t, `touches protected path ".github/workflows/ci.yml"`, "HEAD:"+prefix+"w")
+	g.must(t, "-C", g.work, "reset", "-q", "--hard", first)
+
+	next := commit("b.txt", "b\n")
+	q := g.objects.Quarantine
+	g.objects.Quarantine = func(context.Context, string) (*safegit.Quarantine, error) { return nil, errors.New("broken") }
+	refused(t, "remote unpack failed: moat: the quarantine repository is unavailable", "HEAD:"+prefix+"w")
+	g.objects.Quarantine = q
+	g.objects.MaxBody = 100
+	refused(t, "the push is larger than 100 bytes", "HEAD:"+prefix+"w")
+	g.objects.MaxBody = 0
+	if out, err := g.push("gate", "HEAD:"+prefix+"w"); err != nil || serverRef(prefix+"w") != next {
+		t.Fatalf("fast-forward push: %v\n%s", err, out)
+	}
+}
