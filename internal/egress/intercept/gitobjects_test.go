@@ -51,6 +51,10 @@ func TestGitObjects(t *testing.T) {
 		}
 	}
 
+	// Security case D09: while the gate fetches from the remote, no process on the host
+	// has the credential in its argv or environment.
+	stop := watchProcs(t, value)
+	defer stop()
 	first := commit("a.txt", "a\n")
 	if out, err := g.push("gate", "HEAD:"+prefix+"w"); err != nil || serverRef(prefix+"w") != first {
 		t.Fatalf("push of a new agent branch: %v\n%s", err, out)
@@ -72,5 +76,60 @@ func TestGitObjects(t *testing.T) {
 	g.objects.MaxBody = 0
 	if out, err := g.push("gate", "HEAD:"+prefix+"w"); err != nil || serverRef(prefix+"w") != next {
 		t.Fatalf("fast-forward push: %v\n%s", err, out)
+	}
+	if n := stop(); n == 0 {
+		t.Error("the /proc watcher saw no git process: it proves nothing")
+	}
+}
+
+// watchProcs reads every process's cmdline and environ every few milliseconds until
+// stop, failing t if secret appears (except in the test's CGI git server, the remote);
+// stop returns how many git fetch processes it saw.
+func watchProcs(t *testing.T, secret string) (stop func() int) {
+	done := make(chan struct{})
+	seen := make(chan int, 1)
+	go func() {
+		gits := map[string]bool{}
+		for {
+			select {
+			case <-done:
+				seen <- len(gits)
+				return
+			default:
+			}
+			ents, _ := os.ReadDir("/proc")
+			for _, e := range ents {
+				if e.Name()[0] < '0' || e.Name()[0] > '9' {
+					continue
+				}
+				// The test's git server (CGI) is the remote: it is given the credential.
+				if env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ")); strings.Contains(string(env), "GATEWAY_INTERFACE=CGI") {
+					continue
+				}
+				for _, f := range []string{"cmdline", "environ"} {
+					b, err := os.ReadFile(filepath.Join("/proc", e.Name(), f))
+					if err != nil {
+						continue
+					}
+					if strings.Contains(string(b), secret) {
+						t.Errorf("process %s has the credential in its %s: %q", e.Name(), f, b)
+					}
+					if f == "cmdline" && strings.Contains(string(b), "fetch") && strings.HasPrefix(string(b), "/usr/") && strings.Contains(string(b), "git") {
+						gits[e.Name()] = true
+					}
+				}
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	var once bool
+	var n int
+	return func() int {
+		if !once {
+			once = true
+			close(done)
+			n = <-seen
+		}
+		return n
 	}
 }
