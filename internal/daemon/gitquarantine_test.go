@@ -31,6 +31,7 @@ import (
 //   - a sandbox whose .git/config sets core.fsmonitor, hooks and a filter (and whose tree
 //     has a .gitattributes routing every file through it) pushes through the gate and
 //     nothing runs on the host: the canary file never appears;
+//   - an operator's glob (daemon Config.GitProtected) refuses too, case folded;
 //   - the quarantine lives under the daemon's data dir, private, and goes with the sandbox.
 func TestGitGateQuarantine(t *testing.T) {
 	const secret = "real-git-secret-7c4d19e0b2"
@@ -64,6 +65,7 @@ func TestGitGateQuarantine(t *testing.T) {
 			c.EgressHosts[k] = v
 		}
 		c.EgressCA = upstreamCAFile(t, up)
+		c.GitProtected = []string{"deploy/**"}
 		dataDir = c.DataDir
 	})
 	ctx := context.Background()
@@ -158,6 +160,11 @@ func TestGitGateQuarantine(t *testing.T) {
 				refused(t, `git push origin HEAD:`+prefix+`ci`, "protected-path", `touches protected path ".GitHub/Workflows/x.yml"`)
 				e.mustSh(sb.ID, `cd /tmp/repo && git reset -q --hard HEAD~1`)
 			})
+			e.run("operator's protected glob", func(t *testing.T, e *env) {
+				e.mustSh(sb.ID, `cd /tmp/repo && mkdir -p Deploy && echo x > Deploy/prod.tf && git add . && git commit -qm deploy`)
+				refused(t, `git push origin HEAD:`+prefix+`work`, "protected-path", `touches protected path "Deploy/prod.tf" (protected by "deploy/**")`)
+				e.mustSh(sb.ID, `cd /tmp/repo && git reset -q --hard HEAD~1`)
+			})
 			e.run("branch at a server commit that changes a workflow", func(t *testing.T, e *env) {
 				refused(t, `git fetch -q origin feature && git push origin FETCH_HEAD:`+prefix+`reuse`, "protected-path", `touches protected path ".github/workflows/deploy.yml"`)
 				// A new commit on top of it: a thin pack whose bases are on the server's
@@ -214,5 +221,17 @@ func hostGit(t *testing.T, dir string, args ...string) {
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "LC_ALL=C"}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+}
+
+// TestGitProtectedInvalid: a daemon given an invalid protected glob does not start.
+func TestGitProtectedInvalid(t *testing.T) {
+	testutil.RequiresRoot(t)
+	_, _, err := daemon.Start(context.Background(), daemon.Config{
+		DataDir: t.TempDir(), RunDir: t.TempDir(), Socket: filepath.Join(t.TempDir(), "moat.sock"),
+		IDBase: testutil.IDBase(t), GitProtected: []string{"a/[b]"},
+	})
+	if err == nil || !strings.Contains(err.Error(), "--git-protected") {
+		t.Fatalf("daemon with glob a/[b]: %v, want a --git-protected error", err)
 	}
 }
