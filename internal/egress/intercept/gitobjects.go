@@ -257,6 +257,12 @@ func (s *session) fetchInto(ctx context.Context, q *safegit.Quarantine, push *ht
 			}
 			out := r.Clone(r.Context())
 			out.URL.Path, out.URL.RawPath = p, ""
+			// Only a fetch from this repository: whoever else learnt the path gets nothing
+			// else out of the sandbox's credential.
+			if svc, rp, err := gitgate.Classify(out.Method, out.URL); err != nil || rp != repo || (svc != gitgate.Fetch && svc != gitgate.FetchAdvertisement) {
+				http.Error(w, "not a fetch from "+repo, http.StatusForbidden)
+				return
+			}
 			out.Host, out.RequestURI = s.authority, ""
 			out.Header.Del("Authorization")
 			for _, a := range auth {

@@ -102,21 +102,19 @@ func watchProcs(t *testing.T, secret string) (stop func() int) {
 				if e.Name()[0] < '0' || e.Name()[0] > '9' {
 					continue
 				}
+				cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+				environ, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
 				// The test's git server (CGI) is the remote: it is given the credential.
-				if env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ")); strings.Contains(string(env), "GATEWAY_INTERFACE=CGI") {
+				if strings.Contains(string(environ), "GATEWAY_INTERFACE=CGI") {
 					continue
 				}
-				for _, f := range []string{"cmdline", "environ"} {
-					b, err := os.ReadFile(filepath.Join("/proc", e.Name(), f))
-					if err != nil {
-						continue
-					}
+				for f, b := range map[string][]byte{"cmdline": cmdline, "environ": environ} {
 					if strings.Contains(string(b), secret) {
 						t.Errorf("process %s has the credential in its %s: %q", e.Name(), f, b)
 					}
-					if f == "cmdline" && strings.Contains(string(b), "fetch") && strings.HasPrefix(string(b), "/usr/") && strings.Contains(string(b), "git") {
-						gits[e.Name()] = true
-					}
+				}
+				if c := string(cmdline); strings.HasPrefix(c, "/usr/") && strings.Contains(c, "git") && strings.Contains(c, "fetch") {
+					gits[e.Name()] = true
 				}
 			}
 			time.Sleep(2 * time.Millisecond)
