@@ -11,6 +11,9 @@ import (
 	"github.com/moatdev/moat/internal/errdefs"
 )
 
+// fetchRemote names the remote FetchHTTP configures (in git's environment only).
+const fetchRemote = "moat-remote"
+
 // RemoteHEAD is where FetchHTTP keeps the remote's default branch head (its HEAD).
 const RemoteHEAD = "refs/moat/remote/HEAD"
 
@@ -26,11 +29,15 @@ func (q *Quarantine) FetchHTTP(ctx context.Context, rawURL string, refs []string
 		return fmt.Errorf("fetching: bad remote URL: %w", errdefs.ErrInvalidArgument)
 	}
 	cfg := []string{"protocol." + u.Scheme + ".allow=always", "http.followRedirects=false"}
+	// The URL (the caller's listener may take a secret path) goes in the environment,
+	// as the remote's configuration: another local user can read git's argv, not its
+	// environment.
+	env := []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=remote." + fetchRemote + ".url", "GIT_CONFIG_VALUE_0=" + rawURL}
 	args := []string{"fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules"}
 	if len(refs) == 0 {
-		args = append(args, "--prune", "--end-of-options", rawURL, "+refs/heads/*:refs/moat/remote/heads/*")
+		args = append(args, "--prune", "--end-of-options", fetchRemote, "+refs/heads/*:refs/moat/remote/heads/*")
 	} else {
-		args = append(args, "--end-of-options", rawURL)
+		args = append(args, "--end-of-options", fetchRemote)
 		for _, ref := range refs {
 			if err := CheckRefName(ref); err != nil || !strings.HasPrefix(ref, "refs/heads/") {
 				return fmt.Errorf("fetching %q: %w", ref, errdefs.ErrInvalidArgument)
@@ -38,11 +45,11 @@ func (q *Quarantine) FetchHTTP(ctx context.Context, rawURL string, refs []string
 			args = append(args, "+"+ref+":refs/moat/remote/"+strings.TrimPrefix(ref, "refs/"))
 		}
 	}
-	if _, err := q.run(ctx, invocation{args: append(args, "+HEAD:"+RemoteHEAD), config: cfg}); err == nil {
+	if _, err := q.run(ctx, invocation{args: append(args, "+HEAD:"+RemoteHEAD), config: cfg, env: env}); err == nil {
 		return nil
 	}
 	// No HEAD (or it does not resolve): the branches alone.
-	if _, err := q.run(ctx, invocation{args: args, config: cfg}); err != nil {
+	if _, err := q.run(ctx, invocation{args: args, config: cfg, env: env}); err != nil {
 		return fmt.Errorf("fetching from the remote: %w", err)
 	}
 	_, _ = q.run(ctx, invocation{args: []string{"update-ref", "-d", RemoteHEAD}})

@@ -115,6 +115,10 @@ func watchProcs(t *testing.T, secret string) (stop func() int) {
 				}
 				if c := string(cmdline); strings.HasPrefix(c, "/usr/") && strings.Contains(c, "git") && strings.Contains(c, "fetch") {
 					gits[e.Name()] = true
+					// Nor the fetch listener's secret path.
+					if strings.Contains(c, "127.0.0.1:") {
+						t.Errorf("process %s has the fetch URL in its argv: %q", e.Name(), c)
+					}
 				}
 			}
 			time.Sleep(2 * time.Millisecond)
