@@ -23,7 +23,11 @@ const RemoteHEAD = "refs/moat/remote/HEAD"
 // the caller serves it on loopback and adds the credential itself, so no secret is ever
 // in git's argv or environment. A remote without a HEAD (an empty repository, a dangling
 // HEAD) leaves RemoteHEAD unset.
-func (q *Quarantine) FetchHTTP(ctx context.Context, rawURL string, refs []string) error {
+//
+// header, if not empty, is a "Name: value" line git sends with every request of the fetch
+// (http.extraHeader), also through the environment only: git passes the URL to its
+// remote helper in argv, so a listener that must know its caller checks the header.
+func (q *Quarantine) FetchHTTP(ctx context.Context, rawURL, header string, refs []string) error {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.User != nil || u.Host == "" || strings.HasPrefix(rawURL, "-") {
 		return fmt.Errorf("fetching: bad remote URL: %w", errdefs.ErrInvalidArgument)
@@ -33,6 +37,13 @@ func (q *Quarantine) FetchHTTP(ctx context.Context, rawURL string, refs []string
 	// as the remote's configuration: another local user can read git's argv, not its
 	// environment.
 	env := []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=remote." + fetchRemote + ".url", "GIT_CONFIG_VALUE_0=" + rawURL}
+	if header != "" {
+		if strings.ContainsAny(header, "\r\n\x00") || !strings.Contains(header, ":") {
+			return fmt.Errorf("fetching: bad header: %w", errdefs.ErrInvalidArgument)
+		}
+		env = append(env, "GIT_CONFIG_KEY_1=http.extraHeader", "GIT_CONFIG_VALUE_1="+header)
+		env[0] = "GIT_CONFIG_COUNT=2"
+	}
 	args := []string{"fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules"}
 	if len(refs) == 0 {
 		args = append(args, "--prune", "--end-of-options", fetchRemote, "+refs/heads/*:refs/moat/remote/heads/*")

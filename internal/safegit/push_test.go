@@ -44,11 +44,14 @@ func TestPushHelpers(t *testing.T) {
 		t.Errorf("ResolveRef(HEAD): %v", err)
 	}
 	for _, u := range []string{"https://user:pw@example.test/r.git", "file:///tmp/r.git", "ext::sh -c x", "-https://x/r.git", "http:///r.git"} {
-		if err := q.FetchHTTP(ctx, u, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if err := q.FetchHTTP(ctx, u, "", nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("FetchHTTP(%q): %v, want invalid argument", u, err)
 		}
 	}
-	if err := q.FetchHTTP(ctx, "http://127.0.0.1:1/r.git", []string{"refs/tags/v1"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if err := q.FetchHTTP(ctx, "http://127.0.0.1:1/r.git", "", []string{"refs/tags/v1"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("FetchHTTP of a tag: %v", err)
+	}
+	if err := q.FetchHTTP(ctx, "http://127.0.0.1:1/r.git", "X-A: b\r\nX-C: d", nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("FetchHTTP with a header of two lines: %v", err)
 	}
 }

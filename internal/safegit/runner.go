@@ -142,8 +142,8 @@ type invocation struct {
 	cred    *syscall.Credential // run as this user (export into a user's repository)
 	// env is added to the fixed environment: GIT_CONFIG_COUNT/KEY/VALUE entries for what
 	// must not be in argv (readable by every local user in /proc; environ is not).
-	env []string
-	timeout time.Duration       // 0: DefaultTimeout
+	env     []string
+	timeout time.Duration // 0: DefaultTimeout
 }
 
 // exitCode is an expected non-zero exit of git.

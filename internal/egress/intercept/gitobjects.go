@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -48,6 +49,9 @@ type GitObjects struct {
 	// Timeout bounds reading the body, and separately deciding on it (default 5 min).
 	Timeout time.Duration
 }
+
+// fetchKeyHeader carries the key of the session's fetch listener (fetchInto).
+const fetchKeyHeader = "X-Moat-Fetch-Key"
 
 const (
 	defaultGitMaxBody = 512 << 20
@@ -232,18 +236,25 @@ func missingCommits(ctx context.Context, q *safegit.Quarantine, req *gitgate.Req
 // under a random path, and each of its requests is served as the sandbox's own (the
 // push's Authorization header, which holds the placeholder, goes with them), so the
 // egress policy applies and the credential is injected on the way out. git's argv and
-// environment never hold a credential.
+// environment never hold a credential. The listener serves only fetches from repo, and
+// only to requests with the key header, which only git's environment holds.
 func (s *session) fetchInto(ctx context.Context, q *safegit.Quarantine, push *http.Request, repo string, refs []string) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	var tok [16]byte
+	var tok, key [16]byte
 	if _, err := rand.Read(tok[:]); err != nil {
 		ln.Close()
 		return err
 	}
-	base := "/" + hex.EncodeToString(tok[:])
+	if _, err := rand.Read(key[:]); err != nil {
+		ln.Close()
+		return err
+	}
+	// The path is in the argv of git's remote helper (any local user can read it); the
+	// key header is only in git's environment (root's to read).
+	base, keyValue := "/"+hex.EncodeToString(tok[:]), hex.EncodeToString(key[:])
 	auth := push.Header.Values("Authorization")
 	srv := &http.Server{
 		ReadHeaderTimeout: 10 * time.Second,
@@ -251,7 +262,7 @@ func (s *session) fetchInto(ctx context.Context, q *safegit.Quarantine, push *ht
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			p, ok := strings.CutPrefix(r.URL.Path, base)
-			if !ok || r.TLS != nil {
+			if !ok || r.TLS != nil || subtle.ConstantTimeCompare([]byte(r.Header.Get(fetchKeyHeader)), []byte(keyValue)) != 1 {
 				http.NotFound(w, r)
 				return
 			}
@@ -265,6 +276,7 @@ func (s *session) fetchInto(ctx context.Context, q *safegit.Quarantine, push *ht
 			}
 			out.Host, out.RequestURI = s.authority, ""
 			out.Header.Del("Authorization")
+			out.Header.Del(fetchKeyHeader)
 			for _, a := range auth {
 				out.Header.Add("Authorization", a)
 			}
@@ -273,5 +285,5 @@ func (s *session) fetchInto(ctx context.Context, q *safegit.Quarantine, push *ht
 	}
 	go srv.Serve(ln)
 	defer srv.Close()
-	return q.FetchHTTP(ctx, "http://"+ln.Addr().String()+base+repo, refs)
+	return q.FetchHTTP(ctx, "http://"+ln.Addr().String()+base+repo, fetchKeyHeader+": "+keyValue, refs)
 }

@@ -3,6 +3,7 @@ package intercept
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,9 +91,13 @@ func watchProcs(t *testing.T, secret string) (stop func() int) {
 	seen := make(chan int, 1)
 	go func() {
 		gits := map[string]bool{}
+		probed := false
 		for {
 			select {
 			case <-done:
+				if !probed {
+					t.Error("the /proc watcher never caught the fetch listener's URL to probe it")
+				}
 				seen <- len(gits)
 				return
 			default:
@@ -111,6 +116,18 @@ func watchProcs(t *testing.T, secret string) (stop func() int) {
 				for f, b := range map[string][]byte{"cmdline": cmdline, "environ": environ} {
 					if strings.Contains(string(b), secret) {
 						t.Errorf("process %s has the credential in its %s: %q", e.Name(), f, b)
+					}
+				}
+				// git's remote helper has the fetch listener's URL in its argv, which every
+				// local user can read: the URL alone must get nothing.
+				if i := strings.Index(string(cmdline), "http://127.0.0.1:"); i >= 0 && !probed {
+					u := strings.TrimRight(string(cmdline[i:]), "\x00")
+					if res, err := http.Get(u + "/info/refs?service=git-upload-pack"); err == nil {
+						probed = true
+						res.Body.Close()
+						if res.StatusCode != http.StatusNotFound {
+							t.Errorf("the fetch listener answered %d to a request without its key", res.StatusCode)
+						}
 					}
 				}
 				if c := string(cmdline); strings.HasPrefix(c, "/usr/") && strings.Contains(c, "git") && strings.Contains(c, "fetch") {
