@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,8 @@ type gitGateRig struct {
 	ln                      net.Listener
 	objects                 *GitObjects
 	events                  *gitRecorder
+	// noFetch makes the server answer 503 to fetches (upload-pack).
+	noFetch atomic.Bool
 }
 
 func newGitGateRig(tb testing.TB) *gitGateRig {
@@ -50,6 +53,10 @@ func newGitGateRig(tb testing.TB) *gitGateRig {
 	g.u = newUpstream(tb, func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer "+value {
 			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		if g.noFetch.Load() && (strings.HasSuffix(r.URL.Path, "/git-upload-pack") || r.URL.Query().Get("service") == "git-upload-pack") {
+			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
 		}
 		backend.ServeHTTP(w, r)

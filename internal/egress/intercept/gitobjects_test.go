@@ -16,7 +16,8 @@ import (
 // TestGitObjects: through Serve with the quarantine, against a real git http-backend:
 // a new agent branch lands; a forced update and a workflow change are refused with the
 // reason in git's output and the server unchanged; a push that cannot be checked (the
-// quarantine unavailable, the body over MaxBody) is refused as an unpack error, promptly,
+// quarantine unavailable, the body over MaxBody, the remote refusing fetches) is refused
+// as an unpack error, promptly,
 // and the server is unchanged.
 func TestGitObjects(t *testing.T) {
 	g := newGitGateRig(t)
@@ -75,6 +76,9 @@ func TestGitObjects(t *testing.T) {
 	g.objects.MaxBody = 100
 	refused(t, "the push is larger than 100 bytes", "HEAD:"+prefix+"w")
 	g.objects.MaxBody = 0
+	g.noFetch.Store(true)
+	refused(t, "remote unpack failed: moat: could not fetch from api.test to check the push", "HEAD:"+prefix+"w")
+	g.noFetch.Store(false)
 	if out, err := g.push("gate", "HEAD:"+prefix+"w"); err != nil || serverRef(prefix+"w") != next {
 		t.Fatalf("fast-forward push: %v\n%s", err, out)
 	}
