@@ -17,8 +17,8 @@ import (
 // a new agent branch lands; a forced update and a workflow change are refused with the
 // reason in git's output and the server unchanged; a push that cannot be checked (the
 // quarantine unavailable, the body over MaxBody, the remote refusing fetches) is refused
-// as an unpack error, promptly,
-// and the server is unchanged.
+// as an unpack error, promptly, and the server is unchanged. Throughout, no host process
+// has the credential in its argv or environment (security case D09).
 func TestGitObjects(t *testing.T) {
 	g := newGitGateRig(t)
 	serverRef := func(ref string) string {
