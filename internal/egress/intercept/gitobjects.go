@@ -130,7 +130,13 @@ func (s *session) decideObjects(ctx context.Context, f *os.File, r *http.Request
 		return s.fetchInto(ctx, q, r, repo, refs)
 	}
 	if err := fetch(updated); err != nil {
-		return gitgate.Decision{}, "could not fetch from " + s.host + " to check the push", err
+		// A ref the push updates may be gone from the remote meanwhile: every branch.
+		if len(updated) == 0 {
+			return gitgate.Decision{}, "could not fetch from " + s.host + " to check the push", err
+		}
+		if err := fetch(nil); err != nil {
+			return gitgate.Decision{}, "could not fetch from " + s.host + " to check the push", err
+		}
 	}
 	receive := func() error {
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
