@@ -36,9 +36,10 @@ type app struct {
 	idBase   uint32
 	// egressHosts and egressDNS configure the egress proxy of `serve` and of the
 	// in-process daemon.
-	egressHosts string
-	egressDNS   string
-	egressCA    string
+	egressHosts  string
+	egressDNS    string
+	egressCA     string
+	gitProtected []string
 	// defaultDisk is the drive size of sandboxes that do not ask (--default-disk).
 	defaultDisk string
 
@@ -89,6 +90,7 @@ limits, an overlay root with no host mounts, and no network path out.`,
 	root.PersistentFlags().StringVar(&a.egressHosts, "egress-hosts", "", "hosts file (ADDRESS NAME...) the egress proxy uses before DNS; pinned addresses may be private or loopback (serve and the in-process daemon)")
 	root.PersistentFlags().StringVar(&a.egressDNS, "egress-dns", "", "upstream DNS server IP:PORT the egress proxy resolves names with (default: the host's resolver)")
 	root.PersistentFlags().StringVar(&a.defaultDisk, "default-disk", "", "drive size of sandboxes that do not give --disk, allocated in full on the data filesystem (serve and the in-process daemon; default 10G)")
+	root.PersistentFlags().StringArrayVar(&a.gitProtected, "git-protected", nil, "repository path glob (anchored, ** across directories) a sandbox's git push may not touch, besides .github/workflows/**, .gitlab-ci.yml, .circleci/**, CODEOWNERS and .moat/**; repeatable (serve and the in-process daemon)")
 	root.PersistentFlags().StringVar(&a.egressCA, "egress-ca", "", "PEM file of extra CA certificates the egress proxy trusts upstream when it injects credentials")
 	root.AddCommand(
 		a.serveCmd(), a.runCmd(), a.createCmd(), a.execCmd(), a.lsCmd(), a.inspectCmd(),
@@ -124,8 +126,8 @@ func (a *app) connect(ctx context.Context) (*sdk.Client, error) {
 	c := sdk.NewUnix(a.socket)
 	err := c.Ping(ctx)
 	if err == nil {
-		if a.egressHosts != "" || a.egressDNS != "" || a.egressCA != "" || a.defaultDisk != "" {
-			return nil, fmt.Errorf("--egress-hosts, --egress-dns, --egress-ca and --default-disk configure a daemon: a daemon already runs at %s, give them to its `moat serve`", a.socket)
+		if a.egressHosts != "" || a.egressDNS != "" || a.egressCA != "" || a.defaultDisk != "" || len(a.gitProtected) > 0 {
+			return nil, fmt.Errorf("--egress-hosts, --egress-dns, --egress-ca, --git-protected and --default-disk configure a daemon: a daemon already runs at %s, give them to its `moat serve`", a.socket)
 		}
 		a.client = c
 		return c, nil
@@ -153,7 +155,7 @@ func (a *app) connect(ctx context.Context) (*sdk.Client, error) {
 
 // daemonConfig is the configuration global flags give a daemon (serve or in-process).
 func (a *app) daemonConfig() (daemon.Config, error) {
-	cfg := daemon.Config{DataDir: a.dataDir, RunDir: a.runDir, Socket: a.socket, IDBase: a.idBase, Log: a.logger(os.Stderr), EgressDNS: a.egressDNS, EgressCA: a.egressCA}
+	cfg := daemon.Config{DataDir: a.dataDir, RunDir: a.runDir, Socket: a.socket, IDBase: a.idBase, Log: a.logger(os.Stderr), EgressDNS: a.egressDNS, EgressCA: a.egressCA, GitProtected: a.gitProtected}
 	if a.defaultDisk != "" {
 		n, err := parseSize(a.defaultDisk)
 		if err != nil || n <= 0 {

@@ -25,6 +25,7 @@ import (
 	"github.com/moatdev/moat/internal/doctor"
 	"github.com/moatdev/moat/internal/egress"
 	"github.com/moatdev/moat/internal/egress/proxy"
+	"github.com/moatdev/moat/internal/gitgate"
 	"github.com/moatdev/moat/internal/initlog"
 	"github.com/moatdev/moat/internal/linux"
 	"github.com/moatdev/moat/internal/netns"
@@ -59,6 +60,10 @@ type Config struct {
 	// EgressCA is a PEM file of extra roots the proxy trusts for upstream TLS when it
 	// intercepts (credential brokering), besides the system's (--egress-ca).
 	EgressCA string
+	// GitProtected are globs of repository paths (gitgate syntax: anchored, ** across
+	// components) a push may not touch, besides gitgate.DefaultProtected(); matched with
+	// ASCII case folded (--git-protected).
+	GitProtected []string
 	// Egress connection limits (zero: defaults of internal/egress/proxy).
 	EgressIdleTimeout time.Duration
 	EgressMaxDuration time.Duration
@@ -161,6 +166,10 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the moat daemon must run as root (it creates namespaces, mounts and cgroups)")
 	}
+	protected, err := gitgate.NewPathMatcher(append(gitgate.DefaultProtected(), cfg.GitProtected...), gitgate.MatcherOptions{CaseInsensitive: true})
+	if err != nil {
+		return nil, fmt.Errorf("--git-protected: %w", err)
+	}
 	if cfg.InitPath == "" {
 		if cfg.InitPath, err = FindInit(); err != nil {
 			return nil, err
@@ -225,12 +234,14 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	budget, floor := egressBudget(nofile(), cfg.EgressBudget)
 	d.log.Info("egress budget", "connections", budget, "per_sandbox_floor", floor, "rlimit_nofile", nofile())
 	d.Egress = egress.New(egress.Config{
-		Listener: net,
-		Journal:  st,
-		Resolver: egress.NewResolver(cfg.EgressHosts, cfg.EgressDNS),
-		Secrets:  sec,
-		CADir:    filepath.Join(cfg.DataDir, "ca"),
-		RootCAs:  roots,
+		Listener:     net,
+		Journal:      st,
+		Resolver:     egress.NewResolver(cfg.EgressHosts, cfg.EgressDNS),
+		Secrets:      sec,
+		CADir:        filepath.Join(cfg.DataDir, "ca"),
+		GitDir:       filepath.Join(cfg.DataDir, "git"),
+		GitProtected: protected,
+		RootCAs:      roots,
 		Audit: func(id, kind, detail string) {
 			if err := st.AddEvent(context.Background(), id, kind, detail); err != nil {
 				d.log.Error("recording an egress event", "sandbox", id, "kind", kind, "err", err)

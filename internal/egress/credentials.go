@@ -236,10 +236,11 @@ func (m *Manager) loadCA(id string) (*intercept.CA, error) {
 	return ca, nil
 }
 
-// Forget drops what the boundary keeps of deleted sandbox id: its CA, and its tokens,
-// revoked. Idempotent.
+// Forget drops what the boundary keeps of deleted sandbox id: its CA, its git
+// quarantines, and its tokens, revoked. Idempotent.
 func (m *Manager) Forget(id string) {
 	m.revoke(id, m.provs.set(id, nil))
+	m.forgetGit(id)
 	m.cas.mu.Lock()
 	delete(m.cas.m, id)
 	m.cas.mu.Unlock()
@@ -369,7 +370,7 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 	return intercept.Serve(ctx, client, head, host, port, dial, intercept.Config{
 		CA: ca, RootCAs: ic.m.cfg.RootCAs, Injections: inj, Log: ic.m.log.With("sandbox", ic.b.id),
 		Check: ic.check, Upstreams: ic.b.upstreams, PlainHTTP: ic.PlainHTTP(),
-		Git: &intercept.GitGate{Policy: ic.b.git, Record: ic.recordGit},
+		Git: &intercept.GitGate{Policy: ic.b.git, Record: ic.recordGit, Objects: ic.m.gitObjects(ic.b.id)},
 		Audit: func(u intercept.Use) {
 			if ic.m.cfg.Audit != nil && u.Injected {
 				ic.m.cfg.Audit(ic.b.id, "credential", fmt.Sprintf("%s %s %s://%s%s → %d", u.Secret, u.Method, u.Scheme, u.Host, u.Path, u.Status))

@@ -79,6 +79,12 @@ type Config struct {
 	Secrets SecretSource
 	CADir   string
 	RootCAs *x509.CertPool
+	// GitDir, if set, is where the git gate keeps each sandbox's quarantine repositories
+	// and push spool (root-only); with it, pushes are decided on their objects
+	// (fast-forward, protected paths). GitProtected matches the touched paths (nil: the
+	// default globs, case folded).
+	GitDir       string
+	GitProtected *gitgate.PathMatcher
 	// Audit kinds: "credential" (a use, a token minted or revoked), "git" (a git gate
 	// decision).
 	Audit func(sandbox, kind, detail string)
@@ -102,6 +108,8 @@ type Manager struct {
 	cas      cas
 	provs    providers
 	revoking sync.WaitGroup
+
+	gitMu sync.Mutex // creating quarantines
 
 	hostMu    sync.Mutex
 	hostAddrs []netip.Addr

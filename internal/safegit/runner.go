@@ -140,7 +140,10 @@ type invocation struct {
 	// merge-base --is-ancestor); run returns them as *exitCode.
 	okCodes []int
 	cred    *syscall.Credential // run as this user (export into a user's repository)
-	timeout time.Duration       // 0: DefaultTimeout
+	// env is added to the fixed environment: GIT_CONFIG_COUNT/KEY/VALUE entries for what
+	// must not be in argv (readable by every local user in /proc; environ is not).
+	env     []string
+	timeout time.Duration // 0: DefaultTimeout
 }
 
 // exitCode is an expected non-zero exit of git.
@@ -179,7 +182,7 @@ func (r *Runner) run(ctx context.Context, inv invocation) ([]byte, error) {
 	}
 
 	cmd := exec.CommandContext(ctx, r.git, r.argv(inv)...)
-	cmd.Env = r.env()
+	cmd.Env = append(r.env(), inv.env...)
 	cmd.Dir = "/"
 	if inv.stdin != nil {
 		// Feed stdin through our own pipe: exec would wait for its copy from a reader that

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -29,9 +30,10 @@ import (
 //   - a request Classify refuses (a spelling of a git endpoint servers read differently,
 //     WebDAV writes to a repository): 403 with the reason.
 //
-// Not yet (the quarantine slice of issue 11): updates of an existing ref under the prefix
-// are allowed without a fast-forward check (forced updates within the agent's own prefix
-// pass), and the pushed objects are not inspected (no protected paths).
+// With Objects set (the daemon sets it), a push its refs allow is then decided on its
+// objects before anything is forwarded: fast-forward and protected paths (GitObjects).
+// Without it, updates of an existing ref under the prefix count as fast-forwards and the
+// objects are not looked at.
 type GitGate struct {
 	Policy *gitgate.Policy // required
 	// Record, if set, is called once for each push decided and each git request refused
@@ -47,6 +49,10 @@ type GitGate struct {
 	// answer, so that git, still sending its pack, reads moat's report instead of a reset
 	// connection (default 64 MiB; past it the connection is closed after the answer).
 	MaxDrain int64
+	// Objects, if set, decides pushes the ref rules allow on their objects: fast-forward
+	// and protected paths (see GitObjects). Without it, updates under the prefix count as
+	// fast-forwards and paths are not looked at.
+	Objects *GitObjects
 }
 
 // GitEvent is one decision of the git gate, for the egress log.
@@ -110,43 +116,71 @@ func (s *session) gate(w http.ResponseWriter, r *http.Request, ex *exchange) boo
 		r.Body = readCloser{io.MultiReader(bytes.NewReader(rec.buf), r.Body), r.Body}
 		return true
 	}
+	// First the ref rules alone: every update under the prefix counts as a fast-forward
+	// here (refs outside it never reach ff), so a push refused by its refs is refused
+	// before its pack is read. The objects then decide the rest (Objects).
 	prefix := g.Policy.Prefix()
-	// TODO(issue 11, quarantine slice): answer from the quarantine repository. Until
-	// then every update of an existing ref under the prefix counts as a fast-forward, so
-	// a forced update of the agent's own branch is not detected; refs outside the prefix
-	// never reach ff (Decide refuses them first) and are refused here too.
-	ff := func(ref, _, _ string) bool { return strings.HasPrefix(ref, prefix) }
-	d := g.Policy.Decide(req, ff)
+	d := g.Policy.Decide(req, func(ref, _, _ string) bool { return strings.HasPrefix(ref, prefix) })
+	var spool *os.File
+	if d.Allow && g.Objects != nil {
+		var unpackErr string
+		spool, d, unpackErr = s.inspectPush(w, r, rc, rec.buf, req, repo)
+		if spool != nil {
+			defer func() {
+				if spool != nil {
+					spool.Close()
+				}
+			}()
+		}
+		if unpackErr != "" {
+			s.recordGit(GitEvent{Service: svc, Repo: repo, Err: errors.New(unpackErr)})
+			s.answerReport(w, req, gitgate.Report{UnpackErr: unpackErr}, unpackErr)
+			return false
+		}
+	}
 	s.recordGit(GitEvent{Service: svc, Repo: repo, Decision: d})
 	if d.Allow {
 		_ = rc.SetReadDeadline(time.Time{})
+		if spool != nil {
+			// The bytes as the sandbox sent them (framing and encoding included).
+			r.Body, spool = spool, nil
+			return true
+		}
 		r.Body = readCloser{io.MultiReader(bytes.NewReader(rec.buf), r.Body), r.Body}
 		return true
 	}
 	s.log.Info("git gate: push refused", "host", s.host, "repo", repo, "refused", len(d.Refused()))
-	// Take the rest of the body, so git reads the report rather than a reset.
-	maxDrain := g.MaxDrain
-	if maxDrain <= 0 {
-		maxDrain = defaultGitMaxDrain
+	if spool == nil {
+		// Take the rest of the body, so git reads the report rather than a reset.
+		maxDrain := g.MaxDrain
+		if maxDrain <= 0 {
+			maxDrain = defaultGitMaxDrain
+		}
+		_ = rc.SetReadDeadline(time.Now().Add(timeout))
+		if n, _ := io.Copy(io.Discard, io.LimitReader(r.Body, maxDrain+1)); n > maxDrain {
+			w.Header().Set("Connection", "close")
+		}
 	}
-	_ = rc.SetReadDeadline(time.Now().Add(timeout))
-	if n, _ := io.Copy(io.Discard, io.LimitReader(r.Body, maxDrain+1)); n > maxDrain {
-		w.Header().Set("Connection", "close")
-	}
+	s.answerReport(w, req, gitgate.RefusalReport(d), d.Refused()[0].Command.Ref+": "+d.Refused()[0].Reason)
+	return false
+}
+
+// answerReport answers a refused push with rep, as git reads it; a client that asked
+// for no report gets 403 with why.
+func (s *session) answerReport(w http.ResponseWriter, req *gitgate.Request, rep gitgate.Report, why string) {
 	if !gitgate.CanReport(req.Capabilities) {
-		http.Error(w, "moat: git gate: "+d.Refused()[0].Command.Ref+": "+d.Refused()[0].Reason, http.StatusForbidden)
-		return false
+		http.Error(w, "moat: git gate: "+why, http.StatusForbidden)
+		return
 	}
-	var rep bytes.Buffer
-	if err := gitgate.WriteReport(&rep, req.Capabilities, gitgate.RefusalReport(d)); err != nil {
+	var b bytes.Buffer
+	if err := gitgate.WriteReport(&b, req.Capabilities, rep); err != nil {
 		http.Error(w, "moat: git gate: "+clientReason(err), http.StatusForbidden)
-		return false
+		return
 	}
 	w.Header().Set("Content-Type", gitgate.ContentTypeResult)
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(rep.Bytes())
-	return false
+	_, _ = w.Write(b.Bytes())
 }
 
 // readPush reads a push's commands from body: its Content-Encoding undone, at most
