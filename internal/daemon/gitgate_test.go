@@ -27,62 +27,18 @@ import (
 // with git) and the server never saw those pushes. Each decision is in the egress log.
 func TestGitGatePush(t *testing.T) {
 	const secret = "real-git-secret-5e1b07c2a9"
-	in := newInternet(t)
-	root := t.TempDir()
-	git := gitServerAt(t, root, "repo", func(r *http.Request, _ bool) bool {
-		_, p, ok := r.BasicAuth()
-		return ok && p == secret
-	}, in.log)
-	bare := filepath.Join(root, "repo.git")
-	// The server offers push options: the gate must hide them from the sandbox.
-	serverGit(t, bare, "config", "receive.advertisePushOptions", "true")
-	up := testutil.NewUpstreamCA(t, "git.test")
-	port := tlsServe(t, up, git)
-	e := newEnvWith(t, func(c *daemon.Config) {
-		in.configure(c)
-		extra, _ := egress.ParseHosts([]byte("127.0.0.4 git.test\n"))
-		for k, v := range extra {
-			c.EgressHosts[k] = v
-		}
-		c.EgressCA = upstreamCAFile(t, up)
-	})
+	g := newGitGate(t, secret, func(_, bare string) {
+		// The server offers push options: the gate must hide them from the sandbox.
+		serverGit(t, bare, "config", "receive.advertisePushOptions", "true")
+	}, nil)
+	e, bare, port := g.e, g.bare, g.port
 	ctx := context.Background()
-	bound := fmt.Sprintf("git.test:%d", port)
-	if err := e.c.SetSecret(ctx, "GIT_TOKEN", secret, &v1.SecretScope{Hosts: []string{bound}}); err != nil {
-		t.Fatal(err)
-	}
 	for _, rt := range runtimesUnderTest(t) {
 		e.run(rt, func(t *testing.T, e *env) {
-			sb := e.create(v1.CreateSandboxRequest{
-				Runtime:     rt,
-				Policy:      &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"git.test"}}}},
-				Credentials: []v1.Credential{{Secret: "GIT_TOKEN", Hosts: []string{bound}}},
-			})
-			defer func() {
-				if t.Failed() {
-					e.d.Egress.Flush()
-					list, _ := e.c.Egress(ctx, sb.ID, 0)
-					for _, x := range list {
-						t.Logf("egress: %+v", x)
-					}
-					t.Logf("server: %v", in.log.all())
-				}
-			}()
+			sb := g.sandbox(t, e, v1.CreateSandboxRequest{Runtime: rt}, rt)
 			prefix := "refs/heads/agent/" + sb.ID + "/"
-			e.mustSh(sb.ID, fmt.Sprintf(`set -e
-	git config --global user.email agent@example.test; git config --global user.name agent
-	git clone -q "https://x-access-token:$GIT_TOKEN@git.test:%d/git/repo.git" /tmp/repo
-	cd /tmp/repo; echo change >> README; git commit -qam "agent change %s"`, port, rt))
 			head := strings.TrimSpace(e.mustSh(sb.ID, `git -C /tmp/repo rev-parse HEAD`))
-			pushes := func() int {
-				n := 0
-				for _, l := range in.log.all() {
-					if strings.Contains(l, "git push received") {
-						n++
-					}
-				}
-				return n
-			}
+			pushes := g.pushes
 
 			before := pushes()
 			if r := e.sh(sb.ID, "", `cd /tmp/repo && git push origin HEAD:`+prefix+`work`); r.code != 0 {
@@ -177,20 +133,11 @@ func TestGitGatePush(t *testing.T) {
 			})
 
 			e.run("prefix set at create", func(t *testing.T, e *env) {
-				sb2 := e.create(v1.CreateSandboxRequest{
-					Runtime:           rt,
-					Policy:            &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"git.test"}}}},
-					Credentials:       []v1.Credential{{Secret: "GIT_TOKEN", Hosts: []string{bound}}},
-					AgentBranchPrefix: "agent/custom-" + rt,
-				})
+				sb2 := g.sandbox(t, e, v1.CreateSandboxRequest{Runtime: rt, AgentBranchPrefix: "agent/custom-" + rt}, "custom")
 				custom := "refs/heads/agent/custom-" + rt + "/"
 				if sb2.AgentBranchPrefix != custom {
 					t.Errorf("the sandbox's prefix is %q, want %q", sb2.AgentBranchPrefix, custom)
 				}
-				e.mustSh(sb2.ID, fmt.Sprintf(`set -e
-	git config --global user.email agent@example.test; git config --global user.name agent
-	git clone -q "https://x:$GIT_TOKEN@git.test:%d/git/repo.git" /tmp/repo
-	cd /tmp/repo; echo custom >> README; git commit -qam custom`, port))
 				r := e.sh(sb2.ID, "", "cd /tmp/repo && git push origin HEAD:refs/heads/agent/"+sb2.ID+"/work")
 				if r.code == 0 || !strings.Contains(r.stderr, "may push only to branches under "+custom) {
 					t.Errorf("push under the default prefix of a sandbox with its own: %+v", r)
@@ -245,4 +192,86 @@ func serverRefs(t *testing.T, bare string) map[string]string {
 		}
 	}
 	return refs
+}
+
+// gitGate is a daemon whose sandboxes may bind the secret GIT_TOKEN for a git
+// http-backend on loopback TLS (git.test, reached through the test internet) that takes
+// only that secret's real value.
+type gitGate struct {
+	in    *internet
+	e     *env
+	bare  string // the server's bare repository
+	port  int
+	bound string // "git.test:PORT": the secret's scope and the bindings' host
+}
+
+// newGitGate starts the server on a repository under a new root (prepare, if set, runs
+// before the daemon starts, with the root — its clone is root/work — and the bare
+// repository) and a daemon on the test internet, adjusted by configure if set.
+func newGitGate(t *testing.T, secret string, prepare func(root, bare string), configure func(*daemon.Config)) *gitGate {
+	t.Helper()
+	in := newInternet(t)
+	root := t.TempDir()
+	git := gitServerAt(t, root, "repo", func(r *http.Request, _ bool) bool {
+		_, p, ok := r.BasicAuth()
+		return ok && p == secret
+	}, in.log)
+	g := &gitGate{in: in, bare: filepath.Join(root, "repo.git")}
+	if prepare != nil {
+		prepare(root, g.bare)
+	}
+	up := testutil.NewUpstreamCA(t, "git.test")
+	g.port = tlsServe(t, up, git)
+	g.bound = fmt.Sprintf("git.test:%d", g.port)
+	g.e = newEnvWith(t, func(c *daemon.Config) {
+		in.configure(c)
+		extra, _ := egress.ParseHosts([]byte("127.0.0.4 git.test\n"))
+		for k, v := range extra {
+			c.EgressHosts[k] = v
+		}
+		c.EgressCA = upstreamCAFile(t, up)
+		if configure != nil {
+			configure(c)
+		}
+	})
+	if err := g.e.c.SetSecret(context.Background(), "GIT_TOKEN", secret, &v1.SecretScope{Hosts: []string{g.bound}}); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// sandbox creates a sandbox from req with the server's binding and a policy that allows
+// it, logs its egress and the server's log if t fails, and clones the repository into
+// /tmp/repo with one commit on top ("agent change NOTE").
+func (g *gitGate) sandbox(t *testing.T, e *env, req v1.CreateSandboxRequest, note string) *v1.Sandbox {
+	t.Helper()
+	req.Policy = &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"git.test"}}}}
+	req.Credentials = []v1.Credential{{Secret: "GIT_TOKEN", Hosts: []string{g.bound}}}
+	sb := e.create(req)
+	t.Cleanup(func() {
+		if t.Failed() {
+			e.d.Egress.Flush()
+			list, _ := e.c.Egress(context.Background(), sb.ID, 0)
+			for _, x := range list {
+				t.Logf("egress: %+v", x)
+			}
+			t.Logf("server: %v", g.in.log.all())
+		}
+	})
+	e.mustSh(sb.ID, fmt.Sprintf(`set -e
+	git config --global user.email agent@example.test; git config --global user.name agent
+	git clone -q "https://x-access-token:$GIT_TOKEN@git.test:%d/git/repo.git" /tmp/repo
+	cd /tmp/repo; echo change >> README; git commit -qam "agent change %s"`, g.port, note))
+	return sb
+}
+
+// pushes counts the pushes the server has received.
+func (g *gitGate) pushes() int {
+	n := 0
+	for _, l := range g.in.log.all() {
+		if strings.Contains(l, "git push received") {
+			n++
+		}
+	}
+	return n
 }

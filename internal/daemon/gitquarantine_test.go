@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +13,6 @@ import (
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
-	"github.com/moatdev/moat/internal/egress"
 	"github.com/moatdev/moat/internal/testutil"
 )
 
@@ -35,68 +33,32 @@ import (
 //   - the quarantine lives under the daemon's data dir, private, and goes with the sandbox.
 func TestGitGateQuarantine(t *testing.T) {
 	const secret = "real-git-secret-7c4d19e0b2"
-	in := newInternet(t)
-	root := t.TempDir()
-	git := gitServerAt(t, root, "repo", func(r *http.Request, _ bool) bool {
-		_, p, ok := r.BasicAuth()
-		return ok && p == secret
-	}, in.log)
-	bare := filepath.Join(root, "repo.git")
-	// A branch on the server (a human's) whose commit changes a workflow.
-	work := filepath.Join(root, "work")
-	hostGit(t, work, "checkout", "-q", "-b", "feature")
-	if err := os.MkdirAll(filepath.Join(work, ".github", "workflows"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(work, ".github", "workflows", "deploy.yml"), []byte("on: push\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	hostGit(t, work, "add", ".")
-	hostGit(t, work, "-c", "user.email=t@example.test", "-c", "user.name=t", "commit", "-q", "-m", "workflow")
-	hostGit(t, work, "push", "-q", "origin", "feature")
-
-	up := testutil.NewUpstreamCA(t, "git.test")
-	port := tlsServe(t, up, git)
 	var dataDir string
-	e := newEnvWith(t, func(c *daemon.Config) {
-		in.configure(c)
-		extra, _ := egress.ParseHosts([]byte("127.0.0.4 git.test\n"))
-		for k, v := range extra {
-			c.EgressHosts[k] = v
+	g := newGitGate(t, secret, func(root, _ string) {
+		// A branch on the server (a human's) whose commit changes a workflow.
+		work := filepath.Join(root, "work")
+		hostGit(t, work, "checkout", "-q", "-b", "feature")
+		if err := os.MkdirAll(filepath.Join(work, ".github", "workflows"), 0o755); err != nil {
+			t.Fatal(err)
 		}
-		c.EgressCA = upstreamCAFile(t, up)
+		if err := os.WriteFile(filepath.Join(work, ".github", "workflows", "deploy.yml"), []byte("on: push\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		hostGit(t, work, "add", ".")
+		hostGit(t, work, "-c", "user.email=t@example.test", "-c", "user.name=t", "commit", "-q", "-m", "workflow")
+		hostGit(t, work, "push", "-q", "origin", "feature")
+	}, func(c *daemon.Config) {
 		c.GitProtected = []string{"deploy/**"}
 		dataDir = c.DataDir
 	})
+	e, bare := g.e, g.bare
 	ctx := context.Background()
-	bound := fmt.Sprintf("git.test:%d", port)
-	if err := e.c.SetSecret(ctx, "GIT_TOKEN", secret, &v1.SecretScope{Hosts: []string{bound}}); err != nil {
-		t.Fatal(err)
-	}
 	canary := filepath.Join(t.TempDir(), "canary")
 	for _, rt := range runtimesUnderTest(t) {
 		e.run(rt, func(t *testing.T, e *env) {
-			sb := e.create(v1.CreateSandboxRequest{
-				Runtime:     rt,
-				Policy:      &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Allow: []string{"git.test"}}}},
-				Credentials: []v1.Credential{{Secret: "GIT_TOKEN", Hosts: []string{bound}}},
-			})
-			defer func() {
-				if t.Failed() {
-					e.d.Egress.Flush()
-					list, _ := e.c.Egress(ctx, sb.ID, 0)
-					for _, x := range list {
-						t.Logf("egress: %+v", x)
-					}
-					t.Logf("server: %v", in.log.all())
-				}
-			}()
+			sb := g.sandbox(t, e, v1.CreateSandboxRequest{Runtime: rt}, rt)
 			prefix := "refs/heads/agent/" + sb.ID + "/"
-			e.mustSh(sb.ID, fmt.Sprintf(`set -e
-	git config --global user.email agent@example.test; git config --global user.name agent
-	git clone -q "https://x-access-token:$GIT_TOKEN@git.test:%d/git/repo.git" /tmp/repo
-	cd /tmp/repo; echo change >> README; git commit -qam "agent change %s"`, port, rt))
-			pushes := func() int { return strings.Count(strings.Join(in.log.all(), "\n"), "git push received") }
+			pushes := g.pushes
 			push := func(line string) result { return e.sh(sb.ID, "", "cd /tmp/repo && "+line) }
 			head := func() string { return strings.TrimSpace(e.mustSh(sb.ID, `git -C /tmp/repo rev-parse HEAD`)) }
 
