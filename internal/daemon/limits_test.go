@@ -42,16 +42,7 @@ func TestLimitListener(t *testing.T) {
 	refused := make(chan struct{}, 10)
 	l := newLimitListener(raw, 2, 0, func() { refused <- struct{}{} })
 	defer l.Close()
-	accepted := make(chan net.Conn, 10)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
+	accepted := acceptAll(l)
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", raw.Addr().String())
 		if err != nil {
@@ -110,16 +101,7 @@ func TestLimitListenerPerAddress(t *testing.T) {
 	}
 	l := newLimitListener(raw, 4, 2, nil)
 	defer l.Close()
-	accepted := make(chan net.Conn, 10)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
+	accepted := acceptAll(l)
 	// dial connects from src and reports whether the listener serves the connection: an
 	// accepted one stays open; a refused one is reset, at the dial or at the first read.
 	dial := func(src string) (net.Conn, bool) {
@@ -160,4 +142,19 @@ func stillOpen(c net.Conn) bool {
 	_, err := c.Read(make([]byte, 1))
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+// acceptAll accepts l's connections until it is closed and hands them out in order.
+func acceptAll(l net.Listener) <-chan net.Conn {
+	accepted := make(chan net.Conn, 10)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	return accepted
 }
