@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -20,10 +21,8 @@ func hostCapacity(dataDir string) (sandbox.Capacity, []error) {
 	var c sandbox.Capacity
 	var errs []error
 	c.CPUs = runtime.NumCPU()
-	if kb, err := meminfoField("MemTotal"); err == nil {
-		c.MemoryBytes = kb << 10
-	} else {
-		errs = append(errs, err)
+	if c.MemoryBytes = sandbox.HostMemory(); c.MemoryBytes == 0 {
+		errs = append(errs, errors.New("sysinfo: the host's memory is unknown"))
 	}
 	pidMax, err1 := readProcInt("/proc/sys/kernel/pid_max")
 	threads, err2 := readProcInt("/proc/sys/kernel/threads-max")
@@ -59,18 +58,4 @@ func readProcInt(path string) (int64, error) {
 		return 0, fmt.Errorf("%s: %q is not a number", path, s)
 	}
 	return int64(min(u, 1<<63-1)), nil
-}
-
-// meminfoField returns the value (kB) of one /proc/meminfo field.
-func meminfoField(name string) (int64, error) {
-	data, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0, err
-	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(l, name+":"); ok {
-			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("no %s in /proc/meminfo", name)
 }

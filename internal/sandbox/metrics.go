@@ -60,7 +60,7 @@ func Sample(ctx context.Context, rt Runtime, id string, diskPath string, window 
 	if err != nil {
 		return Metric{}, fmt.Errorf("sampling sandbox %s: %w", id, err)
 	}
-	m := metricOf(first, second, runtime.NumCPU(), hostMemory())
+	m := metricOf(first, second, runtime.NumCPU(), HostMemory())
 	if diskPath != "" {
 		var st unix.Statfs_t
 		if err := unix.Statfs(diskPath, &st); err != nil {
@@ -93,8 +93,8 @@ func metricOf(a, b Stats, hostCPUs int, hostMem int64) Metric {
 	return m
 }
 
-// hostMemory is the host's total RAM in bytes (0 if unknown).
-func hostMemory() int64 {
+// HostMemory is the host's total RAM in bytes, MemTotal (0 if unknown).
+func HostMemory() int64 {
 	var si unix.Sysinfo_t
 	if err := unix.Sysinfo(&si); err != nil {
 		return 0
