@@ -3,13 +3,11 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/moatdev/moat/internal/linux"
 	"github.com/moatdev/moat/internal/sandbox"
 )
 
@@ -24,14 +22,14 @@ func hostCapacity(dataDir string) (sandbox.Capacity, []error) {
 	if c.MemoryBytes = sandbox.HostMemory(); c.MemoryBytes == 0 {
 		errs = append(errs, errors.New("sysinfo: the host's memory is unknown"))
 	}
-	pidMax, err1 := readProcInt("/proc/sys/kernel/pid_max")
-	threads, err2 := readProcInt("/proc/sys/kernel/threads-max")
+	pidMax, err1 := linux.ReadCount("/proc/sys/kernel/pid_max")
+	threads, err2 := linux.ReadCount("/proc/sys/kernel/threads-max")
 	if err1 == nil && err2 == nil {
 		c.Pids = min(pidMax, threads)
 	} else {
 		errs = append(errs, err1, err2)
 	}
-	if fm, err := readProcInt("/proc/sys/fs/file-max"); err == nil {
+	if fm, err := linux.ReadCount("/proc/sys/fs/file-max"); err == nil {
 		c.FileMax = fm
 	} else {
 		errs = append(errs, err)
@@ -43,19 +41,4 @@ func hostCapacity(dataDir string) (sandbox.Capacity, []error) {
 		errs = append(errs, fmt.Errorf("statfs %s: %w", dataDir, err))
 	}
 	return c, errs
-}
-
-// readProcInt reads a file holding one decimal integer. Values beyond int64 (fs.file-max
-// may be ULONG_MAX) read as the largest int64.
-func readProcInt(path string) (int64, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	s := strings.TrimSpace(string(data))
-	u, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %q is not a number", path, s)
-	}
-	return int64(min(u, 1<<63-1)), nil
 }

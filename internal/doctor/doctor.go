@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -109,7 +108,7 @@ func kernelChecks() []Check {
 	_ = unix.Uname(&uts)
 	out = append(out, Check{Name: "kernel", OK: true, Detail: unix.ByteSliceToString(uts.Release[:])})
 
-	n := readInt("/proc/sys/user/max_user_namespaces")
+	n, _ := linux.ReadCount("/proc/sys/user/max_user_namespaces")
 	out = append(out, Check{Name: "user namespaces", OK: n > 0,
 		Detail: fmt.Sprintf("user.max_user_namespaces = %d", n),
 		Fix:    "sysctl -w user.max_user_namespaces=15000 (and persist it in /etc/sysctl.d)"})
@@ -249,15 +248,6 @@ func levels(r Report) []Level {
 			Detail: map[bool]string{true: "KVM present, but moat has no microVM runtime yet", false: "needs KVM (/dev/kvm), absent here"}[kvm],
 			Fix:    "bare metal or nested virtualization; not supported by moat yet"},
 	}
-}
-
-func readInt(path string) int {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(data)))
-	return n
 }
 
 // landlockABI asks the kernel for its Landlock ABI version.
