@@ -61,7 +61,11 @@ type Sandbox struct {
 	Runtime  string            `json:"runtime"`
 	Template string            `json:"template"`
 	Repo     string            `json:"repo,omitempty"`
-	User     string            `json:"user"`
+	// RepoLayer is the layer --repo put at /workspace (repo-<sha256(top)>-<commit>), fixed
+	// at create: later starts mount the same one, and its commit is the base of `moat
+	// diff` and `moat export` (workspace.go). nil for sandboxes without a repository.
+	RepoLayer *Layer `json:"repo_layer,omitempty"`
+	User      string `json:"user"`
 	Env      map[string]string `json:"env,omitempty"`
 	Limits   Limits            `json:"limits"`
 	Slot     int               `json:"slot"`
