@@ -1,10 +1,14 @@
 package safegit
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/moatdev/moat/internal/errdefs"
 )
@@ -99,5 +103,62 @@ func TestFetchHostCommit(t *testing.T) {
 	}
 	if _, err := q.HostBranch(ctx, host, "main"); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("HostBranch(main) = %v, want invalid argument", err)
+	}
+}
+
+// TestSnapshotFIFOSwap: a file swapped for a FIFO between the directory read and the open
+// is skipped, not waited on (the sandbox could otherwise hang the daemon's snapshot).
+func TestSnapshotFIFOSwap(t *testing.T) {
+	q := testQuarantine(t, Options{})
+	ws := t.TempDir()
+	writeFile(t, filepath.Join(ws, "a.txt"), "a\n", 0o644)
+	writeFile(t, filepath.Join(ws, "b.txt"), "b\n", 0o644)
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := q.CommitSnapshotRoot(ctx, root, "", CommitMeta{Name: "t", Email: "t@x"}, func(p string, dir bool) bool {
+		if p == "b.txt" { // after the walk saw a regular file
+			if err := os.Remove(filepath.Join(ws, p)); err != nil {
+				t.Error(err)
+			}
+			if err := syscall.Mkfifo(filepath.Join(ws, p), 0o644); err != nil {
+				t.Error(err)
+			}
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Files != 1 || res.Skipped != 1 {
+		t.Errorf("result %+v, want 1 file and the FIFO skipped", res)
+	}
+}
+
+// TestHostRepoOwners: a work tree whose .git file names a git directory of another user is
+// refused (moat would otherwise write there as that user).
+func TestHostRepoOwners(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	f := newFixture(t)
+	q := testQuarantine(t, Options{})
+	tmp := t.TempDir()
+	other := filepath.Join(tmp, "other.git")
+	tgit(t, tmp, nil, "clone", "-q", "--bare", f.remote, other)
+	wt := filepath.Join(tmp, "wt")
+	writeFile(t, filepath.Join(wt, ".git"), "gitdir: "+other+"\n", 0o644)
+	if err := os.Lchown(wt, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.FetchHostCommit(ctxT(t), wt, f.base); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("fetch through a .git file to another owner's repository: %v, want permission denied", err)
+	}
+	if _, err := q.HostBranch(ctxT(t), wt, "agent/x"); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("HostBranch: %v, want permission denied", err)
 	}
 }
