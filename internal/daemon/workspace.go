@@ -349,7 +349,7 @@ func (w *workspaces) Export(ctx context.Context, id string, req v1.ExportRequest
 				names = append(names, fmt.Sprintf("%q (protected by %q)", h.Path, h.Glob))
 			}
 		}
-		return res, fmt.Errorf("the workspace changes protected paths: %s; nothing was exported (the operator may pass --allow-protected): %w", strings.Join(names, ", "), errdefs.ErrPermissionDenied)
+		return res, fmt.Errorf("the workspace changes protected or invalid paths: %s; nothing was exported (the operator may pass --allow-protected): %w", strings.Join(names, ", "), errdefs.ErrPermissionDenied)
 	}
 	ex, err := s.q.Export(ctx, s.top, commit, branch)
 	if err != nil {
