@@ -29,7 +29,7 @@ type SnapshotResult struct {
 	Commit  string `json:"commit"`
 	Files   int    `json:"files"`
 	Bytes   int64  `json:"bytes"`
-	Skipped int    `json:"skipped"` // entries that are neither files, links nor directories, and .git
+	Skipped int    `json:"skipped"`           // entries that are neither files, links nor directories, and .git
 	Ignored int    `json:"ignored,omitempty"` // entries a KeepFunc refused (a directory counts once)
 }
 

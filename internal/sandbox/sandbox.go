@@ -56,19 +56,19 @@ func checkTransition(id string, from, to State) error {
 
 // Sandbox is the durable record of one sandbox.
 type Sandbox struct {
-	ID       string            `json:"id"`
-	State    State             `json:"state"`
-	Runtime  string            `json:"runtime"`
-	Template string            `json:"template"`
-	Repo     string            `json:"repo,omitempty"`
+	ID       string `json:"id"`
+	State    State  `json:"state"`
+	Runtime  string `json:"runtime"`
+	Template string `json:"template"`
+	Repo     string `json:"repo,omitempty"`
 	// RepoLayer is the layer --repo put at /workspace (repo-<sha256(top)>-<commit>), fixed
 	// at create: later starts mount the same one, and its commit is the base of `moat
 	// diff` and `moat export` (workspace.go). nil for sandboxes without a repository.
-	RepoLayer *Layer `json:"repo_layer,omitempty"`
-	User      string `json:"user"`
-	Env      map[string]string `json:"env,omitempty"`
-	Limits   Limits            `json:"limits"`
-	Slot     int               `json:"slot"`
+	RepoLayer *Layer            `json:"repo_layer,omitempty"`
+	User      string            `json:"user"`
+	Env       map[string]string `json:"env,omitempty"`
+	Limits    Limits            `json:"limits"`
+	Slot      int               `json:"slot"`
 	// IDBase is the host uid of slot 0's root (0: HostIDBase). Fixed per sandbox.
 	IDBase    uint32            `json:"id_base,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
