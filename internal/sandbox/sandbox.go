@@ -56,19 +56,15 @@ func checkTransition(id string, from, to State) error {
 
 // Sandbox is the durable record of one sandbox.
 type Sandbox struct {
-	ID       string `json:"id"`
-	State    State  `json:"state"`
-	Runtime  string `json:"runtime"`
-	Template string `json:"template"`
-	Repo     string `json:"repo,omitempty"`
-	// RepoLayer is the layer --repo put at /workspace (repo-<sha256(top)>-<commit>), fixed
-	// at create: later starts mount the same one, and its commit is the base of `moat
-	// diff` and `moat export` (workspace.go). nil for sandboxes without a repository.
-	RepoLayer *Layer            `json:"repo_layer,omitempty"`
-	User      string            `json:"user"`
-	Env       map[string]string `json:"env,omitempty"`
-	Limits    Limits            `json:"limits"`
-	Slot      int               `json:"slot"`
+	ID       string            `json:"id"`
+	State    State             `json:"state"`
+	Runtime  string            `json:"runtime"`
+	Template string            `json:"template"`
+	Repo     string            `json:"repo,omitempty"`
+	User     string            `json:"user"`
+	Env      map[string]string `json:"env,omitempty"`
+	Limits   Limits            `json:"limits"`
+	Slot     int               `json:"slot"`
 	// IDBase is the host uid of slot 0's root (0: HostIDBase). Fixed per sandbox.
 	IDBase    uint32            `json:"id_base,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
@@ -107,6 +103,10 @@ type Sandbox struct {
 	// AgentBranchPrefix is the ref prefix the git gate lets the sandbox push under, as
 	// asked at create (normalized); "" is the default (GitPrefix).
 	AgentBranchPrefix string `json:"agent_branch_prefix,omitempty"`
+	// RepoLayer is the layer --repo put at /workspace (repo-<sha256(top)>-<commit>), fixed
+	// at create: later starts mount the same one, and its commit is the base of `moat
+	// diff` and `moat export` (workspace.go). nil for sandboxes without a repository.
+	RepoLayer *Layer `json:"repo_layer,omitempty"`
 
 	// AccessToken authenticates the daemon to the sandbox's moat-init. It is never
 	// sent to API clients of the native API.
