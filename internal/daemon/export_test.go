@@ -428,6 +428,23 @@ done`, r.fire, r.canary))
 			if got := fileSummary(reportOf(t, d.Report)); !slices.Contains(got, "new.txt +2 -0") || !slices.Contains(got, "README +1 -1") {
 				t.Errorf("diff after a restart: %q", got)
 			}
+
+			// The sandbox's own .gitignore can leave untracked files out, never hide a
+			// change to a tracked one.
+			e.mustSh(sb.ID, "cd /workspace && printf '*\n' > .gitignore && echo hidden > hidden.txt && echo third >> README")
+			d, err = e.c.Diff(ctx, sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := fileSummary(reportOf(t, d.Report))
+			for _, want := range []string{"README +2 -1", ".gitignore +1 -2", "del.txt +0 -1", "tracked.log +1 -0"} {
+				if !slices.Contains(got, want) {
+					t.Errorf("diff with a sandbox .gitignore of *: %q lacks %q", got, want)
+				}
+			}
+			if strings.Contains(strings.Join(got, " "), "hidden.txt") {
+				t.Errorf("an ignored untracked file is in the diff: %q", got)
+			}
 			if f := r.fired(); len(f) > 0 {
 				t.Errorf("canaries fired: %v", f)
 			}

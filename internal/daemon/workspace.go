@@ -79,7 +79,7 @@ func originOf(sb *sandbox.Sandbox) (origin, error) {
 		return origin{}, fmt.Errorf("sandbox %s was not created with --repo: it has no repository workspace: %w", sb.ID, errdefs.ErrInvalidArgument)
 	}
 	if sb.RepoLayer == nil {
-		return origin{}, fmt.Errorf("sandbox %s has no recorded repository layer (made by an older moat; start it again to record one): %w", sb.ID, errdefs.ErrConflict)
+		return origin{}, fmt.Errorf("sandbox %s has no recorded repository layer (made by an older moat; stop and start it to record one, whose base is then the repository's HEAD): %w", sb.ID, errdefs.ErrConflict)
 	}
 	rest, ok := strings.CutPrefix(sb.RepoLayer.ID, "repo-")
 	hash, base, ok2 := strings.Cut(rest, "-")
