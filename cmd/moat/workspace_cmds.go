@@ -22,8 +22,8 @@ func (a *app) diffCmd() *cobra.Command {
 		Short: "Show what a sandbox changed in its /workspace (sandboxes made with --repo)",
 		Long: `diff compares the sandbox's /workspace, as it is now, with the commit its --repo
 checkout was made from: every file tracked there, and every other file no .gitignore of the
-workspace ignores (so node_modules and build outputs stay out). The sandbox must be running or
-paused. Git never runs on the sandbox's files: moat reads them and commits the snapshot in a
+workspace ignores (so node_modules and build outputs stay out). A stopped sandbox's drive is
+mounted for the read. Git never runs on the sandbox's files: moat reads them and commits the snapshot in a
 private repository of its own.
 
 Without flags it prints the patch (git diff format, binary files included): raw bytes when

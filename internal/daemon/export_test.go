@@ -235,8 +235,9 @@ func fileSummary(rep safegit.ChangeReport) []string {
 //   - after the user moves the branch elsewhere, export is refused (409) and the branch
 //     stays; a workspace touching .github/workflows/x.yml is refused (403) naming it, and
 //     the operator's allow_protected exports it; a branch outside agent/ is 400;
-//   - each export is an `export` event; a stopped sandbox is 409, and after the user
-//     commits and the sandbox starts again its base is still the create-time commit;
+//   - each export is an `export` event; a stopped sandbox's workspace is read through a
+//     temporary mount (same snapshot, nothing left mounted, still stopped), and after the
+//     user commits and the sandbox starts again its base is still the create-time commit;
 //   - a sandbox without --repo is 400.
 func TestWorkspaceExport(t *testing.T) {
 	e := newEnv(t)
@@ -407,12 +408,31 @@ done`, r.fire, r.canary))
 				t.Errorf("export events: %q", exports)
 			}
 
-			// Stopped: refused; the user commits meanwhile; started again, the base stays.
+			// Stopped: its drive is mounted for the read and unmounted after; the user
+			// commits meanwhile; started again, the base stays.
+			running, err := e.c.Diff(ctx, sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if _, err := e.c.Stop(ctx, sb.ID); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.c.Diff(ctx, sb.ID); !errors.Is(err, sdk.ErrConflict) || !strings.Contains(err.Error(), "stopped") {
-				t.Errorf("diff of a stopped sandbox: %v, want conflict", err)
+			stopped, err := e.c.Diff(ctx, sb.ID)
+			if err != nil {
+				t.Fatalf("diff of a stopped sandbox: %v", err)
+			}
+			if stopped.Snapshot.Commit != running.Snapshot.Commit {
+				t.Errorf("stopped, the snapshot is %s; running it was %s", stopped.Snapshot.Commit, running.Snapshot.Commit)
+			}
+			runDir := filepath.Join(e.runDir, "sandboxes", sb.ID)
+			if mi, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(mi, []byte(runDir)) {
+				t.Errorf("mounts of the stopped sandbox remain:\n%s", mi)
+			}
+			if _, err := os.Lstat(runDir); err == nil {
+				t.Errorf("the stopped sandbox's run directory remains")
+			}
+			if got, _ := e.c.Get(ctx, sb.ID); got.State != "stopped" {
+				t.Errorf("state after the read: %s", got.State)
 			}
 			r.git("commit", "-q", "-m", "the user's next commit")
 			if _, err := e.c.Start(ctx, sb.ID); err != nil {
