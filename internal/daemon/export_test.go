@@ -468,6 +468,19 @@ done`, r.fire, r.canary))
 			if f := r.fired(); len(f) > 0 {
 				t.Errorf("canaries fired: %v", f)
 			}
+
+			// The workspace quarantine is the daemon's alone and goes with the sandbox.
+			qdir := filepath.Join(e.dataDir, "git", sb.ID)
+			if fi, err := os.Stat(qdir); err != nil || fi.Mode().Perm() != 0o700 {
+				t.Errorf("quarantine directory %s: %v %v", qdir, fi, err)
+			}
+			if err := e.c.Delete(ctx, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			e.d.Manager.Wait()
+			if _, err := os.Stat(qdir); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("the quarantine outlived the sandbox: %v", err)
+			}
 		})
 	}
 	e.run("no repository", func(t *testing.T, e *env) {
