@@ -390,3 +390,32 @@ func (c *Client) FollowEgress(ctx context.Context, id string, after int64, fn fu
 	}
 	return sc.Err()
 }
+
+// Diff reports what sandbox id's /workspace changes against the commit its --repo layer
+// was made from.
+func (c *Client) Diff(ctx context.Context, id string) (*v1.WorkspaceDiff, error) {
+	var out v1.WorkspaceDiff
+	if err := c.do(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id)+"/diff", nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DiffPatch returns the patch of sandbox id's /workspace against its base (git diff
+// format). The caller closes it.
+func (c *Client) DiffPatch(ctx context.Context, id string) (io.ReadCloser, error) {
+	resp, err := c.send(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id)+"/diff/patch", nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// Export writes sandbox id's /workspace into its host repository as an agent/ branch.
+func (c *Client) Export(ctx context.Context, id string, req v1.ExportRequest) (*v1.ExportResult, error) {
+	var out v1.ExportResult
+	if err := c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/export", req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

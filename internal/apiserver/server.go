@@ -96,6 +96,8 @@ type Server struct {
 	log       *slog.Logger
 	mux       *http.ServeMux
 	proxy     *httputil.ReverseProxy
+	// workspaces serves diff and export (workspace.go); nil: not available.
+	workspaces Workspaces
 }
 
 // route is one entry of the route table.
@@ -167,6 +169,7 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 		{"PUT /v1/secrets/{name}/scope", s.setSecretScope},
 		{"DELETE /v1/secrets/{name}", s.deleteSecret},
 	}
+	routes = append(routes, s.workspaceRoutes()...)
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, route{"GET /health", s.health})
 	for _, r := range routes {

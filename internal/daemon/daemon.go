@@ -317,6 +317,14 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		r.Storage = append(r.Storage, d.dataFSCheck(stor))
 		return r
 	}, apiserver.E2BConfig{Templates: cfg.E2BTemplates}, d.log.With("component", "api"))
+	d.api.SetWorkspaces(&workspaces{
+		m: d.Manager, gitDir: filepath.Join(cfg.DataDir, "git"), protected: protected, log: d.log.With("component", "workspace"),
+		audit: func(id, kind, detail string) {
+			if err := st.AddEvent(context.Background(), id, kind, detail); err != nil {
+				d.log.Error("recording a workspace event", "sandbox", id, "kind", kind, "err", err)
+			}
+		},
+	})
 	return d, nil
 }
 

@@ -159,6 +159,13 @@ func (q *Quarantine) hostRepo(path string) (hostGit, error) {
 	if err != nil {
 		return hostGit{}, fmt.Errorf("repository %s: no git directory: %w", path, errdefs.ErrNotFound)
 	}
+	// A .git file naming another user's git directory must not make moat write there as
+	// that user: the work tree and its git directory must have one owner.
+	if top, err := os.Stat(path); err != nil {
+		return hostGit{}, fmt.Errorf("repository %s: %w", path, err)
+	} else if a, b := top.Sys().(*syscall.Stat_t), st.Sys().(*syscall.Stat_t); a != nil && b != nil && a.Uid != b.Uid {
+		return hostGit{}, fmt.Errorf("repository %s: its git directory %s belongs to uid %d, the directory to uid %d: %w", path, gitDir, b.Uid, a.Uid, errdefs.ErrPermissionDenied)
+	}
 	h := hostGit{gitDir: gitDir, q: q}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok && os.Geteuid() == 0 && sys.Uid != 0 {
 		h.cred = &syscall.Credential{Uid: sys.Uid, Gid: sys.Gid, NoSetGroups: true}

@@ -29,7 +29,8 @@ type SnapshotResult struct {
 	Commit  string `json:"commit"`
 	Files   int    `json:"files"`
 	Bytes   int64  `json:"bytes"`
-	Skipped int    `json:"skipped"` // entries that are neither files, links nor directories, and .git
+	Skipped int    `json:"skipped"`           // entries that are neither files, links nor directories, and .git
+	Ignored int    `json:"ignored,omitempty"` // entries a KeepFunc refused (a directory counts once)
 }
 
 // CommitSnapshot commits the directory tree at dir (the sandbox's workspace as visible on
@@ -44,7 +45,24 @@ type SnapshotResult struct {
 // errdefs.ErrResourceExhausted; a file that changes size while it is read is
 // errdefs.ErrConflict. The commit is kept reachable as refs/moat/snapshots/<id>.
 func (q *Quarantine) CommitSnapshot(ctx context.Context, dir, base string, meta CommitMeta) (SnapshotResult, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return SnapshotResult{}, fmt.Errorf("snapshot %s: %w", dir, err)
+	}
+	defer root.Close()
+	return q.CommitSnapshotRoot(ctx, root, base, meta, nil)
+}
+
+// KeepFunc decides whether CommitSnapshotRoot takes the entry at p (slash-separated,
+// relative to the root): for a directory, false skips it and everything below. It is
+// called in walk order (a directory before its content).
+type KeepFunc func(p string, dir bool) bool
+
+// CommitSnapshotRoot is CommitSnapshot of an already opened root, taking only the entries
+// keep accepts (nil: all). Entries keep refuses count as Ignored.
+func (q *Quarantine) CommitSnapshotRoot(ctx context.Context, root *os.Root, base string, meta CommitMeta, keep KeepFunc) (SnapshotResult, error) {
 	var res SnapshotResult
+	dir := root.Name()
 	if strings.Trim(base, "0") == "" {
 		base = ""
 	} else if ok, err := q.HasCommit(ctx, base); err != nil || !ok {
@@ -57,18 +75,13 @@ func (q *Quarantine) CommitSnapshot(ctx context.Context, dir, base string, meta 
 	if err != nil {
 		return res, fmt.Errorf("snapshot: %w", err)
 	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return res, fmt.Errorf("snapshot %s: %w", dir, err)
-	}
-	defer root.Close()
 
 	tmpRef := fmt.Sprintf("refs/moat/tmp/snapshot-%d", time.Now().UnixNano())
 	pr, pw := io.Pipe()
 	walkErr := make(chan error, 1)
 	go func() {
 		w := bufio.NewWriterSize(pw, 256<<10)
-		err := q.writeSnapshot(w, root, tmpRef, base, ident, meta.Message, &res)
+		err := q.writeSnapshot(w, root, tmpRef, base, ident, meta.Message, keep, &res)
 		if err == nil {
 			err = w.Flush()
 		}
@@ -99,7 +112,7 @@ func (q *Quarantine) CommitSnapshot(ctx context.Context, dir, base string, meta 
 }
 
 // writeSnapshot writes the fast-import stream of one commit whose tree is root's content.
-func (q *Quarantine) writeSnapshot(w *bufio.Writer, root *os.Root, ref, base, ident, msg string, res *SnapshotResult) error {
+func (q *Quarantine) writeSnapshot(w *bufio.Writer, root *os.Root, ref, base, ident, msg string, keep KeepFunc, res *SnapshotResult) error {
 	fmt.Fprintf(w, "commit %s\nauthor %s\ncommitter %s\ndata %d\n%s\n", ref, ident, ident, len(msg), msg)
 	if base != "" {
 		fmt.Fprintf(w, "from %s\n", base)
@@ -114,6 +127,13 @@ func (q *Quarantine) writeSnapshot(w *bufio.Writer, root *os.Root, ref, base, id
 		}
 		if strings.EqualFold(d.Name(), ".git") {
 			res.Skipped++
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if keep != nil && !keep(p, d.IsDir()) {
+			res.Ignored++
 			if d.IsDir() {
 				return fs.SkipDir
 			}

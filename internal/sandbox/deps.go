@@ -127,8 +127,8 @@ type Part struct {
 
 // Layer is an immutable directory tree to add on top of a template's root part.
 type Layer struct {
-	ID   string
-	Path string
+	ID   string `json:"id"`
+	Path string `json:"path"`
 }
 
 // MountRequest describes one sandbox root filesystem.

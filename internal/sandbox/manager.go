@@ -278,17 +278,19 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 		}
 	}
 	var extra []Layer
+	var repoLayer *Layer
 	if opts.Repo != "" {
 		layer, err := m.storage.RepoLayer(ctx, opts.Repo)
 		if err != nil {
 			return nil, fmt.Errorf("preparing repository %s: %w", opts.Repo, err)
 		}
 		extra = append(extra, layer)
+		repoLayer = &layer
 	}
 	now := time.Now().UTC()
 	sb := &Sandbox{
 		ID: newID(), State: StateCreating, Runtime: opts.Runtime, Template: opts.Template,
-		Repo: opts.Repo, User: opts.User, Env: opts.Env, Limits: opts.Limits, Metadata: opts.Metadata,
+		Repo: opts.Repo, RepoLayer: repoLayer, User: opts.User, Env: opts.Env, Limits: opts.Limits, Metadata: opts.Metadata,
 		Policy: opts.Policy, OnTimeout: opts.OnTimeout, TemplateAlias: opts.TemplateAlias,
 		Credentials: opts.Credentials, AgentBranchPrefix: opts.AgentBranchPrefix, CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
 		Owner: CallerFrom(ctx).Owner(), Provisioning: true,
@@ -683,15 +685,16 @@ func (m *Manager) Start(ctx context.Context, id string) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	var extra []Layer
-	if sb.Repo != "" {
-		layer, err := m.storage.RepoLayer(ctx, sb.Repo)
-		if err != nil {
-			return nil, fmt.Errorf("preparing repository %s: %w", sb.Repo, err)
-		}
-		extra = append(extra, layer)
+	extra, repoLayer, err := m.repoLayerOf(ctx, sb)
+	if err != nil {
+		return nil, err
 	}
-	if _, err := m.store.Update(ctx, id, func(s *Sandbox) error { s.State = StateCreating; s.Error = ""; return nil }); err != nil {
+	if _, err := m.store.Update(ctx, id, func(s *Sandbox) error {
+		s.State = StateCreating
+		s.Error = ""
+		s.RepoLayer = repoLayer
+		return nil
+	}); err != nil {
 		return nil, err
 	}
 	if err := m.up(ctx, sb, tmpl, extra); err != nil {

@@ -103,6 +103,10 @@ type Sandbox struct {
 	// AgentBranchPrefix is the ref prefix the git gate lets the sandbox push under, as
 	// asked at create (normalized); "" is the default (GitPrefix).
 	AgentBranchPrefix string `json:"agent_branch_prefix,omitempty"`
+	// RepoLayer is the layer --repo put at /workspace (repo-<sha256(top)>-<commit>), fixed
+	// at create: later starts mount the same one, and its commit is the base of `moat
+	// diff` and `moat export` (workspace.go). nil for sandboxes without a repository.
+	RepoLayer *Layer `json:"repo_layer,omitempty"`
 
 	// AccessToken authenticates the daemon to the sandbox's moat-init. It is never
 	// sent to API clients of the native API.
