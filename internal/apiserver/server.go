@@ -305,6 +305,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if err := checkRepoCaller(sandbox.CallerFrom(r.Context()), req.Repo); err != nil {
+		writeError(w, err)
+		return
+	}
 	sb, err := s.sandboxes.Create(r.Context(), sandbox.CreateOptions{
 		Runtime: req.Runtime, Template: req.Template, Repo: req.Repo, User: req.User, Env: req.Env,
 		Limits: sandbox.Limits{
@@ -322,6 +326,16 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, ToAPI(sb))
+}
+
+// checkRepoCaller refuses repo (a directory on the daemon's host, read as its owner and
+// later written by moat export) to every caller but the operator: an API key is a client
+// that need not have any access to the host's files. It is pure.
+func checkRepoCaller(c sandbox.Caller, repo string) error {
+	if repo != "" && !c.Operator {
+		return fmt.Errorf("repo (a directory on the daemon's host) is for the operator (the daemon's unix socket), not API keys: %w", errdefs.ErrPermissionDenied)
+	}
+	return nil
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {

@@ -76,6 +76,12 @@ func TestWorkspaceRoutes(t *testing.T) {
 	keyA, _ := op.CreateAPIKey(ctx)
 	keyB, _ := op.CreateAPIKey(ctx)
 	a, b := sdk.NewHTTP(tcp.URL, keyA.Key), sdk.NewHTTP(tcp.URL, keyB.Key)
+	if _, err := a.Create(ctx, v1.CreateSandboxRequest{Repo: "/root"}); !errors.Is(err, sdk.ErrPermissionDenied) {
+		t.Errorf("key A create with a host repo: %v, want permission denied", err)
+	}
+	if _, err := op.Create(ctx, v1.CreateSandboxRequest{Repo: "/root"}); err != nil {
+		t.Errorf("operator create with a host repo: %v", err)
+	}
 	ofA, err := a.Create(ctx, v1.CreateSandboxRequest{})
 	if err != nil {
 		t.Fatal(err)
