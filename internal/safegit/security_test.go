@@ -208,6 +208,14 @@ func TestHostileSandboxRepository(t *testing.T) {
 	cmd := exec.Command("git", "-C", f.sandbox, "status")
 	cmd.Env = testEnv(t)
 	_ = cmd.Run()
+	// git add of a new file runs the clean filter whatever the timestamps (status alone
+	// hashes only files whose stat data looks changed, so it fires the filter by timing).
+	if err := os.WriteFile(filepath.Join(f.sandbox, "control.txt"), []byte("control\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.Command("git", "-C", f.sandbox, "add", "control.txt")
+	cmd.Env = testEnv(t)
+	_ = cmd.Run()
 	cmd = exec.Command("git", "-C", f.sandbox, "commit", "-q", "--allow-empty", "-m", "x")
 	cmd.Env = testEnv(t)
 	_ = cmd.Run()
