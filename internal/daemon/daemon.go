@@ -317,6 +317,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		r.Storage = append(r.Storage, d.dataFSCheck(stor))
 		return r
 	}, apiserver.E2BConfig{Templates: cfg.E2BTemplates}, d.log.With("component", "api"))
+	d.api.SetChanges(d.Egress)
 	return d, nil
 }
 
