@@ -84,4 +84,3 @@ func (w *bufferWriter) Write(b []byte) (int, error) {
 
 // Flush is a no-op: the answer is read when the exchange is over.
 func (w *bufferWriter) Flush() {}
-
