@@ -259,7 +259,7 @@ func TestGitGateHold(t *testing.T) {
 					if ev.Kind != "git" {
 						continue
 					}
-					held = held || strings.Contains(ev.Detail, "held as "+cid1)
+					held = held || strings.Contains(ev.Detail, "held (protected-path): held for approval as "+cid1) && strings.HasSuffix(ev.Detail, "[change "+cid1+"]")
 					approved = approved || strings.Contains(ev.Detail, "change "+cid1) && strings.Contains(ev.Detail, "approved by operator")
 					denied = denied || strings.Contains(ev.Detail, "change "+cid2) && strings.Contains(ev.Detail, "denied by operator (no CI changes)")
 				}

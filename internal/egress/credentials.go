@@ -450,11 +450,11 @@ func (ic interceptor) recordGit(ev intercept.GitEvent) {
 		case !e.Allowed:
 			verdict = "refused"
 		}
-		change := ""
+		d := fmt.Sprintf("git %s to %s:%d %s (%s): %s", ev.Service, ic.host, ic.port, verdict, e.Rule, e.Reason)
 		if ev.ChangeID != "" {
-			change = " as " + ev.ChangeID
+			d += " [change " + ev.ChangeID + "]"
 		}
-		ic.m.cfg.Audit(ic.b.id, "git", fmt.Sprintf("git %s to %s:%d %s%s (%s): %s", ev.Service, ic.host, ic.port, verdict, change, e.Rule, e.Reason))
+		ic.m.cfg.Audit(ic.b.id, "git", d)
 	}
 }
 
