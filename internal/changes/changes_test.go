@@ -175,13 +175,21 @@ func TestStore(t *testing.T) {
 	if _, err := s.Hold(rec(""), HeldRequest{}, strings.NewReader("B3")); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("third held change: %v", err)
 	}
-	// Pruning keeps the held ones: 4 records, max 3 → the oldest decided goes.
+	// Pruning keeps the held ones: at 5 records (max 3, and a tenth, at least 1, more
+	// between prunings) the two oldest decided go.
 	if err := s.Add(rec(Refused)); err != nil {
 		t.Fatal(err)
 	}
+	if list, _ := s.List("sb1"); len(list) != 4 {
+		t.Errorf("4 records, pruned already: %d", len(list))
+	}
+	last := rec(Allowed)
+	if err := s.Add(last); err != nil {
+		t.Fatal(err)
+	}
 	list, _ := s.List("sb1")
-	if len(list) != 3 || list[0].ID != held.ID {
-		t.Errorf("after pruning: %d records, first %s", len(list), list[0].ID)
+	if len(list) != 3 || list[0].ID != held.ID || list[1].ID != held2.ID || list[2].ID != last.ID {
+		t.Errorf("after pruning: %d records: %+v", len(list), list)
 	}
 	if _, err := s.Get("sb1", first.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("pruned record: %v", err)

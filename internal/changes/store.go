@@ -25,7 +25,7 @@ import (
 
 // Defaults of a Store.
 const (
-	DefaultMaxRecords = 500            // records kept per sandbox; the oldest decided go first
+	DefaultMaxRecords = 500            // records kept per sandbox (up to a tenth more between prunings); the oldest decided go first
 	DefaultMaxHeld    = 16             // held changes waiting per sandbox; more are refused
 	DefaultHoldFor    = 24 * time.Hour // a held change nobody decided expires
 )
@@ -150,15 +150,34 @@ func (s *Store) write(p string, r Record) error {
 	return nil
 }
 
-// prune drops the oldest decided records beyond MaxRecords.
+// prune drops the oldest decided records down to MaxRecords once there are more than
+// MaxRecords and a tenth: counting is a directory listing, and the records are read (to
+// order them and keep the held ones) only once in that many pushes.
 func (s *Store) prune(sandbox string) {
+	d, err := s.dir(sandbox)
+	if err != nil {
+		return
+	}
+	ents, err := os.ReadDir(d)
+	if err != nil {
+		return
+	}
+	n := 0
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".json") {
+			n++
+		}
+	}
+	if n <= s.opt.MaxRecords+max(1, s.opt.MaxRecords/10) {
+		return
+	}
 	list, err := s.list(sandbox)
-	if err != nil || len(list) <= s.opt.MaxRecords {
+	if err != nil {
 		return
 	}
 	extra := len(list) - s.opt.MaxRecords
 	for _, r := range list { // oldest first
-		if extra == 0 {
+		if extra <= 0 {
 			break
 		}
 		if r.Decision == Held || r.Decision == Applying {
