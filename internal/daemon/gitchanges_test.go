@@ -35,7 +35,10 @@ var heldRE = regexp.MustCompile(`remote: moat: held for approval as (ch-[0-9a-f]
 //   - a held push whose branch moved on the server before approval: apply-failed with
 //     the remote's reason, server unchanged;
 //   - the list shows the allowed, refused and decided records with their counts; audit
-//     events of kind git name the changes.
+//     events of kind git name the changes;
+//   - approving while the sandbox is stopped is 409 and the change stays held; after a
+//     start it applies;
+//   - the records go with the sandbox.
 func TestGitGateHold(t *testing.T) {
 	const secret = "real-git-secret-91b7e3c5aa"
 	var dataDir string
@@ -265,6 +268,31 @@ func TestGitGateHold(t *testing.T) {
 				}
 				if !held || !approved || !denied {
 					t.Errorf("git audit events: held %v approved %v denied %v: %+v", held, approved, denied, evs)
+				}
+			})
+
+			e.run("approve needs the sandbox running", func(t *testing.T, e *env) {
+				cid, tip := hold(t, "four")
+				if _, err := e.c.Stop(ctx, sb.ID); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := e.c.ApproveChange(ctx, sb.ID, cid, ""); !errors.Is(err, sdk.ErrConflict) || !strings.Contains(err.Error(), "not running") {
+					t.Errorf("approve of a stopped sandbox's change: %v, want a conflict saying it is not running", err)
+				}
+				if ch, err := e.c.Change(ctx, sb.ID, cid); err != nil || ch.Decision != "held" || ch.Decided != nil {
+					t.Errorf("after a refused approve the change is %+v, %v; want still held", ch, err)
+				}
+				if got := serverRefs(t, bare); !maps.Equal(got, refs) {
+					t.Errorf("the server's refs changed: %v, was %v", got, refs)
+				}
+				if _, err := e.c.Start(ctx, sb.ID); err != nil {
+					t.Fatal(err)
+				}
+				if ch, err := e.c.ApproveChange(ctx, sb.ID, cid, ""); err != nil || ch.Decision != "approved" {
+					t.Fatalf("approve after start: %+v %v", ch, err)
+				}
+				if got := serverRefs(t, bare)[prefix+"work"]; got != tip {
+					t.Errorf("after approve the server's branch is %s, want %s", got, tip)
 				}
 			})
 
