@@ -276,7 +276,14 @@ func applyFailure(rep gitgate.Report) string {
 			parts = append(parts, why)
 		}
 	}
-	return "the remote refused the push: " + strings.Join(parts, "; ")
+	out := "the remote refused the push: " + strings.Join(parts, "; ")
+	for i, m := range rep.Messages {
+		if i == 3 {
+			break
+		}
+		out += " [remote: " + m + "]"
+	}
+	return out
 }
 
 func firstLine(b []byte) string {

@@ -2,8 +2,14 @@ package gitgate
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -150,4 +156,78 @@ func FuzzParseReport(f *testing.F) {
 			t.Fatalf("round trip: %+v != %+v", again, rep)
 		}
 	})
+}
+
+// TestRealGitReportParsed: git's own receive-pack answers (git http-backend, a real git
+// push with side-band-64k and report-status) parse: a push that landed is all ok; the
+// same request sent again, after its ref moved, is "ng" for the ref (what applying a held
+// push whose branch moved gets). With -write-seeds they become FuzzParseReport seeds.
+func TestRealGitReportParsed(t *testing.T) {
+	g := newGitEnv(t)
+	root := t.TempDir()
+	g.must(root, "init", "-q", "--bare", "srv.git")
+	g.must(filepath.Join(root, "srv.git"), "config", "http.receivepack", "true")
+	rec := newRecordingBackend(t, g, root)
+	var answers [][]byte
+	var last *http.Request
+	var lastBody []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/git-receive-pack") {
+			rec.ServeHTTP(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		last, lastBody = r.Clone(context.Background()), body
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		cw := httptest.NewRecorder()
+		rec.ServeHTTP(cw, r)
+		answers = append(answers, cw.Body.Bytes())
+		for k, v := range cw.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(cw.Code)
+		_, _ = w.Write(cw.Body.Bytes())
+	}))
+	defer srv.Close()
+	client := t.TempDir()
+	g.must(client, "init", "-q", "-b", "main")
+	g.commit(client, "README", "base\n")
+	const ref = "refs/heads/agent/t/work"
+	g.must(client, "push", "-q", srv.URL+"/srv.git", "HEAD:"+ref)
+	g.commit(client, "README", "more\n")
+	g.must(client, "push", "-q", srv.URL+"/srv.git", "HEAD:"+ref)
+	// The second push again, by hand: its old id is no longer the ref's.
+	g.commit(client, "README", "again\n")
+	g.must(client, "push", "-q", srv.URL+"/srv.git", "HEAD:"+ref)
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+last.URL.Path, bytes.NewReader(lastBody))
+	req.Header = last.Header.Clone()
+	g.must(filepath.Join(root, "srv.git"), "update-ref", ref, ref+"~2")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if len(answers) != 4 {
+		t.Fatalf("%d answers", len(answers))
+	}
+	for i, a := range answers {
+		rep, err := ParseReport(bytes.NewReader(a), len(a) > 4 && a[4] <= 3)
+		if err != nil {
+			t.Fatalf("answer %d %q: %v", i, a, err)
+		}
+		if len(rep.Results) != 1 || rep.Results[0].Ref != ref || rep.UnpackErr != "" || rep.Failed() != (i == 3) {
+			t.Errorf("answer %d: %+v", i, rep)
+		}
+		if *writeSeeds {
+			dir := filepath.Join("testdata", "fuzz", "FuzzParseReport")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			data := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\nbool(%v)\n", a, len(a) > 4 && a[4] <= 3)
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("real-answer-%d", i)), []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Logf("the ref moved: %+q", answers[3])
 }
