@@ -144,6 +144,17 @@ func TestStore(t *testing.T) {
 	if err := s.Add(first); !errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Errorf("same id twice: %v", err)
 	}
+	// Reports computed after the push went on its way.
+	rep := &safegit.ChangeReport{Tip: a1, Files: []safegit.FileChange{{Path: "x", Added: 7, Removed: 2}}}
+	if err := s.SetReports("sb1", first.ID, map[string]*safegit.ChangeReport{"refs/heads/a": rep}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Get("sb1", first.ID); err != nil || r.Refs[0].Report == nil || r.Refs[0].Added != 7 || r.Refs[0].Removed != 2 || r.Refs[0].Files != 1 {
+		t.Errorf("after SetReports: %+v %v", r, err)
+	}
+	if err := s.SetReports("sb1", "ch-00000000", nil, ""); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("SetReports of a missing record: %v", err)
+	}
 	held, err := s.Hold(rec(""), HeldRequest{Method: "POST", Path: "/r.git/git-receive-pack"}, strings.NewReader("BODY"))
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/fsutil"
+	"github.com/moatdev/moat/internal/safegit"
 )
 
 // Defaults of a Store.
@@ -324,6 +325,27 @@ func (s *Store) Transition(sandbox, id, action string, update func(*Record)) (Re
 		s.dropHeld(sandbox, id)
 	}
 	return r, nil
+}
+
+// SetReports sets the reports of push record id (by ref) and why one is missing, once
+// they are computed (after an allowed push went on its way).
+func (s *Store) SetReports(sandbox, id string, reports map[string]*safegit.ChangeReport, reportErr string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.read(sandbox, id)
+	if err != nil {
+		return err
+	}
+	for i := range r.Refs {
+		r.Refs[i].Report = reports[r.Refs[i].Ref]
+	}
+	r.ReportError = reportErr
+	Bound(&r)
+	p, err := s.path(sandbox, id, ".json")
+	if err != nil {
+		return err
+	}
+	return s.write(p, r)
 }
 
 // HeldRequest is what is kept of a held push's request, besides its body, to send it

@@ -55,6 +55,16 @@ func (m *Manager) addChange(sandbox string, ev intercept.GitEvent) {
 	}
 }
 
+// setReports adds the reports of an allowed push to its record.
+func (m *Manager) setReports(sandbox, cid string, reports map[string]*safegit.ChangeReport, reportErr string) {
+	if m.changes == nil {
+		return
+	}
+	if err := m.changes.SetReports(sandbox, cid, reports, reportErr); err != nil {
+		m.log.Warn("git gate: storing a change report", "sandbox", sandbox, "change", cid, "err", err)
+	}
+}
+
 // holdPush keeps a push for a person to approve: its change record (held) and the
 // request with its body as sent.
 func (m *Manager) holdPush(sandbox string, p intercept.HeldPush) error {

@@ -29,7 +29,10 @@ func (m *Manager) gitObjects(b *boundary) *intercept.GitObjects {
 		hold = func(_ context.Context, p intercept.HeldPush) error { return m.holdPush(id, p) }
 	}
 	return &intercept.GitObjects{
-		Hold:      hold,
+		Hold: hold,
+		Reported: func(cid string, reports map[string]*safegit.ChangeReport, reportErr string) {
+			m.setReports(id, cid, reports, reportErr)
+		},
 		SpoolDir:  spool,
 		Protected: m.cfg.GitProtected,
 		Quarantine: func(ctx context.Context, remote string) (*safegit.Quarantine, error) {

@@ -3,6 +3,7 @@ package intercept
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -83,6 +84,8 @@ type GitEvent struct {
 	ReportErr string
 	// Held: the push was held for approval (GitObjects.Hold) rather than refused.
 	Held bool
+	// ReportsLater: the reports come through GitObjects.Reported (an allowed push).
+	ReportsLater bool
 }
 
 const (
@@ -163,7 +166,14 @@ func (s *session) gate(w http.ResponseWriter, r *http.Request, ex *exchange) boo
 			return false
 		}
 		d = od.d
-		ev.Objects, ev.Hits, ev.Reports, ev.ReportErr = true, od.hits, od.reports, od.reportErr
+		ev.Objects, ev.Hits = true, od.hits
+		if d.Allow && g.Objects.Reported != nil {
+			// Reported once the push is on its way: the report is not on its path.
+			ev.ReportsLater = true
+			defer s.reportLater(ev.ChangeID, od)
+		} else {
+			ev.Reports, ev.ReportErr = s.reports(r.Context(), od)
+		}
 	}
 	ev.Decision = d
 	if !d.Allow && od.holdable && g.Objects.Hold != nil {
@@ -196,6 +206,17 @@ func (s *session) gate(w http.ResponseWriter, r *http.Request, ex *exchange) boo
 	}
 	s.answerReport(w, req, gitgate.RefusalReport(d), d.Refused()[0].Command.Ref+": "+d.Refused()[0].Reason)
 	return false
+}
+
+// reportLater computes an allowed push's reports in the background and hands them to
+// GitObjects.Reported.
+func (s *session) reportLater(id string, od objDecision) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		reports, reportErr := s.reports(ctx, od)
+		s.git.Objects.Reported(id, reports, reportErr)
+	}()
 }
 
 // hold keeps a push refused only for its protected paths for a person to decide

@@ -54,6 +54,10 @@ type GitObjects struct {
 	// the push (request and spooled body) and its change record under the push's change
 	// id. An error refuses the push as if Hold were unset.
 	Hold func(ctx context.Context, p HeldPush) error
+	// Reported, if set, receives the change reports of an allowed push, computed after it
+	// was forwarded (off the push's path; its event had none and ReportsLater set). A held
+	// or refused push's event carries its reports.
+	Reported func(changeID string, reports map[string]*safegit.ChangeReport, reportErr string)
 }
 
 // HeldPush is a push the gate holds for approval (GitObjects.Hold).
@@ -73,10 +77,12 @@ type objDecision struct {
 	d        gitgate.Decision // with the protected paths
 	holdable bool             // refused for protected paths only
 	hits     map[string][]gitgate.Hit
-	reports  map[string]*safegit.ChangeReport // by ref
-	// reportErr is why a report is missing (it does not change the decision).
-	reportErr string
-	size      int64 // the spool's size
+	size     int64 // the spool's size
+	// What reports need: the quarantine, the remote's default branch head, the push.
+	q    *safegit.Quarantine
+	base string
+	req  *gitgate.Request
+	repo string
 }
 
 // fetchKeyHeader carries the key of the session's fetch listener (fetchInto).
@@ -248,27 +254,34 @@ func (s *session) decideObjects(ctx context.Context, f *os.File, r *http.Request
 		}
 	}
 	d := s.git.Policy.Decide(req, func(ref, _, _ string) bool { return ff[ref] })
-	od := objDecision{d: gitgate.WithProtected(d, hits), hits: hits, reports: map[string]*safegit.ChangeReport{}}
+	od := objDecision{d: gitgate.WithProtected(d, hits), hits: hits, q: q, base: base, req: req, repo: repo}
 	od.holdable = changes.Holdable(d, od.d)
-	// The change report of each ref (for the change record; the decision is made): from
-	// the old commit, or for a new ref from the remote's default branch head.
-	for _, c := range req.Commands {
+	return od, "", nil
+}
+
+// reports computes the change report of each ref of the push od decided (for its change
+// record; the decision is made): from the old commit, or for a new ref from the remote's
+// default branch head. reportErr says why a report is missing.
+func (s *session) reports(ctx context.Context, od objDecision) (map[string]*safegit.ChangeReport, string) {
+	out := map[string]*safegit.ChangeReport{}
+	reportErr := ""
+	for _, c := range od.req.Commands {
 		if c.IsDelete() {
 			continue
 		}
-		from := base
+		from := od.base
 		if !c.IsCreate() {
 			from = c.Old
 		}
-		rep, err := q.Report(ctx, from, c.New)
+		rep, err := od.q.Report(ctx, from, c.New)
 		if err != nil {
-			s.log.Warn("git gate: change report", "host", s.host, "repo", repo, "ref", c.Ref, "err", err)
-			od.reportErr = "no report for " + c.Ref + ": " + clientReason(err)
+			s.log.Warn("git gate: change report", "host", s.host, "repo", od.repo, "ref", c.Ref, "err", err)
+			reportErr = "no report for " + c.Ref + ": " + clientReason(err)
 			continue
 		}
-		od.reports[c.Ref] = &rep
+		out[c.Ref] = &rep
 	}
-	return od, "", nil
+	return out, reportErr
 }
 
 // missingCommits says whether an old or new commit of req's commands is not in q.
