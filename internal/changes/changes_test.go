@@ -129,7 +129,7 @@ func TestBound(t *testing.T) {
 func TestStore(t *testing.T) {
 	root := t.TempDir()
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	s := NewStore(root, Options{MaxRecords: 3, MaxHeld: 2, HoldFor: time.Hour, Now: func() time.Time { return now }})
+	s := NewStore(root, Options{MaxRecords: 3, MaxHeld: 2, MaxHeldBytes: 10, HoldFor: time.Hour, Now: func() time.Time { return now }})
 	rec := func(d string) Record {
 		now = now.Add(time.Second)
 		return Record{ID: NewID(), Sandbox: "sb1", Kind: KindPush, Time: now, Decision: d, Refs: []Ref{{Ref: "refs/heads/a"}}}
@@ -155,7 +155,7 @@ func TestStore(t *testing.T) {
 	if err := s.SetReports("sb1", "ch-00000000", nil, ""); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("SetReports of a missing record: %v", err)
 	}
-	held, err := s.Hold(rec(""), HeldRequest{Method: "POST", Path: "/r.git/git-receive-pack"}, strings.NewReader("BODY"))
+	held, err := s.Hold(rec(""), HeldRequest{Method: "POST", Path: "/r.git/git-receive-pack"}, strings.NewReader("BODY"), 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,12 +178,20 @@ func TestStore(t *testing.T) {
 	if string(b) != "BODY" || req.Size != 4 || req.Method != "POST" {
 		t.Errorf("held request %+v %q", req, b)
 	}
+	// Over the bytes bound (4 waiting + 7 > 10): refused, nothing kept.
+	big := rec("")
+	if _, err := s.Hold(big, HeldRequest{}, strings.NewReader("1234567"), 7); !errors.Is(err, errdefs.ErrResourceExhausted) || s.HasHeld("sb1", big.ID) {
+		t.Errorf("held bytes bound: %v", err)
+	}
+	if _, err := s.Get("sb1", big.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a refused hold left a record: %v", err)
+	}
 	// A second held change, then the bound of waiting ones.
-	held2, err := s.Hold(rec(""), HeldRequest{}, strings.NewReader("B2"))
+	held2, err := s.Hold(rec(""), HeldRequest{}, strings.NewReader("B2"), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Hold(rec(""), HeldRequest{}, strings.NewReader("B3")); !errors.Is(err, errdefs.ErrResourceExhausted) {
+	if _, err := s.Hold(rec(""), HeldRequest{}, strings.NewReader("B3"), 2); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("third held change: %v", err)
 	}
 	// Pruning keeps the held ones: at 5 records (max 3, and a tenth, at least 1, more
@@ -229,7 +237,7 @@ func TestStore(t *testing.T) {
 		t.Errorf("approve expired: %v", err)
 	}
 	// A daemon that stopped mid-apply.
-	h3, err := s.Hold(rec(""), HeldRequest{}, strings.NewReader("B3"))
+	h3, err := s.Hold(rec(""), HeldRequest{}, strings.NewReader("B3"), 2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,13 +29,17 @@ const (
 	DefaultMaxRecords = 500            // records kept per sandbox (up to a tenth more between prunings); the oldest decided go first
 	DefaultMaxHeld    = 16             // held changes waiting per sandbox; more are refused
 	DefaultHoldFor    = 24 * time.Hour // a held change nobody decided expires
+	// DefaultMaxHeldBytes bounds the held push bodies a sandbox keeps waiting at once (one
+	// push alone may be up to the gate's 512 MiB).
+	DefaultMaxHeldBytes = 1 << 30
 )
 
 // Options configure a Store; zero values take the defaults.
 type Options struct {
 	MaxRecords int
-	MaxHeld    int
-	HoldFor    time.Duration
+	MaxHeld      int
+	MaxHeldBytes int64
+	HoldFor      time.Duration
 	Now        func() time.Time
 	Log        *slog.Logger
 }
@@ -61,6 +65,9 @@ func NewStore(root string, opt Options) *Store {
 	}
 	if opt.HoldFor <= 0 {
 		opt.HoldFor = DefaultHoldFor
+	}
+	if opt.MaxHeldBytes <= 0 {
+		opt.MaxHeldBytes = DefaultMaxHeldBytes
 	}
 	if opt.Now == nil {
 		opt.Now = time.Now
@@ -365,24 +372,33 @@ type HeldRequest struct {
 var KeptHeaders = []string{"Content-Type", "Content-Encoding", "Accept", "Accept-Encoding", "Git-Protocol", "User-Agent", "Authorization"}
 
 // Hold stores a new record r (Decision Held) with its request and body (size bytes from
-// body), and sets its expiry. When the sandbox already has MaxHeld changes waiting it is an
-// errdefs.ErrResourceExhausted error and nothing is stored.
-func (s *Store) Hold(r Record, req HeldRequest, body io.Reader) (Record, error) {
+// body), and sets its expiry. When the sandbox already has MaxHeld changes waiting, or
+// their bodies and this one would pass MaxHeldBytes, it is an errdefs.ErrResourceExhausted
+// error and nothing is stored.
+func (s *Store) Hold(r Record, req HeldRequest, body io.Reader, size int64) (Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	list, err := s.list(r.Sandbox)
 	if err != nil {
 		return Record{}, err
 	}
-	waiting := 0
+	waiting, bytes := 0, size
 	for i := range list {
 		s.expire(&list[i])
 		if list[i].Decision == Held || list[i].Decision == Applying {
 			waiting++
+			if p, err := s.path(r.Sandbox, list[i].ID, ".body"); err == nil {
+				if st, err := os.Lstat(p); err == nil {
+					bytes += st.Size()
+				}
+			}
 		}
 	}
 	if waiting >= s.opt.MaxHeld {
 		return Record{}, fmt.Errorf("%d changes of this sandbox already wait for a decision: %w", waiting, errdefs.ErrResourceExhausted)
+	}
+	if bytes > s.opt.MaxHeldBytes {
+		return Record{}, fmt.Errorf("the pushes waiting for a decision would keep more than %d bytes: %w", s.opt.MaxHeldBytes, errdefs.ErrResourceExhausted)
 	}
 	d, err := s.dir(r.Sandbox)
 	if err != nil {
@@ -400,7 +416,7 @@ func (s *Store) Hold(r Record, req HeldRequest, body io.Reader) (Record, error) 
 	if err != nil {
 		return Record{}, fmt.Errorf("held push: %w", err)
 	}
-	n, err := io.Copy(f, body)
+	n, err := io.Copy(f, io.LimitReader(body, size))
 	if err == nil {
 		err = f.Sync()
 	}

@@ -73,7 +73,7 @@ func (m *Manager) holdPush(sandbox string, p intercept.HeldPush) error {
 	}
 	r := changeRecord(sandbox, p.Event, time.Now())
 	req := changes.HeldRequest{Method: p.Method, Path: p.Path, RawQuery: p.RawQuery, Header: p.Header}
-	_, err := m.changes.Hold(r, req, io.LimitReader(p.Body, p.Size))
+	_, err := m.changes.Hold(r, req, p.Body, p.Size)
 	return err
 }
 
