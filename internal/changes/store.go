@@ -36,12 +36,12 @@ const (
 
 // Options configure a Store; zero values take the defaults.
 type Options struct {
-	MaxRecords int
+	MaxRecords   int
 	MaxHeld      int
 	MaxHeldBytes int64
 	HoldFor      time.Duration
-	Now        func() time.Time
-	Log        *slog.Logger
+	Now          func() time.Time
+	Log          *slog.Logger
 }
 
 // Store keeps change records and held push bodies as files: Root/<sandbox>/changes/
