@@ -86,6 +86,7 @@ func (a *app) changeCmd() *cobra.Command {
 	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
 
 	var ref, outFile string
+	var patchJSON bool
 	patch := &cobra.Command{
 		Use:   "patch CID",
 		Short: "Write a change's patch (git diff from its base to the pushed commit) to stdout or a file",
@@ -103,6 +104,17 @@ patch is written as is.`,
 				return err
 			}
 			defer body.Close()
+			if patchJSON {
+				b, err := io.ReadAll(body)
+				if err != nil {
+					return err
+				}
+				return printJSON(struct {
+					Change string `json:"change"`
+					Ref    string `json:"ref,omitempty"`
+					Patch  string `json:"patch"`
+				}{args[0], ref, string(b)})
+			}
 			if outFile != "" {
 				f, err := os.OpenFile(outFile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 				if err != nil {
@@ -120,6 +132,7 @@ patch is written as is.`,
 	addSandbox(patch)
 	patch.Flags().StringVar(&ref, "ref", "", "the ref of a push that updated several (default: the first)")
 	patch.Flags().StringVarP(&outFile, "output", "o", "", "write the patch to this file")
+	patch.Flags().BoolVar(&patchJSON, "json", false, `print {"change", "ref", "patch"} as JSON`)
 
 	decide := func(approve bool) *cobra.Command {
 		var reason string
