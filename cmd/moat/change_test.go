@@ -92,3 +92,34 @@ func TestChangeSandboxLookup(t *testing.T) {
 		t.Errorf("unknown change: %v", err)
 	}
 }
+
+// TestCLIChanges runs the real binary (in-process daemon): create --git-hold is in the
+// sandbox, a sandbox without pushes has no changes (table and JSON), a missing change and
+// a bad change id are clear errors, and the change commands all take --json.
+func TestCLIChanges(t *testing.T) {
+	c := newCLI(t)
+	out, errOut, code := c.run("", "create", "--memory", "256M", "--disk", "128M", "--git-hold", "--json")
+	var sb v1.Sandbox
+	if code != 0 || json.Unmarshal([]byte(out), &sb) != nil || sb.GitProtected != "hold" {
+		t.Fatalf("create --git-hold: %d %q %s", code, out, errOut)
+	}
+	defer c.run("", "rm", sb.ID)
+	if out, e, code := c.run("", "changes", sb.ID, "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("changes --json: %d %q %s", code, out, e)
+	}
+	if out, e, code := c.run("", "changes", sb.ID); code != 0 || !strings.HasPrefix(out, "CHANGE") {
+		t.Errorf("changes: %d %q %s", code, out, e)
+	}
+	if _, e, code := c.run("", "change", "approve", "ch-00000000", "--sandbox", sb.ID, "--json"); code == 0 || !strings.Contains(e, "not found") {
+		t.Errorf("approve a missing change: %d %s", code, e)
+	}
+	if _, e, code := c.run("", "change", "show", "ch-00000000"); code == 0 || !strings.Contains(e, "--sandbox") {
+		t.Errorf("show a change no sandbox has: %d %s", code, e)
+	}
+	if _, e, code := c.run("", "change", "patch", "bad-id", "--sandbox", sb.ID); code == 0 || !strings.Contains(e, "change id") {
+		t.Errorf("patch of a bad id: %d %s", code, e)
+	}
+	if out, e, code := c.run("", "inspect", sb.ID); code != 0 || !strings.Contains(out, `"git_protected": "hold"`) {
+		t.Errorf("inspect: %d %s %s", code, out, e)
+	}
+}
