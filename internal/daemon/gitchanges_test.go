@@ -314,3 +314,63 @@ func TestGitGateHold(t *testing.T) {
 		})
 	}
 }
+
+// TestGitGateHoldRestart: a held change and the sandbox's hold setting survive a daemon
+// restart: the record is still held with its body, a new protected push is held again (not
+// refused), and approving the first after the restart applies it through the re-attached
+// boundary (the server, which takes only the real credential, has the workflow).
+func TestGitGateHoldRestart(t *testing.T) {
+	const secret = "real-git-secret-0d5e8a2c47"
+	var dataDir string
+	g := newGitGate(t, secret, nil, func(c *daemon.Config) { dataDir = c.DataDir })
+	e, bare := g.e, g.bare
+	ctx := context.Background()
+	sb := g.sandbox(t, e, v1.CreateSandboxRequest{Runtime: "runc", GitProtected: "hold"}, "restart")
+	prefix := "refs/heads/agent/" + sb.ID + "/"
+	push := func() result {
+		return e.sh(sb.ID, "", "cd /tmp/repo && git push origin HEAD:"+prefix+"work")
+	}
+	if r := push(); r.code != 0 {
+		t.Fatalf("first push: %+v", r)
+	}
+	e.mustSh(sb.ID, `cd /tmp/repo && mkdir -p .github/workflows && echo 'on: push' > .github/workflows/ci.yml && git add . && git commit -qm ci`)
+	tip := strings.TrimSpace(e.mustSh(sb.ID, `git -C /tmp/repo rev-parse HEAD`))
+	r := push()
+	m := heldRE.FindStringSubmatch(r.stderr)
+	if r.code == 0 || m == nil {
+		t.Fatalf("held push: %+v", r)
+	}
+	cid := m[1]
+	refs := serverRefs(t, bare)
+
+	e.stop()
+	e.start(filepath.Join(testutil.Binaries(t), "moat-init"), g.configure)
+
+	ch, err := e.c.Change(ctx, sb.ID, cid)
+	if err != nil || ch.Decision != "held" {
+		t.Fatalf("after a restart: %+v %v", ch, err)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "git", sb.ID, "changes", cid+".body")); err != nil {
+		t.Fatalf("held body after a restart: %v", err)
+	}
+	r = push()
+	m2 := heldRE.FindStringSubmatch(r.stderr)
+	if r.code == 0 || m2 == nil || m2[1] == cid {
+		t.Fatalf("a protected push after the restart was not held: %+v", r)
+	}
+	if got := serverRefs(t, bare); !maps.Equal(got, refs) {
+		t.Fatalf("server refs changed: %v, was %v", got, refs)
+	}
+	if ch, err = e.c.ApproveChange(ctx, sb.ID, cid, ""); err != nil || ch.Decision != "approved" {
+		t.Fatalf("approve after a restart: %+v %v", ch, err)
+	}
+	if got := serverRefs(t, bare)[prefix+"work"]; got != tip {
+		t.Fatalf("server's branch %s, want %s", got, tip)
+	}
+	if got := serverGit(t, bare, "show", prefix+"work:.github/workflows/ci.yml"); got != "on: push\n" {
+		t.Errorf("the workflow on the server: %q", got)
+	}
+	if ch, err = e.c.DenyChange(ctx, sb.ID, m2[1], ""); err != nil || ch.Decision != "denied" {
+		t.Errorf("deny the second: %+v %v", ch, err)
+	}
+}
