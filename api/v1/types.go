@@ -27,6 +27,10 @@ type CreateSandboxRequest struct {
 	// "refs/heads/agent/NAME/" (any ref prefix strictly below refs/heads/; a missing
 	// "refs/heads/" or trailing "/" is added). Empty: refs/heads/agent/<sandbox id>/.
 	AgentBranchPrefix string `json:"agent_branch_prefix,omitempty"`
+	// GitProtected is what the git gate does with a push whose only problem is protected
+	// paths (its refs are allowed and it fast-forwards): "refuse" (default) or "hold" —
+	// keep it for a person to approve (POST …/changes/{cid}/approve) or deny.
+	GitProtected string `json:"git_protected,omitempty"`
 }
 
 // Credential binds a stored secret (moat secret set) to hosts. Without Header the sandbox
@@ -84,6 +88,8 @@ type Sandbox struct {
 	// AgentBranchPrefix is the ref prefix the git gate lets the sandbox push under, e.g.
 	// "refs/heads/agent/sb-0123456789ab/".
 	AgentBranchPrefix string `json:"agent_branch_prefix"`
+	// GitProtected is "refuse" or "hold" (see CreateSandboxRequest).
+	GitProtected string `json:"git_protected"`
 	// OOMKills counts the sandbox's processes the kernel's OOM killer ended (its memory
 	// limit was reached), over all its runs; LastOOMAt is when the latest was seen.
 	OOMKills  uint64     `json:"oom_kills,omitempty"`

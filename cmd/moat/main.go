@@ -100,7 +100,7 @@ limits, an overlay root with no host mounts, and no network path out.`,
 		a.lifecycleCmd("resume", "Thaw a paused sandbox"),
 		a.rmCmd(), a.shellCmd(), a.cpCmd(), a.templateCmd(), a.doctorCmd(), a.benchCmd(),
 		a.apikeyCmd(), a.secretCmd(), a.eventsCmd(), a.egressCmd(), a.policyCmd(),
-		a.diffCmd(), a.exportCmd(),
+		a.diffCmd(), a.exportCmd(), a.changesCmd(), a.changeCmd(),
 	)
 	return root
 }

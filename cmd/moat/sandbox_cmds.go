@@ -34,6 +34,7 @@ type sandboxFlags struct {
 	credentials, credHeaders      []string
 	github                        githubFlags
 	agentBranchPrefix             string
+	gitHold                       bool
 }
 
 // githubFlags bind a GitHub App key (moat secret set --github-app) with a task's scope.
@@ -63,6 +64,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.github.token, "github-token", "", "NAME@HOST[,HOST...]: NAME is a GitHub App key; the sandbox gets $NAME holding a placeholder for an installation token, minted by moat for --github-repo with --github-permission and revoked when the sandbox stops")
 	fl.StringSliceVar(&f.github.repos, "github-repo", nil, "a repository (without owner) the --github-token may touch (repeatable or comma-separated)")
 	fl.StringVar(&f.agentBranchPrefix, "agent-branch-prefix", "", "the only branches git pushes from the sandbox may create or update, e.g. agent/fix-login/ (default: agent/<sandbox id>/); no tags, deletions or other refs")
+	fl.BoolVar(&f.gitHold, "git-hold", false, "hold a git push that touches protected paths (CI workflows, CODEOWNERS, .moat/**, --git-protected) for a person to `moat change approve` or deny, instead of refusing it")
 	fl.StringSliceVar(&f.github.perms, "github-permission", nil, "PERMISSION=LEVEL for the --github-token, e.g. contents=write,pull_requests=write (default contents=read)")
 }
 
@@ -133,6 +135,9 @@ func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Durati
 		req.Credentials = append(req.Credentials, *gh)
 	}
 	req.AgentBranchPrefix = f.agentBranchPrefix
+	if f.gitHold {
+		req.GitProtected = "hold"
+	}
 	return req, timeout, nil
 }
 

@@ -120,6 +120,8 @@ func TestSandboxOwnership(t *testing.T) {
 	}
 	sbs := &storedSandboxes{fakeSandboxes: fakeSandboxes{envd: envd}, st: st}
 	s := New(sbs, nil, noEvents{}, storeKeys{st}, nil, nil, E2BConfig{}, slog.New(slog.DiscardHandler))
+	chs := &fakeChanges{}
+	s.SetChanges(chs)
 	unix := httptest.NewServer(s.Handler(nil))
 	defer unix.Close()
 	tcp := httptest.NewServer(s.Handler(st))
@@ -172,6 +174,11 @@ func TestSandboxOwnership(t *testing.T) {
 		{"GET", "/sandboxes/%s/metrics", ""},
 		{"PUT", "/sandboxes/%s/network", `{"allow_internet_access":true}`},
 		{"DELETE", "/sandboxes/%s", ""},
+		{"GET", "/v1/sandboxes/%s/changes", ""},
+		{"GET", "/v1/sandboxes/%s/changes/ch-0123abcd", ""},
+		{"GET", "/v1/sandboxes/%s/changes/ch-0123abcd/patch", ""},
+		{"POST", "/v1/sandboxes/%s/changes/ch-0123abcd/approve", `{}`},
+		{"POST", "/v1/sandboxes/%s/changes/ch-0123abcd/deny", `{}`},
 		{"DELETE", "/v1/sandboxes/%s", ""},
 	}
 	for _, id := range []string{ofA, ofOp} {
@@ -207,6 +214,9 @@ func TestSandboxOwnership(t *testing.T) {
 		if err != nil || after.State != before.State || after.ExpiresAt != nil || after.Policy != nil || !after.UpdatedAt.Equal(before.UpdatedAt) {
 			t.Errorf("key B's requests changed %s: %+v (%v)", id, after, err)
 		}
+	}
+	if n := chs.count(); n != 0 {
+		t.Errorf("key B's requests reached the change records %d times", n)
 	}
 	// The 404 is the one of an id nobody has.
 	if code, body := call(t, "GET", tcp.URL+"/v1/sandboxes/sb-000000000999", keyB.Key, nil); code != 404 || !strings.Contains(body, `sandbox \"sb-000000000999\": not found`) {

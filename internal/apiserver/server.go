@@ -98,6 +98,7 @@ type Server struct {
 	proxy     *httputil.ReverseProxy
 	// workspaces serves diff and export (workspace.go); nil: not available.
 	workspaces Workspaces
+	changes    Changes // change records of git pushes (SetChanges); nil: none
 }
 
 // route is one entry of the route table.
@@ -170,6 +171,7 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 		{"DELETE /v1/secrets/{name}", s.deleteSecret},
 	}
 	routes = append(routes, s.workspaceRoutes()...)
+	routes = append(routes, s.changeRoutes()...)
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, route{"GET /health", s.health})
 	for _, r := range routes {
@@ -320,6 +322,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		Policy:            FromAPIPolicy(req.Policy),
 		Credentials:       fromAPICredentials(req.Credentials),
 		AgentBranchPrefix: req.AgentBranchPrefix,
+		GitProtected:      req.GitProtected,
 	})
 	if err != nil {
 		writeError(w, err)
@@ -632,6 +635,10 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 	}
 	out.Policy = ToAPIPolicy(sb.EgressPolicy())
 	out.AgentBranchPrefix = sb.GitPrefix()
+	out.GitProtected = sandbox.GitProtectedRefuse
+	if sb.GitSettings().Hold {
+		out.GitProtected = sandbox.GitProtectedHold
+	}
 	for _, c := range sb.Credentials {
 		cred := v1.Credential{Secret: c.Secret, Hosts: c.Hosts, Header: c.Header, Template: c.Template, PathPrefix: c.PathPrefix, Methods: c.Methods, PlainHTTP: c.PlainHTTP}
 		if g := c.GitHub; g != nil {

@@ -325,6 +325,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			}
 		},
 	})
+	d.api.SetChanges(d.Egress)
 	return d, nil
 }
 

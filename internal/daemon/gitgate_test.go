@@ -203,6 +203,8 @@ type gitGate struct {
 	bare  string // the server's bare repository
 	port  int
 	bound string // "git.test:PORT": the secret's scope and the bindings' host
+	// configure is the daemon's configuration, for a restart (env.start).
+	configure func(*daemon.Config)
 }
 
 // newGitGate starts the server on a repository under a new root (prepare, if set, runs
@@ -223,17 +225,19 @@ func newGitGate(t *testing.T, secret string, prepare func(root, bare string), co
 	up := testutil.NewUpstreamCA(t, "git.test")
 	g.port = tlsServe(t, up, git)
 	g.bound = fmt.Sprintf("git.test:%d", g.port)
-	g.e = newEnvWith(t, func(c *daemon.Config) {
+	caFile := upstreamCAFile(t, up)
+	g.configure = func(c *daemon.Config) {
 		in.configure(c)
 		extra, _ := egress.ParseHosts([]byte("127.0.0.4 git.test\n"))
 		for k, v := range extra {
 			c.EgressHosts[k] = v
 		}
-		c.EgressCA = upstreamCAFile(t, up)
+		c.EgressCA = caFile
 		if configure != nil {
 			configure(c)
 		}
-	})
+	}
+	g.e = newEnvWith(t, g.configure)
 	if err := g.e.c.SetSecret(context.Background(), "GIT_TOKEN", secret, &v1.SecretScope{Hosts: []string{g.bound}}); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moatdev/moat/internal/changes"
 	"github.com/moatdev/moat/internal/egress/intercept"
 	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/egress/proxy"
@@ -329,9 +330,48 @@ func (ic interceptor) check(method, path string) (bool, string) {
 }
 
 func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, host string, port int, dial func(context.Context) (net.Conn, error)) (int64, int64, error) {
-	ca, err := ic.m.loadCA(ic.b.id)
+	cfg, err := ic.config()
 	if err != nil {
 		return 0, 0, err
+	}
+	return intercept.Serve(ctx, client, head, host, port, dial, cfg)
+}
+
+// replay sends r, a held push a person approved, as the sandbox's request to the host:
+// with the same configuration as Serve (injections, Check, git gate), over a connection
+// the sandbox's proxy checks as it would the sandbox's own (DialName).
+func (ic interceptor) replay(ctx context.Context, r *http.Request) (intercept.ReplayResult, error) {
+	cfg, err := ic.config()
+	if err != nil {
+		return intercept.ReplayResult{}, err
+	}
+	dial := func(ctx context.Context) (net.Conn, error) { return ic.b.proxy.DialName(ctx, ic.host, ic.port) }
+	return intercept.Replay(ctx, r, ic.host, int(ic.port), dial, cfg)
+}
+
+// recordApply logs the outcome of applying an approved change in the egress log.
+func (ic interceptor) recordApply(r changes.Record, rep gitgate.Report, err error) {
+	phase, _ := ic.b.current()
+	e := &Entry{Time: time.Now(), Sandbox: ic.b.id, Phase: phase, Proto: "git", Name: ic.host, Port: int(ic.port), Rule: "approved"}
+	switch {
+	case err != nil:
+		e.Reason = fmt.Sprintf("%s: apply failed: %v", r.ID, err)
+	case rep.Failed():
+		e.Reason = fmt.Sprintf("%s: apply failed: %s", r.ID, applyFailure(rep))
+	default:
+		e.Allowed, e.Reason = true, fmt.Sprintf("%s: applied", r.ID)
+	}
+	if len(e.Reason) > maxGitReason {
+		e.Reason = e.Reason[:maxGitReason] + "..."
+	}
+	ic.m.journal.add(e)
+}
+
+// config is the interceptor's configuration for one connection (or replayed request).
+func (ic interceptor) config() (intercept.Config, error) {
+	ca, err := ic.m.loadCA(ic.b.id)
+	if err != nil {
+		return intercept.Config{}, err
 	}
 	var inj []intercept.Injection
 	for _, c := range ic.creds {
@@ -340,7 +380,7 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 		// the scope's limits.
 		sv, info, err := ic.m.cfg.Secrets.Lookup(c.Secret)
 		if err != nil {
-			return 0, 0, fmt.Errorf("credential %s: %w", c.Secret, err)
+			return intercept.Config{}, fmt.Errorf("credential %s: %w", c.Secret, err)
 		}
 		// The secret's scope no longer covering the binding stops injection, not scrubbing:
 		// the host may hold the value from before.
@@ -357,7 +397,7 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 			// A secret replaced by a GitHub App key since the sandbox started is never sent
 			// as is.
 			if info.GitHubApp != nil {
-				return 0, 0, fmt.Errorf("credential %s: the secret is now a GitHub App key; restart the sandbox with --github-token to use it", c.Secret)
+				return intercept.Config{}, fmt.Errorf("credential %s: the secret is now a GitHub App key; restart the sandbox with --github-token to use it", c.Secret)
 			}
 			v = sv
 		}
@@ -367,16 +407,16 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 			PlaceholderHeader: c.PlaceholderHeader, ScrubOnly: scrubOnly,
 		})
 	}
-	return intercept.Serve(ctx, client, head, host, port, dial, intercept.Config{
+	return intercept.Config{
 		CA: ca, RootCAs: ic.m.cfg.RootCAs, Injections: inj, Log: ic.m.log.With("sandbox", ic.b.id),
 		Check: ic.check, Upstreams: ic.b.upstreams, PlainHTTP: ic.PlainHTTP(),
-		Git: &intercept.GitGate{Policy: ic.b.git, Record: ic.recordGit, Objects: ic.m.gitObjects(ic.b.id)},
+		Git: &intercept.GitGate{Policy: ic.b.git, Record: ic.recordGit, Objects: ic.m.gitObjects(ic.b)},
 		Audit: func(u intercept.Use) {
 			if ic.m.cfg.Audit != nil && u.Injected {
 				ic.m.cfg.Audit(ic.b.id, "credential", fmt.Sprintf("%s %s %s://%s%s → %d", u.Secret, u.Method, u.Scheme, u.Host, u.Path, u.Status))
 			}
 		},
-	})
+	}, nil
 }
 
 // recordGit logs one decision of the git gate in the egress log (proto "git": the
@@ -394,16 +434,27 @@ func (ic interceptor) recordGit(ev intercept.GitEvent) {
 			e.Rule = r[0].Rule
 		}
 	}
+	if ev.Held {
+		e.Reason = "held for approval as " + ev.ChangeID + ": " + e.Reason
+	}
 	if len(e.Reason) > maxGitReason {
 		e.Reason = e.Reason[:maxGitReason] + "..."
 	}
 	ic.m.journal.add(e)
+	ic.m.addChange(ic.b.id, ev)
 	if ic.m.cfg.Audit != nil {
 		verdict := "allowed"
-		if !e.Allowed {
+		switch {
+		case ev.Held:
+			verdict = "held"
+		case !e.Allowed:
 			verdict = "refused"
 		}
-		ic.m.cfg.Audit(ic.b.id, "git", fmt.Sprintf("git %s to %s:%d %s (%s): %s", ev.Service, ic.host, ic.port, verdict, e.Rule, e.Reason))
+		d := fmt.Sprintf("git %s to %s:%d %s (%s): %s", ev.Service, ic.host, ic.port, verdict, e.Rule, e.Reason)
+		if ev.ChangeID != "" {
+			d += " [change " + ev.ChangeID + "]"
+		}
+		ic.m.cfg.Audit(ic.b.id, "git", d)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moatdev/moat/internal/changes"
 	"github.com/moatdev/moat/internal/egress/dns"
 	"github.com/moatdev/moat/internal/egress/intercept"
 	"github.com/moatdev/moat/internal/egress/policy"
@@ -85,6 +86,8 @@ type Config struct {
 	// default globs, case folded).
 	GitDir       string
 	GitProtected *gitgate.PathMatcher
+	// GitHoldFor is how long a push held for approval waits for a decision (0: 24 h).
+	GitHoldFor time.Duration
 	// Audit kinds: "credential" (a use, a token minted or revoked), "git" (a git gate
 	// decision).
 	Audit func(sandbox, kind, detail string)
@@ -109,7 +112,8 @@ type Manager struct {
 	provs    providers
 	revoking sync.WaitGroup
 
-	gitMu sync.Mutex // creating quarantines
+	gitMu   sync.Mutex     // creating quarantines
+	changes *changes.Store // change records of git pushes (nil without GitDir)
 
 	hostMu    sync.Mutex
 	hostAddrs []netip.Addr
@@ -125,7 +129,12 @@ func New(cfg Config) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{cfg: cfg, log: log, journal: newJournal(cfg.Journal, log), bs: map[string]*boundary{}}
+	m := &Manager{cfg: cfg, log: log, journal: newJournal(cfg.Journal, log), bs: map[string]*boundary{}}
+	if cfg.GitDir != "" {
+		m.changes = changes.NewStore(cfg.GitDir, changes.Options{HoldFor: cfg.GitHoldFor, Log: log})
+		m.changes.Recover()
+	}
+	return m
 }
 
 // boundary is one sandbox's running DNS server and proxy.
@@ -148,8 +157,12 @@ type boundary struct {
 	// connections (never shared between sandboxes); reset when the policy changes.
 	upstreams *intercept.Upstreams
 	// git is the sandbox's git gate policy: pushes to every intercepted host are decided
-	// with it (refs under refs/heads/agent/<id>/ only).
-	git *gitgate.Policy
+	// with it (refs under refs/heads/agent/<id>/ only); gitHold holds pushes that touch
+	// protected paths for approval instead of refusing them.
+	git     *gitgate.Policy
+	gitHold bool
+	// creds are the sandbox's credential bindings (an approved push is sent with them).
+	creds []sandbox.Credential
 }
 
 func (b *boundary) current() (string, *policy.Policy) {
@@ -160,13 +173,15 @@ func (b *boundary) current() (string, *policy.Policy) {
 
 // Attach starts serving sandbox id's boundary with spec and the credential bindings
 // creds; with bindings it returns the PEM certificate of the sandbox's interception CA.
-// Attaching a sandbox that is attached replaces its policy (as SetPolicy). gitPrefix is
-// the ref prefix the git gate lets the sandbox push under ("": refs/heads/agent/<id>/).
-func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential, gitPrefix string) (string, error) {
+// Attaching a sandbox that is attached replaces its policy (as SetPolicy). git.Prefix is
+// the ref prefix the git gate lets the sandbox push under ("": refs/heads/agent/<id>/);
+// git.Hold holds pushes that touch protected paths for approval instead of refusing them.
+func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential, git sandbox.GitSettings) (string, error) {
 	comp, pol, err := compile(spec)
 	if err != nil {
 		return "", err
 	}
+	gitPrefix := git.Prefix
 	if gitPrefix == "" {
 		gitPrefix = gitgate.DefaultPrefix(id)
 	}
@@ -194,7 +209,7 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 		ls.Close()
 		return "", err
 	}
-	b := &boundary{id: id, table: table, ls: ls, spec: spec, comp: comp, phase: spec.Phase, pol: pol, dnsLog: map[string]bool{}, upstreams: intercept.NewUpstreams(m.cfg.RootCAs), git: gitPol}
+	b := &boundary{id: id, table: table, ls: ls, spec: spec, comp: comp, phase: spec.Phase, pol: pol, dnsLog: map[string]bool{}, upstreams: intercept.NewUpstreams(m.cfg.RootCAs), git: gitPol, gitHold: git.Hold, creds: creds}
 	b.proxy = proxy.New(proxy.Config{
 		Policy: b.current,
 		Name: func(a netip.Addr) (string, bool) {
@@ -214,7 +229,7 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 		Dial:        dial,
 		HostAddrs:   m.hostAddresses,
 		Record:      func(ev proxy.Event) func(proxy.Outcome) { return m.recordConn(id, ev) },
-		Intercept:   func(host string, port uint16) proxy.Interceptor { return m.interceptorFor(b, creds, host, port) },
+		Intercept:   func(host string, port uint16) proxy.Interceptor { return m.interceptorFor(b, b.creds, host, port) },
 		Log:         m.log.With("sandbox", id),
 		Budget:      m.cfg.Budget,
 		MaxConns:    m.cfg.MaxConns,

@@ -68,7 +68,7 @@ func newRigWith(tb testing.TB, hosts egress.Hosts, spec policy.Spec, creds []san
 		configure(&cfg)
 	}
 	r.m = egress.New(cfg)
-	if r.caPEM, err = r.m.Attach(r.id, spec, creds, ""); err != nil {
+	if r.caPEM, err = r.m.Attach(r.id, spec, creds, sandbox.GitSettings{}); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {

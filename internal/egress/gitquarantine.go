@@ -15,15 +15,24 @@ import (
 // gitObjects is sandbox id's object check for the git gate (nil without Config.GitDir):
 // its quarantines live in GitDir/<id>/<hash of the remote>, its push spool in
 // GitDir/<id>/spool, all 0700 and the daemon's; Forget removes them.
-func (m *Manager) gitObjects(id string) *intercept.GitObjects {
+func (m *Manager) gitObjects(b *boundary) *intercept.GitObjects {
 	if m.cfg.GitDir == "" {
 		return nil
 	}
+	id := b.id
 	spool := filepath.Join(m.cfg.GitDir, id, "spool")
 	if err := os.MkdirAll(spool, 0o700); err != nil {
 		m.log.Warn("git gate: spool directory", "sandbox", id, "err", err)
 	}
+	var hold func(context.Context, intercept.HeldPush) error
+	if b.gitHold {
+		hold = func(_ context.Context, p intercept.HeldPush) error { return m.holdPush(id, p) }
+	}
 	return &intercept.GitObjects{
+		Hold: hold,
+		Reported: func(cid string, reports map[string]*safegit.ChangeReport, reportErr string) {
+			m.setReports(id, cid, reports, reportErr)
+		},
 		SpoolDir:  spool,
 		Protected: m.cfg.GitProtected,
 		Quarantine: func(ctx context.Context, remote string) (*safegit.Quarantine, error) {

@@ -160,8 +160,9 @@ type Egress interface {
 	// the credential bindings creds. With bindings it returns the PEM certificate of the
 	// sandbox's interception CA (the same across daemon restarts) for its trust store.
 	// Attaching an attached sandbox sets its policy (as SetPolicy) and returns the same.
-	// gitPrefix is the ref prefix its git pushes are limited to (Sandbox.GitPrefix).
-	Attach(id string, spec policy.Spec, creds []Credential, gitPrefix string) (caPEM string, err error)
+	// git is what its git gate knows (Sandbox.GitSettings): the ref prefix its pushes are
+	// limited to, and whether a push touching protected paths is held for approval.
+	Attach(id string, spec policy.Spec, creds []Credential, git GitSettings) (caPEM string, err error)
 	// SetPolicy replaces the policy of an attached sandbox at once and cuts the open
 	// connections it no longer allows, returning how many; a detached sandbox is no error.
 	SetPolicy(id string, spec policy.Spec) (int, error)

@@ -153,6 +153,9 @@ type CreateOptions struct {
 	// AgentBranchPrefix is the ref prefix the git gate lets the sandbox push under
 	// (NormalizeAgentPrefix); "" is gitgate.DefaultPrefix(id).
 	AgentBranchPrefix string `json:"agent_branch_prefix,omitempty"`
+	// GitProtected is what the git gate does with a push whose only problem is protected
+	// paths: GitProtectedRefuse ("" too) or GitProtectedHold.
+	GitProtected string `json:"git_protected,omitempty"`
 }
 
 var (
@@ -214,6 +217,13 @@ func (m *Manager) validate(ctx context.Context, opts *CreateOptions) error {
 			return err
 		}
 		opts.AgentBranchPrefix = p
+	}
+	switch opts.GitProtected {
+	case "", GitProtectedRefuse:
+		opts.GitProtected = ""
+	case GitProtectedHold:
+	default:
+		return fmt.Errorf("git protected-path action %q: want refuse or hold: %w", opts.GitProtected, errdefs.ErrInvalidArgument)
 	}
 	for _, c := range opts.Credentials {
 		if _, clash := opts.Env[c.Secret]; clash && c.Header == "" {
@@ -292,7 +302,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 		ID: newID(), State: StateCreating, Runtime: opts.Runtime, Template: opts.Template,
 		Repo: opts.Repo, RepoLayer: repoLayer, User: opts.User, Env: opts.Env, Limits: opts.Limits, Metadata: opts.Metadata,
 		Policy: opts.Policy, OnTimeout: opts.OnTimeout, TemplateAlias: opts.TemplateAlias,
-		Credentials: opts.Credentials, AgentBranchPrefix: opts.AgentBranchPrefix, CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
+		Credentials: opts.Credentials, AgentBranchPrefix: opts.AgentBranchPrefix, GitProtected: opts.GitProtected, CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
 		Owner: CallerFrom(ctx).Owner(), Provisioning: true,
 	}
 	if opts.Timeout > 0 {
@@ -396,7 +406,7 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 	if err := m.network.Setup(ctx, sb.ID, p.netns); err != nil {
 		return fmt.Errorf("setting up network: %w", err)
 	}
-	caPEM, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials, sb.GitPrefix())
+	caPEM, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials, sb.GitSettings())
 	if err != nil {
 		return fmt.Errorf("starting egress: %w", err)
 	}
@@ -910,7 +920,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			older := m.fromOlderDaemon(sb.ID)
 			if !older && m.alive(ctx, sb) {
 				m.attachLog(sb.ID)
-				if _, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials, sb.GitPrefix()); err == nil {
+				if _, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials, sb.GitSettings()); err == nil {
 					m.log.Info("adopted running sandbox", "sandbox", sb.ID, "state", sb.State)
 					continue
 				} else {

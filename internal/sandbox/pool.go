@@ -67,7 +67,7 @@ func (p *pool) refill() {
 // × nofile stays within the file budget; a request that did not ask for nofile
 // (askedNofile false) then gets the warm sandbox's, which fits its pids.
 func (m *Manager) fitsPool(opts *CreateOptions, askedNofile bool) bool {
-	if m.pools[opts.Runtime] == nil || opts.Template != "host" || opts.Repo != "" || len(opts.Credentials) > 0 || opts.AgentBranchPrefix != "" {
+	if m.pools[opts.Runtime] == nil || opts.Template != "host" || opts.Repo != "" || len(opts.Credentials) > 0 || opts.AgentBranchPrefix != "" || opts.GitProtected != "" {
 		return false
 	}
 	warm, err := EffectiveLimits(Limits{}, m.cfg.DefaultLimits, m.ceilings(Caller{Operator: true}))
@@ -187,7 +187,7 @@ func (m *Manager) handOver(ctx context.Context, id string, opts CreateOptions, t
 	// Attaching an attached sandbox sets its policy and returns its CA as for a cold
 	// create; moat-init installed that same CA (one per sandbox ID) when it started.
 	owned := &Sandbox{Policy: opts.Policy}
-	caPEM, err := m.egress.Attach(id, owned.EgressPolicy(), nil, gitgate.DefaultPrefix(id))
+	caPEM, err := m.egress.Attach(id, owned.EgressPolicy(), nil, GitSettings{Prefix: gitgate.DefaultPrefix(id)})
 	if err != nil {
 		return nil, err
 	}

@@ -107,6 +107,9 @@ type Sandbox struct {
 	// at create: later starts mount the same one, and its commit is the base of `moat
 	// diff` and `moat export` (workspace.go). nil for sandboxes without a repository.
 	RepoLayer *Layer `json:"repo_layer,omitempty"`
+	// GitProtected is what the git gate does with a push whose only problem is protected
+	// paths: "" (refuse) or GitProtectedHold (keep it for a person to approve).
+	GitProtected string `json:"git_protected,omitempty"`
 
 	// AccessToken authenticates the daemon to the sandbox's moat-init. It is never
 	// sent to API clients of the native API.
@@ -139,6 +142,26 @@ func (s *Sandbox) GitPrefix() string {
 		return s.AgentBranchPrefix
 	}
 	return gitgate.DefaultPrefix(s.ID)
+}
+
+// What the git gate does with a push whose only problem is protected paths
+// (Sandbox.GitProtected).
+const (
+	GitProtectedRefuse = "refuse"
+	GitProtectedHold   = "hold"
+)
+
+// GitSettings is what the git gate knows of a sandbox.
+type GitSettings struct {
+	Prefix string // the ref prefix it may push under (GitPrefix)
+	// Hold: a push whose refs are fine but which touches protected paths is held for a
+	// person to approve instead of refused.
+	Hold bool
+}
+
+// GitSettings returns the sandbox's git gate settings.
+func (s *Sandbox) GitSettings() GitSettings {
+	return GitSettings{Prefix: s.GitPrefix(), Hold: s.GitProtected == GitProtectedHold}
 }
 
 // NormalizeAgentPrefix makes a create request's agent branch prefix a full ref prefix

@@ -30,6 +30,8 @@ type gitGateRig struct {
 	ln                      net.Listener
 	objects                 *GitObjects
 	events                  *gitRecorder
+	cfg                     Config // Serve's
+	port                    int
 	// noFetch makes the server answer 503 to fetches (upload-pack).
 	noFetch atomic.Bool
 }
@@ -90,6 +92,7 @@ func newGitGateRig(tb testing.TB) *gitGateRig {
 	cfg := Config{CA: ca, RootCAs: g.u.roots, Injections: []Injection{bearer()},
 		Git: &GitGate{Policy: pol, Objects: g.objects, Record: g.events.record}}
 	port := g.ln.Addr().(*net.TCPAddr).Port
+	g.cfg, g.port = cfg, port
 	go func() {
 		for {
 			c, err := g.ln.Accept()

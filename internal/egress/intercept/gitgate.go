@@ -3,17 +3,21 @@ package intercept
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/moatdev/moat/internal/changes"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/gitgate"
+	"github.com/moatdev/moat/internal/safegit"
 )
 
 // GitGate is the git gate of one sandbox on an intercepted host (Config.Git): every git
@@ -55,7 +59,7 @@ type GitGate struct {
 	Objects *GitObjects
 }
 
-// GitEvent is one decision of the git gate, for the egress log.
+// GitEvent is one decision of the git gate, for the egress log and the change records.
 type GitEvent struct {
 	Service gitgate.Service
 	Repo    string // the repository path, e.g. "/owner/repo.git"; "" when unknown
@@ -64,6 +68,24 @@ type GitEvent struct {
 	// Err is why a request was refused before any decision on its refs: its URL, body or
 	// framing. Nothing of it went upstream.
 	Err error
+
+	// For a push whose commands were read (also when Err says it could not be checked):
+	// its change id ("ch-…", new for each push), the remote ("host:port/path") and the
+	// commands.
+	ChangeID string
+	Remote   string
+	Commands []gitgate.Command
+	// Objects: the push was decided on its objects (GitObjects); then Hits are the
+	// protected paths by ref, Reports the change reports by ref, and ReportErr why a
+	// report is missing.
+	Objects   bool
+	Hits      map[string][]gitgate.Hit
+	Reports   map[string]*safegit.ChangeReport
+	ReportErr string
+	// Held: the push was held for approval (GitObjects.Hold) rather than refused.
+	Held bool
+	// ReportsLater: the reports come through GitObjects.Reported (an allowed push).
+	ReportsLater bool
 }
 
 const (
@@ -78,6 +100,9 @@ const (
 func (s *session) gate(w http.ResponseWriter, r *http.Request, ex *exchange) bool {
 	g := s.git
 	svc, repo, err := gitgate.Classify(r.Method, r.URL)
+	if err == nil && svc == gitgate.Push && approved(r) {
+		return true // decided by a person (Replay)
+	}
 	if err != nil {
 		s.recordGit(GitEvent{Service: svc, Err: err})
 		http.Error(w, "moat: git gate: "+clientReason(err), http.StatusForbidden)
@@ -121,10 +146,12 @@ func (s *session) gate(w http.ResponseWriter, r *http.Request, ex *exchange) boo
 	// before its pack is read. The objects then decide the rest (Objects).
 	prefix := g.Policy.Prefix()
 	d := g.Policy.Decide(req, func(ref, _, _ string) bool { return strings.HasPrefix(ref, prefix) })
+	ev := GitEvent{Service: svc, Repo: repo, Remote: s.authority + repo, ChangeID: changes.NewID(), Commands: req.Commands}
 	var spool *os.File
+	var od objDecision
 	if d.Allow && g.Objects != nil {
 		var unpackErr string
-		spool, d, unpackErr = s.inspectPush(w, r, rc, rec.buf, req, repo)
+		spool, od, unpackErr = s.inspectPush(w, r, rc, rec.buf, req, repo)
 		if spool != nil {
 			defer func() {
 				if spool != nil {
@@ -133,12 +160,28 @@ func (s *session) gate(w http.ResponseWriter, r *http.Request, ex *exchange) boo
 			}()
 		}
 		if unpackErr != "" {
-			s.recordGit(GitEvent{Service: svc, Repo: repo, Err: errors.New(unpackErr)})
+			ev.Err = errors.New(unpackErr)
+			s.recordGit(ev)
 			s.answerReport(w, req, gitgate.Report{UnpackErr: unpackErr}, unpackErr)
 			return false
 		}
+		d = od.d
+		ev.Objects, ev.Hits = true, od.hits
+		if d.Allow && g.Objects.Reported != nil {
+			// Reported once the push is on its way: the report is not on its path.
+			ev.ReportsLater = true
+			defer s.reportLater(ev.ChangeID, od)
+		} else {
+			ev.Reports, ev.ReportErr = s.reports(r.Context(), od)
+		}
 	}
-	s.recordGit(GitEvent{Service: svc, Repo: repo, Decision: d})
+	ev.Decision = d
+	if !d.Allow && od.holdable && g.Objects.Hold != nil {
+		if s.hold(w, r, req, spool, od.size, ev) {
+			return false
+		}
+	}
+	s.recordGit(ev)
 	if d.Allow {
 		_ = rc.SetReadDeadline(time.Time{})
 		if spool != nil {
@@ -163,6 +206,68 @@ func (s *session) gate(w http.ResponseWriter, r *http.Request, ex *exchange) boo
 	}
 	s.answerReport(w, req, gitgate.RefusalReport(d), d.Refused()[0].Command.Ref+": "+d.Refused()[0].Reason)
 	return false
+}
+
+// reportLater computes an allowed push's reports in the background and hands them to
+// GitObjects.Reported.
+func (s *session) reportLater(id string, od objDecision) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		reports, reportErr := s.reports(ctx, od)
+		s.git.Objects.Reported(id, reports, reportErr)
+	}()
+}
+
+// hold keeps a push refused only for its protected paths for a person to decide
+// (GitObjects.Hold) and answers git with a report naming the change: git exits non-zero
+// at once, with "moat: held for approval as ch-…: PATH" in its output. It returns false,
+// having answered nothing, when the push could not be kept (it is then refused).
+func (s *session) hold(w http.ResponseWriter, r *http.Request, req *gitgate.Request, spool *os.File, size int64, ev GitEvent) bool {
+	ev.Held = true
+	hp := HeldPush{Event: ev, Method: r.Method, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery, Header: http.Header{}, Body: spool, Size: size}
+	for _, k := range changes.KeptHeaders {
+		if v := r.Header.Values(k); len(v) > 0 {
+			hp.Header[http.CanonicalHeaderKey(k)] = slices.Clone(v)
+		}
+	}
+	if err := s.git.Objects.Hold(r.Context(), hp); err != nil {
+		s.log.Warn("git gate: could not hold a push for approval; refusing it", "host", s.host, "repo", ev.Repo, "change", ev.ChangeID, "err", err)
+		return false
+	}
+	s.recordGit(ev)
+	s.log.Info("git gate: push held for approval", "host", s.host, "repo", ev.Repo, "change", ev.ChangeID)
+	rep := HeldReport(ev.ChangeID, ev.Decision, ev.Hits)
+	s.answerReport(w, req, rep, rep.Messages[0])
+	return true
+}
+
+// HeldReport is the report for a push held as change id: "ng" for each ref, with "moat:
+// held for approval as ID" and the first protected path of the ref (refs refused only for
+// the others' sake say so too), and messages naming the change, the paths and how a
+// person decides it.
+func HeldReport(id string, d gitgate.Decision, hits map[string][]gitgate.Hit) gitgate.Report {
+	var rep gitgate.Report
+	for _, v := range d.Verdicts {
+		why := "moat: held for approval as " + id
+		if h := hits[v.Command.Ref]; len(h) > 0 {
+			why += ": " + h[0].Path
+		}
+		rep.Results = append(rep.Results, gitgate.RefResult{Ref: v.Command.Ref, Err: why})
+	}
+	for _, v := range d.Verdicts {
+		for _, h := range hits[v.Command.Ref] {
+			rep.Messages = append(rep.Messages, "moat: held for approval as "+id+": "+h.Path)
+			if len(rep.Messages) >= 10 {
+				break
+			}
+		}
+	}
+	if len(rep.Messages) == 0 {
+		rep.Messages = append(rep.Messages, "moat: held for approval as "+id)
+	}
+	rep.Messages = append(rep.Messages, "moat: the push touches protected paths; nothing reached the remote yet. A person decides with `moat change approve "+id+"` or `moat change deny "+id+"`")
+	return rep
 }
 
 // answerReport answers a refused push with rep, as git reads it; a client that asked

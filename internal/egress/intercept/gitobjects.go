@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moatdev/moat/internal/changes"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/gitgate"
 	"github.com/moatdev/moat/internal/safegit"
@@ -48,6 +49,40 @@ type GitObjects struct {
 	MaxBody int64
 	// Timeout bounds reading the body, and separately deciding on it (default 5 min).
 	Timeout time.Duration
+	// Hold, if set, keeps a push whose only problem is protected paths (its refs are
+	// allowed and fast-forward) for a person to approve instead of refusing it: it stores
+	// the push (request and spooled body) and its change record under the push's change
+	// id. An error refuses the push as if Hold were unset.
+	Hold func(ctx context.Context, p HeldPush) error
+	// Reported, if set, receives the change reports of an allowed push, computed after it
+	// was forwarded (off the push's path; its event had none and ReportsLater set). A held
+	// or refused push's event carries its reports.
+	Reported func(changeID string, reports map[string]*safegit.ChangeReport, reportErr string)
+}
+
+// HeldPush is a push the gate holds for approval (GitObjects.Hold).
+type HeldPush struct {
+	Event GitEvent // the decision, as recorded (Held set)
+	// Method, Path, RawQuery and Header are the request as the sandbox sent it (Header:
+	// the headers changes.KeptHeaders names); Body is its body as sent (the spool, at
+	// offset 0), Size bytes.
+	Method, Path, RawQuery string
+	Header                 http.Header
+	Body                   io.Reader
+	Size                   int64
+}
+
+// objDecision is what the objects say about a push.
+type objDecision struct {
+	d        gitgate.Decision // with the protected paths
+	holdable bool             // refused for protected paths only
+	hits     map[string][]gitgate.Hit
+	size     int64 // the spool's size
+	// What reports need: the quarantine, the remote's default branch head, the push.
+	q    *safegit.Quarantine
+	base string
+	req  *gitgate.Request
+	repo string
 }
 
 // fetchKeyHeader carries the key of the session's fetch listener (fetchInto).
@@ -62,7 +97,7 @@ const (
 // read) and decides it on its objects. It returns the spool (at offset 0, for forwarding;
 // nil when unpackErr is set) and the decision; unpackErr, when not empty, refuses the push
 // as undecidable, for git's "unpack" line.
-func (s *session) inspectPush(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, head []byte, req *gitgate.Request, repo string) (*os.File, gitgate.Decision, string) {
+func (s *session) inspectPush(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, head []byte, req *gitgate.Request, repo string) (*os.File, objDecision, string) {
 	o := s.git.Objects
 	maxBody, timeout := o.MaxBody, o.Timeout
 	if maxBody <= 0 {
@@ -71,9 +106,9 @@ func (s *session) inspectPush(w http.ResponseWriter, r *http.Request, rc *http.R
 	if timeout <= 0 {
 		timeout = defaultGitTimeout
 	}
-	refuse := func(client string, err error) (*os.File, gitgate.Decision, string) {
+	refuse := func(client string, err error) (*os.File, objDecision, string) {
 		s.log.Warn("git gate: push not checkable", "host", s.host, "repo", repo, "err", err)
-		return nil, gitgate.Decision{}, "moat: " + client
+		return nil, objDecision{}, "moat: " + client
 	}
 
 	f, err := os.CreateTemp(o.SpoolDir, "push-*")
@@ -95,7 +130,7 @@ func (s *session) inspectPush(w http.ResponseWriter, r *http.Request, rc *http.R
 
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	d, client, err := s.decideObjects(ctx, f, r, req, repo, maxBody)
+	od, client, err := s.decideObjects(ctx, f, r, req, repo, maxBody)
 	if err != nil {
 		f.Close()
 		return refuse(client, err)
@@ -104,16 +139,17 @@ func (s *session) inspectPush(w http.ResponseWriter, r *http.Request, rc *http.R
 		f.Close()
 		return refuse("could not keep the push to check it", err)
 	}
-	return f, d, ""
+	od.size = n
+	return f, od, ""
 }
 
 // decideObjects receives the spooled push f into the quarantine and decides it. On error,
 // client is what the sandbox is told.
-func (s *session) decideObjects(ctx context.Context, f *os.File, r *http.Request, req *gitgate.Request, repo string, maxBody int64) (gitgate.Decision, string, error) {
+func (s *session) decideObjects(ctx context.Context, f *os.File, r *http.Request, req *gitgate.Request, repo string, maxBody int64) (objDecision, string, error) {
 	o := s.git.Objects
 	q, err := o.Quarantine(ctx, s.authority+repo)
 	if err != nil {
-		return gitgate.Decision{}, "the quarantine repository is unavailable", err
+		return objDecision{}, "the quarantine repository is unavailable", err
 	}
 	// First the remote's HEAD and the refs the push updates (their old commits, usually
 	// the bases of the thin pack); if the pack needs more (a new branch made from another
@@ -132,10 +168,10 @@ func (s *session) decideObjects(ctx context.Context, f *os.File, r *http.Request
 	if err := fetch(updated); err != nil {
 		// A ref the push updates may be gone from the remote meanwhile: every branch.
 		if len(updated) == 0 {
-			return gitgate.Decision{}, "could not fetch from " + s.host + " to check the push", err
+			return objDecision{}, "could not fetch from " + s.host + " to check the push", err
 		}
 		if err := fetch(nil); err != nil {
-			return gitgate.Decision{}, "could not fetch from " + s.host + " to check the push", err
+			return objDecision{}, "could not fetch from " + s.host + " to check the push", err
 		}
 	}
 	receive := func() error {
@@ -158,14 +194,14 @@ func (s *session) decideObjects(ctx context.Context, f *os.File, r *http.Request
 	}
 	if err := receive(); err != nil {
 		if errors.Is(err, errdefs.ErrResourceExhausted) {
-			return gitgate.Decision{}, "the push is too large to check", err
+			return objDecision{}, "the push is too large to check", err
 		}
 		s.log.Debug("git gate: pack needs more of the remote; fetching every branch", "host", s.host, "repo", repo, "err", err)
 		if ferr := fetch(nil); ferr != nil {
-			return gitgate.Decision{}, "could not fetch from " + s.host + " to check the push", ferr
+			return objDecision{}, "could not fetch from " + s.host + " to check the push", ferr
 		}
 		if err := receive(); err != nil {
-			return gitgate.Decision{}, "the pushed objects were refused (incomplete or malformed)", err
+			return objDecision{}, "the pushed objects were refused (incomplete or malformed)", err
 		}
 	}
 	// The commits the decision reads must all be here; a new branch made at a commit the
@@ -178,18 +214,18 @@ func (s *session) decideObjects(ctx context.Context, f *os.File, r *http.Request
 	}
 	switch {
 	case err != nil:
-		return gitgate.Decision{}, "could not fetch from " + s.host + " to check the push", err
+		return objDecision{}, "could not fetch from " + s.host + " to check the push", err
 	case missing:
-		return gitgate.Decision{}, "the push names commits neither it nor the remote has; fetch and push again", errors.New("commits missing after fetching every branch")
+		return objDecision{}, "the push names commits neither it nor the remote has; fetch and push again", errors.New("commits missing after fetching every branch")
 	}
 	base, err := q.ResolveRef(ctx, safegit.RemoteHEAD)
 	if err != nil {
-		return gitgate.Decision{}, "could not read the remote's default branch", err
+		return objDecision{}, "could not read the remote's default branch", err
 	}
 	match := o.Protected
 	if match == nil {
 		if match, err = gitgate.NewPathMatcher(gitgate.DefaultProtected(), gitgate.MatcherOptions{CaseInsensitive: true}); err != nil {
-			return gitgate.Decision{}, "internal error", err
+			return objDecision{}, "internal error", err
 		}
 	}
 	ff := map[string]bool{}
@@ -201,24 +237,51 @@ func (s *session) decideObjects(ctx context.Context, f *os.File, r *http.Request
 		if !c.IsCreate() {
 			anc, err := q.IsAncestor(ctx, c.Old, c.New)
 			if err != nil {
-				return gitgate.Decision{}, "could not compare the commits", err
+				return objDecision{}, "could not compare the commits", err
 			}
 			ff[c.Ref] = anc
 		}
 		paths, err := q.ChangedPaths(ctx, base, c.New)
 		if err != nil {
-			return gitgate.Decision{}, c.Ref + ": could not list the paths the push changes", err
+			return objDecision{}, c.Ref + ": could not list the paths the push changes", err
 		}
 		h, err := match.Match(paths)
 		if err != nil {
-			return gitgate.Decision{}, c.Ref + ": " + clientReason(err), err
+			return objDecision{}, c.Ref + ": " + clientReason(err), err
 		}
 		if len(h) > 0 {
 			hits[c.Ref] = h
 		}
 	}
 	d := s.git.Policy.Decide(req, func(ref, _, _ string) bool { return ff[ref] })
-	return gitgate.WithProtected(d, hits), "", nil
+	od := objDecision{d: gitgate.WithProtected(d, hits), hits: hits, q: q, base: base, req: req, repo: repo}
+	od.holdable = changes.Holdable(d, od.d)
+	return od, "", nil
+}
+
+// reports computes the change report of each ref of the push od decided (for its change
+// record; the decision is made): from the old commit, or for a new ref from the remote's
+// default branch head. reportErr says why a report is missing.
+func (s *session) reports(ctx context.Context, od objDecision) (map[string]*safegit.ChangeReport, string) {
+	out := map[string]*safegit.ChangeReport{}
+	reportErr := ""
+	for _, c := range od.req.Commands {
+		if c.IsDelete() {
+			continue
+		}
+		from := od.base
+		if !c.IsCreate() {
+			from = c.Old
+		}
+		rep, err := od.q.Report(ctx, from, c.New)
+		if err != nil {
+			s.log.Warn("git gate: change report", "host", s.host, "repo", od.repo, "ref", c.Ref, "err", err)
+			reportErr = "no report for " + c.Ref + ": " + clientReason(err)
+			continue
+		}
+		out[c.Ref] = &rep
+	}
+	return out, reportErr
 }
 
 // missingCommits says whether an old or new commit of req's commands is not in q.
