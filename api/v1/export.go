@@ -1,7 +1,5 @@
 package v1
 
-import "encoding/json"
-
 // WorkspaceDiff is the answer of GET /v1/sandboxes/{id}/diff: what the sandbox's /workspace
 // changes against the commit its --repo layer was made from.
 type WorkspaceDiff struct {
@@ -11,10 +9,9 @@ type WorkspaceDiff struct {
 	// Snapshot is the commit moat made of /workspace (in the sandbox's host-side
 	// quarantine, not in the host repository) and what went into it.
 	Snapshot WorkspaceSnapshot `json:"snapshot"`
-	// Report is the change report from Base to the snapshot: the JSON of a git change
-	// report as `moat changes --json` prints it (base, tip, commits, files with line
-	// counts, lockfiles). Every string in it is sandbox-controlled.
-	Report json.RawMessage `json:"report"`
+	// Report is the change report from Base to the snapshot, as for a push (commits,
+	// files with line counts, lockfiles). Every string in it is sandbox-controlled.
+	Report *ChangeReport `json:"report"`
 	// Protected are the changed paths that are protected (the git gate's globs: CI
 	// definitions, CODEOWNERS, .moat/**, the operator's --git-protected).
 	Protected []ProtectedPath `json:"protected,omitempty"`
@@ -55,6 +52,6 @@ type ExportResult struct {
 	Unchanged bool   `json:"unchanged,omitempty"`
 	Base      string `json:"base"`
 	// Report is the change report from Base to New (see WorkspaceDiff.Report).
-	Report    json.RawMessage `json:"report"`
+	Report    *ChangeReport   `json:"report"`
 	Protected []ProtectedPath `json:"protected,omitempty"` // exported anyway (AllowProtected)
 }

@@ -2,7 +2,7 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,7 +12,6 @@ import (
 	"golang.org/x/term"
 
 	v1 "github.com/moatdev/moat/api/v1"
-	"github.com/moatdev/moat/internal/safegit"
 )
 
 func (a *app) diffCmd() *cobra.Command {
@@ -127,10 +126,9 @@ func copyPatch(w io.Writer, r io.Reader, terminal bool) error {
 }
 
 // printStat prints a change report's files as "path | +A -R" lines and the protected paths.
-func printStat(w io.Writer, base string, raw json.RawMessage, protected []v1.ProtectedPath) error {
-	var rep safegit.ChangeReport
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		return fmt.Errorf("reading the change report: %w", err)
+func printStat(w io.Writer, base string, rep *v1.ChangeReport, protected []v1.ProtectedPath) error {
+	if rep == nil {
+		return errors.New("the daemon sent no change report")
 	}
 	var added, removed int64
 	for _, f := range rep.Files {

@@ -108,9 +108,15 @@ func (s *Server) changePatch(w http.ResponseWriter, r *http.Request) {
 }
 
 // decideChange approves or denies a held change; the body ({"reason": …}) is optional.
-// A change not held (decided already, expired, never held) is 409.
+// A change not held (decided already, expired, never held) is 409. Approving is the
+// operator's alone (mayDecide): the API key that owns a sandbox is often in the hands of
+// the agent whose push is held.
 func (s *Server) decideChange(approve bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if err := mayDecide(sandbox.CallerFrom(r.Context()), approve); err != nil {
+			writeError(w, err)
+			return
+		}
 		c, err := s.changeStore(r)
 		if err != nil {
 			writeError(w, err)
@@ -140,6 +146,17 @@ func (s *Server) decideChange(approve bool) http.HandlerFunc {
 	}
 }
 
+// mayDecide says whether caller may approve (approve) or deny a held change: the operator
+// both; the sandbox's API key only deny (discarding its own held push gives it nothing). An
+// approval sends a push past the protected-path rule, so it must come from someone the
+// agent cannot be. It is pure.
+func mayDecide(caller sandbox.Caller, approve bool) error {
+	if approve && !caller.Operator {
+		return fmt.Errorf("approving a held change is for the operator (the daemon's unix socket), not API keys: %w", errdefs.ErrPermissionDenied)
+	}
+	return nil
+}
+
 // ToAPIChange converts a change record; full keeps the refs' reports (a list omits them).
 func ToAPIChange(r changes.Record, full bool) v1.Change {
 	out := v1.Change{
@@ -150,7 +167,7 @@ func ToAPIChange(r changes.Record, full bool) v1.Change {
 	for _, x := range r.Refs {
 		ref := v1.ChangeRef{Ref: x.Ref, Old: x.Old, New: x.New, Allowed: x.Allowed, Rule: x.Rule, Reason: x.Reason, Files: x.Files, Added: x.Added, Removed: x.Removed}
 		if full && x.Report != nil {
-			ref.Report = toAPIReport(*x.Report)
+			ref.Report = ToAPIReport(*x.Report)
 		}
 		out.Refs = append(out.Refs, ref)
 	}
@@ -163,7 +180,8 @@ func ToAPIChange(r changes.Record, full bool) v1.Change {
 	return out
 }
 
-func toAPIReport(rep safegit.ChangeReport) *v1.ChangeReport {
+// ToAPIReport is rep as the API shows it.
+func ToAPIReport(rep safegit.ChangeReport) *v1.ChangeReport {
 	out := &v1.ChangeReport{Base: rep.Base, Tip: rep.Tip, FastForward: rep.FastForward, CommitsTruncated: rep.CommitsTruncated,
 		FilesTruncated: rep.FilesTruncated, Lockfiles: rep.Lockfiles, Commits: []v1.ChangeCommit{}, Files: []v1.ChangeFile{}}
 	for _, c := range rep.Commits {

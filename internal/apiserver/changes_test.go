@@ -147,4 +147,29 @@ func TestChangeRoutes(t *testing.T) {
 	if resp.StatusCode != 400 {
 		t.Errorf("a bad body: %d, want 400", resp.StatusCode)
 	}
+
+	// The owner's API key may deny its sandbox's held change, never approve it: the agent
+	// may hold that key.
+	fc := &fakeChanges{}
+	s.SetChanges(fc)
+	tcp := httptest.NewServer(s.Handler(st))
+	defer tcp.Close()
+	key, err := c.CreateAPIKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned, err := sdk.NewHTTP(tcp.URL, key.Key).Create(ctx, v1.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	approve := tcp.URL + "/v1/sandboxes/" + owned.ID + "/changes/ch-0123abcd/approve"
+	if code, body := call(t, "POST", approve, key.Key, nil); code != 403 || !strings.Contains(body, "operator") {
+		t.Errorf("approve with the owner's key: %d %s, want 403", code, body)
+	}
+	if n := fc.count(); n != 0 {
+		t.Errorf("a key's approve reached the change records %d times", n)
+	}
+	if code, body := call(t, "POST", tcp.URL+"/v1/sandboxes/"+owned.ID+"/changes/ch-0123abcd/deny", key.Key, nil); code != 200 {
+		t.Errorf("deny with the owner's key: %d %s, want 200", code, body)
+	}
 }

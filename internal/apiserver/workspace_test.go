@@ -31,7 +31,7 @@ func (f *fakeWorkspaces) note(s string) {
 
 func (f *fakeWorkspaces) Diff(_ context.Context, id string) (v1.WorkspaceDiff, error) {
 	f.note("diff " + id)
-	return v1.WorkspaceDiff{Sandbox: id, Report: []byte(`{}`)}, nil
+	return v1.WorkspaceDiff{Sandbox: id, Report: &v1.ChangeReport{}}, nil
 }
 
 func (f *fakeWorkspaces) Patch(_ context.Context, id string, out io.Writer) error {
@@ -42,7 +42,7 @@ func (f *fakeWorkspaces) Patch(_ context.Context, id string, out io.Writer) erro
 
 func (f *fakeWorkspaces) Export(_ context.Context, id string, req v1.ExportRequest) (v1.ExportResult, error) {
 	f.note(fmt.Sprintf("export %s %s %v", id, req.Branch, req.AllowProtected))
-	return v1.ExportResult{Sandbox: id, Report: []byte(`{}`)}, nil
+	return v1.ExportResult{Sandbox: id, Report: &v1.ChangeReport{}}, nil
 }
 
 // TestWorkspaceRoutes: diff, patch and export reach the daemon only for the sandbox's owner

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,7 +19,6 @@ import (
 	"testing"
 
 	v1 "github.com/moatdev/moat/api/v1"
-	"github.com/moatdev/moat/internal/safegit"
 	"github.com/moatdev/moat/sdk"
 )
 
@@ -202,16 +200,15 @@ func (r *userRepo) tree(ref string) []string {
 	return lines
 }
 
-func reportOf(t *testing.T, raw json.RawMessage) safegit.ChangeReport {
+func reportOf(t *testing.T, rep *v1.ChangeReport) v1.ChangeReport {
 	t.Helper()
-	var rep safegit.ChangeReport
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatal(err)
+	if rep == nil {
+		t.Fatal("no change report")
 	}
-	return rep
+	return *rep
 }
 
-func fileSummary(rep safegit.ChangeReport) []string {
+func fileSummary(rep v1.ChangeReport) []string {
 	var out []string
 	for _, f := range rep.Files {
 		out = append(out, fmt.Sprintf("%s +%d -%d", f.Path, f.Added, f.Removed))

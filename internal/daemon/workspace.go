@@ -4,9 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/moatdev/moat/internal/apiserver"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -245,15 +245,11 @@ func (w *workspaces) Diff(ctx context.Context, id string) (v1.WorkspaceDiff, err
 	if err != nil {
 		return v1.WorkspaceDiff{}, err
 	}
-	raw, err := json.Marshal(rep)
-	if err != nil {
-		return v1.WorkspaceDiff{}, err
-	}
 	paths, err := s.q.ChangedPaths(ctx, s.base, s.res.Commit)
 	if err != nil {
 		return v1.WorkspaceDiff{}, err
 	}
-	return v1.WorkspaceDiff{Sandbox: id, Repo: s.top, Base: s.base, Snapshot: snapshotInfo(s.res), Report: raw, Protected: w.protectedPaths(paths)}, nil
+	return v1.WorkspaceDiff{Sandbox: id, Repo: s.top, Base: s.base, Snapshot: snapshotInfo(s.res), Report: apiserver.ToAPIReport(rep), Protected: w.protectedPaths(paths)}, nil
 }
 
 // Patch writes the patch from sandbox id's base to its /workspace (git diff format, binary
@@ -359,11 +355,7 @@ func (w *workspaces) Export(ctx context.Context, id string, req v1.ExportRequest
 	if err != nil {
 		return res, err
 	}
-	raw, err := json.Marshal(rep)
-	if err != nil {
-		return res, err
-	}
-	res = v1.ExportResult{Sandbox: id, Repo: s.top, Ref: ex.Ref, Old: ex.Old, New: ex.New, Unchanged: ex.Unchanged, Base: s.base, Report: raw}
+	res = v1.ExportResult{Sandbox: id, Repo: s.top, Ref: ex.Ref, Old: ex.Old, New: ex.New, Unchanged: ex.Unchanged, Base: s.base, Report: apiserver.ToAPIReport(rep)}
 	if len(hits) > 0 {
 		res.Protected = hits
 	}
