@@ -517,12 +517,36 @@ func (o *OCI) Running(ctx context.Context, id string) (bool, error) {
 }
 
 // Pause freezes every process of the container. Unknown containers are ErrNotFound.
+//
+// cgroup v1's freezer can miss a busy container (processes forking or running when the
+// kernel walks them): runc then thaws it again and fails with "unable to freeze". That is
+// transient, so Pause tries again a few times before it gives up.
 func (o *OCI) Pause(ctx context.Context, id string) error {
-	if _, err := o.control(ctx, id, pauseOpts{}.args(id)); err != nil {
+	var err error
+	for attempt := 0; attempt < pauseAttempts; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("pausing container %s: %w (after: %w)", id, ctx.Err(), err)
+			case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
+			}
+		}
+		if _, err = o.control(ctx, id, pauseOpts{}.args(id)); err == nil || !freezeMissed(err) {
+			break
+		}
+		o.log.Debug("the freezer missed the container; trying again", "id", id, "attempt", attempt+1)
+	}
+	if err != nil {
 		return fmt.Errorf("pausing container %s: %w", id, err)
 	}
 	return nil
 }
+
+// pauseAttempts bounds Pause's tries when the freezer misses a busy container.
+const pauseAttempts = 5
+
+// freezeMissed says whether err is runc's transient failure to freeze a busy cgroup.
+func freezeMissed(err error) bool { return strings.Contains(err.Error(), "unable to freeze") }
 
 // Resume thaws a paused container. Unknown containers are ErrNotFound.
 func (o *OCI) Resume(ctx context.Context, id string) error {

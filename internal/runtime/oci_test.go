@@ -746,3 +746,18 @@ func median(d []time.Duration) time.Duration {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[len(s)/2]
 }
+
+// TestFreezeMissed: only runc's transient freezer miss makes Pause try again.
+func TestFreezeMissed(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"runc pause: exit status 1: unable to freeze":                 true,
+		"runc pause: exit status 1: container not running":            false,
+		"runc pause: exit status 1: container sb-1 does not exist":    false,
+		"pausing: context deadline exceeded":                          false,
+		"runsc pause: exit status 128: unable to freeze cgroup: busy": true,
+	} {
+		if got := freezeMissed(errors.New(msg)); got != want {
+			t.Errorf("freezeMissed(%q) = %v, want %v", msg, got, want)
+		}
+	}
+}
