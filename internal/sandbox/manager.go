@@ -156,6 +156,9 @@ type CreateOptions struct {
 	// GitProtected is what the git gate does with a push whose only problem is protected
 	// paths: GitProtectedRefuse ("" too) or GitProtectedHold.
 	GitProtected string `json:"git_protected,omitempty"`
+	// FromSnapshot makes the sandbox's filesystem a copy-free clone of this snapshot
+	// (snapshot.go); template and repository are the snapshot's.
+	FromSnapshot string `json:"from_snapshot,omitempty"`
 }
 
 var (
@@ -271,6 +274,9 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (*Sandbox, err
 }
 
 func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*Sandbox, error) {
+	if opts.FromSnapshot != "" {
+		return m.createFromSnapshot(ctx, opts)
+	}
 	askedNofile := opts.Limits.Nofile != 0
 	if err := m.validate(ctx, &opts); err != nil {
 		return nil, err
@@ -681,6 +687,10 @@ func (m *Manager) stopLocked(ctx context.Context, sb *Sandbox, reason string) (*
 func (m *Manager) Start(ctx context.Context, id string) (*Sandbox, error) {
 	unlock := m.lock(id)
 	defer unlock()
+	return m.startLocked(ctx, id)
+}
+
+func (m *Manager) startLocked(ctx context.Context, id string) (*Sandbox, error) {
 	sb, err := m.store.Get(ctx, id)
 	if err != nil {
 		return nil, err

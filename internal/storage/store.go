@@ -58,6 +58,11 @@ type Store struct {
 	locks  keyedMutex // one build per repository layer, one drive format at a time
 
 	policy DiskPolicy // how drives take the data filesystem's space (capacity.go)
+
+	// Snapshots (snapshot.go): whether drives/ clones (nil: not probed yet), and whether
+	// this store mounted the drive pool there.
+	reflink *bool
+	pool    bool
 }
 
 // New opens (creating if needed) the storage under dataDir. runDir is the daemon's run
@@ -112,6 +117,7 @@ func (s *Store) Close() error {
 			r.Close()
 		}
 	}
+	s.closePool()
 	return nil
 }
 

@@ -1,0 +1,253 @@
+package daemon_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/daemon"
+)
+
+// newSnapEnv is a daemon whose drives live in an XFS pool (copy-free snapshots).
+func newSnapEnv(t *testing.T, configure func(*daemon.Config)) *env {
+	return newEnvWith(t, func(c *daemon.Config) {
+		c.DrivePool = 3 << 30
+		if configure != nil {
+			configure(c)
+		}
+	})
+}
+
+// hashTree is what the test compares between sandboxes: a file of random bytes, a small
+// one, a directory, ownership (by name) of a file the default user wrote.
+const writeTree = `set -e; mkdir -p ~/t/sub; head -c 3000000 /dev/urandom > ~/t/big; echo "$RANDOM" > ~/t/sub/small; ln -sf big ~/t/link`
+const hashTree = `cd ~/t && sha256sum big sub/small && readlink link && find big sub -printf '%u:%g %m %p\n' | sort`
+
+// TestSnapshotCreateFromRestore, with runc and runsc: a snapshot of a running sandbox is
+// copy-free (reflink) and a sandbox made from it holds the same files (hashes, links,
+// owners by name: its files moved into its own uid range); a rollback puts the parent's
+// files back in place, keeping its id; snapshot rm leaves sandboxes made from it intact.
+func TestSnapshotCreateFromRestore(t *testing.T) {
+	e := newSnapEnv(t, nil)
+	ctx := context.Background()
+	for _, rt := range []string{"runc", "runsc"} {
+		e.run(rt, func(t *testing.T, e *env) {
+			sb := e.create(v1.CreateSandboxRequest{Runtime: rt})
+			e.mustSh(sb.ID, writeTree)
+			want := e.mustSh(sb.ID, hashTree)
+			sn, err := e.c.Snapshot(ctx, sb.ID, "first")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sn.Method != "reflink" || sn.Sandbox != sb.ID || sn.Name != "first" {
+				t.Errorf("snapshot %+v: want a reflink of %s named first", sn, sb.ID)
+			}
+			// Changes after the snapshot are not in it.
+			e.mustSh(sb.ID, `echo changed > ~/t/sub/small; rm ~/t/big; echo new > ~/t/new`)
+
+			from := e.create(v1.CreateSandboxRequest{FromSnapshot: sn.ID, Runtime: rt})
+			if from.Snapshot != sn.ID {
+				t.Errorf("sandbox from the snapshot says snapshot %q, want %s", from.Snapshot, sn.ID)
+			}
+			if got := e.mustSh(from.ID, hashTree); got != want {
+				t.Errorf("sandbox from the snapshot:\n%s\nwant\n%s", got, want)
+			}
+			if r := e.sh(from.ID, "", "test -e ~/t/new"); r.code == 0 {
+				t.Error("a file written after the snapshot is in the sandbox made from it")
+			}
+			// It writes on its own drive: the parent does not see it.
+			e.mustSh(from.ID, "echo mine > ~/t/mine")
+			if r := e.sh(sb.ID, "", "test -e ~/t/mine"); r.code == 0 {
+				t.Error("a write of the sandbox made from the snapshot shows in the parent")
+			}
+
+			restored, err := e.c.Restore(ctx, sb.ID, sn.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if restored.ID != sb.ID || restored.State != "running" {
+				t.Errorf("restored: %+v", restored)
+			}
+			if got := e.mustSh(sb.ID, hashTree); got != want {
+				t.Errorf("after the rollback:\n%s\nwant\n%s", got, want)
+			}
+			if r := e.sh(sb.ID, "", "test -e ~/t/new"); r.code == 0 {
+				t.Error("after the rollback a file written after the snapshot is still there")
+			}
+
+			list, err := e.c.Snapshots(ctx)
+			if err != nil || len(list) != 1 || list[0].ID != sn.ID {
+				t.Errorf("snapshot ls: %+v %v", list, err)
+			}
+			if err := e.c.DeleteSnapshot(ctx, sn.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(filepath.Join(e.dataDir, "drives", sn.ID+".snap")); !os.IsNotExist(err) {
+				t.Errorf("snapshot image after rm: %v", err)
+			}
+			if got := e.mustSh(from.ID, hashTree); got != want {
+				t.Errorf("after snapshot rm, the sandbox made from it:\n%s\nwant\n%s", got, want)
+			}
+			for _, id := range []string{sb.ID, from.ID} {
+				if err := e.c.Delete(ctx, id); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// posture is a sandbox's security posture as its runtime was given it (bundle
+// config.json): seccomp, capabilities, resources, namespaces, and the uid map's size.
+type posture struct {
+	Seccomp    json.RawMessage
+	Caps       json.RawMessage
+	Resources  json.RawMessage
+	NS         []string
+	MapSize    []uint32
+	NoNewPrivs bool
+	User       json.RawMessage
+}
+
+func readPosture(t *testing.T, e *env, id string) (posture, []uint32) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(e.runDir, "sandboxes", id, "bundle", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec struct {
+		Process struct {
+			Capabilities    json.RawMessage `json:"capabilities"`
+			NoNewPrivileges bool            `json:"noNewPrivileges"`
+			User            json.RawMessage `json:"user"`
+		} `json:"process"`
+		Linux struct {
+			Seccomp     json.RawMessage `json:"seccomp"`
+			Resources   json.RawMessage `json:"resources"`
+			UIDMappings []struct {
+				ContainerID uint32 `json:"containerID"`
+				HostID      uint32 `json:"hostID"`
+				Size        uint32 `json:"size"`
+			} `json:"uidMappings"`
+			Namespaces []struct {
+				Type string `json:"type"`
+			} `json:"namespaces"`
+		} `json:"linux"`
+	}
+	if err := json.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	p := posture{Seccomp: spec.Linux.Seccomp, Caps: spec.Process.Capabilities, Resources: spec.Linux.Resources,
+		NoNewPrivs: spec.Process.NoNewPrivileges, User: spec.Process.User}
+	var hosts []uint32
+	for _, m := range spec.Linux.UIDMappings {
+		p.MapSize = append(p.MapSize, m.ContainerID, m.Size)
+		hosts = append(hosts, m.HostID)
+	}
+	for _, n := range spec.Linux.Namespaces {
+		p.NS = append(p.NS, n.Type)
+	}
+	return p, hosts
+}
+
+// TestForkIdentity, with runc and runsc: three forks of a running sandbox hold its files
+// and its posture (seccomp, capabilities, cgroup limits, namespaces, uid map size, egress
+// policy and phase, user), and each gets its own identity: id, host uid range, access
+// token (moat-init accepts only its own), interception CA, credential placeholder and
+// /etc/machine-id. Deleting the parent leaves the forks working.
+func TestForkIdentity(t *testing.T) {
+	in := newInternet(t)
+	e := newSnapEnv(t, func(c *daemon.Config) {
+		in.configure(c)
+		c.EgressHosts["api.test"] = []netip.Addr{netip.MustParseAddr("127.0.0.4")}
+	})
+	ctx := context.Background()
+	if err := e.c.SetSecret(ctx, "TOKEN", "fork-secret-81c2", &v1.SecretScope{Hosts: []string{"api.test:443"}}); err != nil {
+		t.Fatal(err)
+	}
+	pol := &v1.Policy{Phase: "build", Phases: map[string]v1.PolicyRules{"build": {Allow: []string{"api.test"}}, "run": {}}}
+	for _, rt := range []string{"runc", "runsc"} {
+		e.run(rt, func(t *testing.T, e *env) {
+			parent := e.create(v1.CreateSandboxRequest{Runtime: rt, Policy: pol, CPUs: 0.5, Pids: 300,
+				Credentials: []v1.Credential{{Secret: "TOKEN", Hosts: []string{"api.test:443"}}}})
+			e.mustSh(parent.ID, writeTree)
+			if r := e.sh(parent.ID, "root", "head -c16 /dev/urandom | od -An -tx1 | tr -d ' \\n' > /etc/machine-id"); r.code != 0 {
+				t.Fatalf("writing machine-id: %+v", r)
+			}
+			want := e.mustSh(parent.ID, hashTree)
+			rep, err := e.c.Fork(ctx, parent.ID, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Forks) != 3 || rep.Parent != parent.ID || len(rep.Inherited) == 0 || len(rep.Renewed) == 0 {
+				t.Fatalf("fork report: %+v", rep)
+			}
+			pp, phosts := readPosture(t, e, parent.ID)
+			seen := map[string]string{}
+			unique := func(kind, v string) {
+				t.Helper()
+				if v == "" {
+					t.Errorf("%s is empty", kind)
+					return
+				}
+				if prev, ok := seen[kind+"="+v]; ok {
+					t.Errorf("%s %q shared by %s", kind, v, prev)
+				}
+				seen[kind+"="+v] = kind
+			}
+			all := append([]v1.Sandbox{*parent}, rep.Forks...)
+			for i, sb := range all {
+				unique("id", sb.ID)
+				if rt == "runc" {
+					unique("host uid", fmt.Sprint(sb.HostUID))
+				}
+				unique("placeholder", strings.TrimSpace(e.mustSh(sb.ID, `echo "$TOKEN"`)))
+				unique("ca", e.mustSh(sb.ID, `cat /etc/moat/ca.pem`))
+				unique("machine-id", strings.TrimSpace(e.mustSh(sb.ID, `cat /etc/machine-id`)))
+				full, err := e.d.Store.Get(ctx, sb.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				unique("token", full.AccessToken)
+				if i == 0 {
+					continue
+				}
+				if got := e.mustSh(sb.ID, hashTree); got != want {
+					t.Errorf("fork %s files:\n%s\nwant\n%s", sb.ID, got, want)
+				}
+				if sb.ForkOf != parent.ID {
+					t.Errorf("fork %s: fork_of %q", sb.ID, sb.ForkOf)
+				}
+				fp, fhosts := readPosture(t, e, sb.ID)
+				if !reflect.DeepEqual(fp, pp) {
+					t.Errorf("fork %s posture:\n%+v\nparent's:\n%+v", sb.ID, fp, pp)
+				}
+				if rt == "runc" && reflect.DeepEqual(fhosts, phosts) {
+					t.Errorf("fork %s has the parent's host uid map %v", sb.ID, phosts)
+				}
+				if sb.Policy.Phase != "build" || !reflect.DeepEqual(sb.Policy, parent.Policy) {
+					t.Errorf("fork %s policy %+v, want the parent's %+v", sb.ID, sb.Policy, parent.Policy)
+				}
+				if sb.Limits != parent.Limits || sb.User != parent.User || sb.Template != parent.Template || sb.Runtime != rt {
+					t.Errorf("fork %s: %+v, want the parent's settings %+v", sb.ID, sb, parent)
+				}
+			}
+			if err := e.c.Delete(ctx, parent.ID); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range rep.Forks {
+				if got := e.mustSh(f.ID, hashTree); got != want {
+					t.Errorf("fork %s after the parent's deletion:\n%s", f.ID, got)
+				}
+				_ = e.c.Delete(ctx, f.ID)
+			}
+		})
+	}
+}
