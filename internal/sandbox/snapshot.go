@@ -445,9 +445,9 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) (*ForkReport, 
 	}()
 	hook("fork-snapshot")
 	rep := &ForkReport{Parent: id, Inherited: ForkInherits, Renewed: ForkRenews}
-	opts := forkOptions(parent)
 	for range count {
-		child, err := m.createFrom(ctx, opts, sn, id)
+		// Options of its own for each fork: validate fills in each one's placeholders.
+		child, err := m.createFrom(ctx, forkOptions(parent), sn, id)
 		if err != nil {
 			for _, c := range rep.Forks {
 				_ = m.Delete(context.WithoutCancel(ctx), c.ID)
