@@ -248,6 +248,7 @@ func stdinIfPiped() io.Reader {
 func (a *app) createCmd() *cobra.Command {
 	var f sandboxFlags
 	var asJSON bool
+	var from string
 	cmd := &cobra.Command{
 		Use:   "create [flags]",
 		Short: "Create and start a sandbox; prints its ID",
@@ -256,6 +257,12 @@ func (a *app) createCmd() *cobra.Command {
 			req, _, err := f.request(false)
 			if err != nil {
 				return err
+			}
+			if from != "" {
+				if cmd.Flags().Changed("template") || cmd.Flags().Changed("repo") || cmd.Flags().Changed("disk") {
+					return fmt.Errorf("--from takes the template, repository and disk size of the snapshot: drop --template, --repo and --disk")
+				}
+				req.FromSnapshot, req.Template, req.Repo, req.DiskBytes = from, "", "", 0
 			}
 			c, err := a.connect(cmd.Context())
 			if err != nil {
@@ -274,6 +281,7 @@ func (a *app) createCmd() *cobra.Command {
 	}
 	f.register(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the sandbox as JSON")
+	cmd.Flags().StringVar(&from, "from", "", "make the sandbox from this snapshot (moat snapshot ls): its files, template and repository; unset limits and policy are the snapshot's")
 	return cmd
 }
 
