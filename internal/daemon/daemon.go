@@ -223,6 +223,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.addCloser("storage", stor.Close)
 	// Each sandbox's init log (and its one rotated part) is written beside its drive.
 	stor.SetDiskPolicy(storage.DiskPolicy{Overcommit: cfg.DiskOvercommit, Reserve: cfg.DiskReserve, PerDrive: logShare})
+	installKillFailpoint(d.log)
 	if err := openDrivePool(ctx, stor, cfg); err != nil {
 		return nil, err
 	}

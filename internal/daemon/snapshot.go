@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/moatdev/moat/internal/doctor"
+	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/storage"
 )
 
@@ -43,4 +46,24 @@ func snapshotCheck(stor *storage.Store) doctor.Check {
 		c.Fix = "run the daemon with --drive-pool SIZE (an XFS pool with reflink in the data directory)"
 	}
 	return c
+}
+
+// KillFailpointEnv names a failpoint of snapshot and fork (tests): the daemon kills itself
+// with SIGKILL when it reaches it, to show that a crash there leaves nothing half-made.
+const KillFailpointEnv = "MOAT_FAILPOINT_KILL"
+
+func installKillFailpoint(log *slog.Logger) {
+	point := os.Getenv(KillFailpointEnv)
+	if point == "" {
+		return
+	}
+	log.Warn("test failpoint armed: the daemon kills itself when it reaches it", "point", point)
+	kill := func(p string) {
+		if p == point {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // never returns
+		}
+	}
+	sandbox.SetHook(kill)
+	storage.SetHook(kill)
 }

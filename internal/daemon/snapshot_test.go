@@ -6,14 +6,20 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
+	"github.com/moatdev/moat/internal/testutil"
+	"github.com/moatdev/moat/sdk"
 )
 
 // newSnapEnv is a daemon whose drives live in an XFS pool (copy-free snapshots).
@@ -270,4 +276,138 @@ func diffPosture(a, b posture) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestSnapshotForkKill9: a daemon killed with SIGKILL in the middle of a snapshot (drive
+// frozen, image cloned; image made, record not yet written) or of a fork (its snapshot
+// taken; a fork's record and drive made, not started) leaves no half-made snapshot or
+// sandbox: after a restart only the parent is listed, running and writable (its drive
+// thawed), no snapshot is listed, and the drives directory holds only the parent's drive.
+func TestSnapshotForkKill9(t *testing.T) {
+	testutil.RequiresRoot(t)
+	bin := testutil.Binaries(t)
+	for _, tc := range []struct{ point, op string }{
+		{"snapshot-frozen", "snapshot"},
+		{"snapshot-image", "snapshot"},
+		{"fork-snapshot", "fork"},
+		{"create-from-drive", "fork"},
+		{"create-from-drive", "create-from"},
+	} {
+		t.Run(tc.op+"@"+tc.point, func(t *testing.T) {
+			data := t.TempDir()
+			run := "/run/moat-test-" + shortID()
+			sock := filepath.Join(run, "moat.sock")
+			idBase := strconv.FormatUint(uint64(testutil.IDBase(t)), 10)
+			defer os.RemoveAll(run)
+			c := sdk.NewUnix(sock)
+			ctx := context.Background()
+			start := func(failpoint string) *exec.Cmd {
+				cmd := exec.Command(filepath.Join(bin, "moat"), "serve", "--data", data, "--run-dir", run, "--socket", sock,
+					"--warm", "0", "--id-base", idBase, "--drive-pool", "2G")
+				cmd.Env = append(os.Environ(), daemon.KillFailpointEnv+"="+failpoint)
+				cmd.Stderr = testWriter{t}
+				cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				testutil.WaitFor(t, 20*time.Second, "daemon socket", func() bool { return c.Ping(ctx) == nil })
+				return cmd
+			}
+			// The snapshot create-from uses is taken by a daemon without the failpoint.
+			snap := ""
+			d := start("")
+			parent, err := c.Create(ctx, v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 128 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Exec(ctx, parent.ID, sdk.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", "echo before > /home/user/f"}}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.op == "create-from" {
+				sn, err := c.Snapshot(ctx, parent.ID, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				snap = sn.ID
+			}
+			_ = d.Process.Signal(syscall.SIGTERM)
+			_ = d.Wait()
+			d = start(tc.point)
+			switch tc.op {
+			case "snapshot":
+				_, err = c.Snapshot(ctx, parent.ID, "")
+			case "fork":
+				_, err = c.Fork(ctx, parent.ID, 2)
+			case "create-from":
+				_, err = c.Create(ctx, v1.CreateSandboxRequest{FromSnapshot: snap, MemoryBytes: 256 << 20})
+			}
+			if err == nil {
+				t.Fatalf("%s succeeded: the failpoint %s was not reached", tc.op, tc.point)
+			}
+			if st, _ := d.Process.Wait(); st == nil || st.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("daemon ended %v, want killed at the failpoint", st)
+			}
+			d = start("")
+			stopped := false
+			stop := func() {
+				if !stopped {
+					stopped = true
+					_ = d.Process.Signal(syscall.SIGTERM)
+					_ = d.Wait()
+				}
+			}
+			defer stop()
+			list, err := c.List(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(list) != 1 || list[0].ID != parent.ID || list[0].State != "running" {
+				t.Fatalf("after the kill and a restart: %+v, want only %s running", list, parent.ID)
+			}
+			var out strings.Builder
+			// Writable: a drive left frozen would block this write.
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			code, err := c.Exec(wctx, parent.ID, sdk.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", "echo after >> /home/user/f && sync && cat /home/user/f"}, Stdout: &out})
+			cancel()
+			if err != nil || code != 0 || out.String() != "before\nafter\n" {
+				t.Fatalf("parent after the restart: code %d err %v out %q", code, err, out.String())
+			}
+			snaps, err := c.Snapshots(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, sn := range snaps {
+				ids = append(ids, sn.ID)
+			}
+			if want := []string{snap}; (snap == "" && len(ids) != 0) || (snap != "" && !reflect.DeepEqual(ids, want)) {
+				t.Errorf("snapshots after the restart: %v, want %v", ids, want)
+			}
+			entries, _ := os.ReadDir(filepath.Join(data, "drives"))
+			for _, e := range entries {
+				n := e.Name()
+				switch {
+				case n == parent.ID+".img", strings.HasPrefix(n, ".format-"), n == ".moat-pool":
+				case snap != "" && (n == snap+".snap" || n == snap+".json"):
+				default:
+					t.Errorf("left in the drives directory: %s", n)
+				}
+			}
+			if err := c.Delete(ctx, parent.ID); err != nil {
+				t.Fatal(err)
+			}
+			if snap != "" {
+				if err := c.DeleteSnapshot(ctx, snap); err != nil {
+					t.Fatal(err)
+				}
+			}
+			testutil.WaitFor(t, 30*time.Second, "deletion", func() bool {
+				l, _ := c.List(ctx)
+				return len(l) == 0
+			})
+			stop()
+			e := &env{t: t, dataDir: data, runDir: run}
+			e.assertNoLeaks([]v1.Sandbox{*parent})
+		})
+	}
 }

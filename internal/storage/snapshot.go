@@ -195,6 +195,7 @@ func (s *Store) SnapshotDrive(ctx context.Context, id, snap string, idBase uint3
 		err := s.frozen(id, func() error {
 			var err error
 			method, err = s.cloneDrive(id+".img", tmp)
+			hook("snapshot-frozen")
 			return err
 		})
 		return method, err
