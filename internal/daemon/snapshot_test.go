@@ -352,6 +352,17 @@ func TestSnapshotForkKill9(t *testing.T) {
 			stop := func() {
 				if !stopped {
 					stopped = true
+					if t.Failed() {
+						// Sandboxes outlive their daemon: a failed test deletes its own.
+						dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+						if l, err := c.List(dctx); err == nil {
+							for _, sb := range l {
+								_ = c.Delete(dctx, sb.ID)
+							}
+							testutil.WaitFor(t, 60*time.Second, "deletions", func() bool { l, _ := c.List(dctx); return len(l) == 0 })
+						}
+						cancel()
+					}
 					_ = d.Process.Signal(syscall.SIGTERM)
 					_ = d.Wait()
 				}
