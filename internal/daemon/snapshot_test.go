@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -422,3 +423,37 @@ func TestSnapshotForkKill9(t *testing.T) {
 		})
 	}
 }
+
+// TestSnapshotSpacePromised: blocks a drive shares with a snapshot or a clone are promised
+// (the sandbox may overwrite each of them once), so forks the pool could not honour are
+// refused before anything is made. In a 2 GiB pool (~1.85 GiB free, 256 MiB reserve), a
+// 512 MiB sandbox with 400 MB written (shared once cloned) and one fork (512 MiB: its
+// holes and its shared blocks) fit; a second fork does not. Counting only holes, it would.
+func TestSnapshotSpacePromised(t *testing.T) {
+	e := newEnvWith(t, func(c *daemon.Config) { c.DrivePool = 2 << 30 })
+	ctx := context.Background()
+	parent := e.create(v1.CreateSandboxRequest{DiskBytes: 512 << 20})
+	e.mustSh(parent.ID, "head -c 400000000 /dev/urandom > ~/blob && sync")
+	_, err := e.c.Fork(ctx, parent.ID, 2)
+	if !isResourceExhausted(err) {
+		t.Fatalf("two forks of a 512 MiB sandbox in a 2 GiB pool: %v, want resource_exhausted", err)
+	}
+	// The fork made before the refusal is deleted (in the background).
+	testutil.WaitFor(t, 60*time.Second, "only the parent to remain", func() bool {
+		list, _ := e.c.List(ctx)
+		return len(list) == 1
+	})
+	rep, err := e.c.Fork(ctx, parent.ID, 1)
+	if err != nil {
+		t.Fatalf("one fork: %v", err)
+	}
+	if len(rep.Forks) != 1 {
+		t.Fatalf("fork report %+v", rep)
+	}
+	// The fork can overwrite every block it shares: its whole drive.
+	if r := e.sh(rep.Forks[0].ID, "", "dd if=/dev/urandom of=$HOME/blob bs=1M count=380 conv=notrunc status=none && sync"); r.code != 0 {
+		t.Errorf("the fork overwriting its drive: %+v", r)
+	}
+}
+
+func isResourceExhausted(err error) bool { return errors.Is(err, sdk.ErrResourceExhausted) }
