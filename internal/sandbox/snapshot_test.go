@@ -66,3 +66,26 @@ func TestForkOptions(t *testing.T) {
 		t.Error("fork options share the parent's policy")
 	}
 }
+
+// mayUseSnapshot: the operator any; an API key only the snapshots of its own sandboxes
+// (never the operator's, whose Owner is "").
+func TestMayUseSnapshot(t *testing.T) {
+	own := &Snapshot{Owner: "key-a"}
+	op := &Snapshot{Owner: ""}
+	for _, tc := range []struct {
+		c    Caller
+		sn   *Snapshot
+		want bool
+	}{
+		{Caller{Operator: true}, own, true},
+		{Caller{Operator: true}, op, true},
+		{Caller{APIKey: "key-a"}, own, true},
+		{Caller{APIKey: "key-b"}, own, false},
+		{Caller{APIKey: "key-a"}, op, false},
+		{Caller{}, op, false},
+	} {
+		if got := mayUseSnapshot(tc.c, tc.sn); got != tc.want {
+			t.Errorf("mayUseSnapshot(%+v, owner %q) = %v, want %v", tc.c, tc.sn.Owner, got, tc.want)
+		}
+	}
+}
