@@ -457,3 +457,57 @@ func TestSnapshotSpacePromised(t *testing.T) {
 }
 
 func isResourceExhausted(err error) bool { return errors.Is(err, sdk.ErrResourceExhausted) }
+
+// TestSnapshotLayerGC: a repository layer is kept while a snapshot uses it, after the
+// sandbox it was made for is gone (a sandbox made from the snapshot still sees
+// /workspace), and collected once nothing uses it (snapshot rm).
+func TestSnapshotLayerGC(t *testing.T) {
+	e := newSnapEnv(t, nil)
+	r := newUserRepo(t)
+	ctx := context.Background()
+	sb := e.create(v1.CreateSandboxRequest{Repo: r.dir})
+	e.mustSh(sb.ID, "echo edited >> /workspace/README")
+	sn, err := e.c.Snapshot(ctx, sb.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sn.RepoLayer == "" {
+		t.Fatalf("snapshot of a --repo sandbox names no repository layer: %+v", sn)
+	}
+	layer := filepath.Join(e.dataDir, "layers", sn.RepoLayer)
+	if err := e.c.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 60*time.Second, "the sandbox to go", func() bool { l, _ := e.c.List(ctx); return len(l) == 0 })
+	// Older than the grace a create gets between building a layer and storing its sandbox.
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(layer, old, old); err != nil {
+		t.Fatal(err)
+	}
+	// A GC (run by any snapshot rm) keeps the layer the remaining snapshot uses.
+	other := e.create(v1.CreateSandboxRequest{})
+	osn, err := e.c.Snapshot(ctx, other.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.DeleteSnapshot(ctx, osn.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(layer); err != nil {
+		t.Fatalf("the repository layer a snapshot uses was collected: %v", err)
+	}
+	from := e.create(v1.CreateSandboxRequest{FromSnapshot: sn.ID})
+	if got := e.mustSh(from.ID, "tail -n1 /workspace/README; cat /workspace/keep.txt"); got != "edited\nkept\n" {
+		t.Errorf("/workspace of the sandbox made from the snapshot: %q", got)
+	}
+	if err := e.c.Delete(ctx, from.ID); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 60*time.Second, "the sandbox to go", func() bool { l, _ := e.c.List(ctx); return len(l) == 1 })
+	if err := e.c.DeleteSnapshot(ctx, sn.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(layer); !os.IsNotExist(err) {
+		t.Errorf("the repository layer nothing uses any more is still there: %v", err)
+	}
+}

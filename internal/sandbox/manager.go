@@ -97,6 +97,9 @@ type Manager struct {
 	// done closes when the daemon shuts down (Close): background retries end.
 	done      chan struct{}
 	closeOnce sync.Once
+	// layerGC: a create or start holds it shared from getting its repository layer until
+	// its record names it; the layer GC holds it exclusively (snapshot.go).
+	layerGC sync.RWMutex
 }
 
 // NewManager wires a Manager. runtimes maps runtime names ("runc", "runsc", …) to drivers;
@@ -296,6 +299,9 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 	var extra []Layer
 	var repoLayer *Layer
 	if opts.Repo != "" {
+		// The layer GC must not take the layer before the record below names it.
+		m.layerGC.RLock()
+		defer m.layerGC.RUnlock()
 		layer, err := m.storage.RepoLayer(ctx, opts.Repo)
 		if err != nil {
 			return nil, fmt.Errorf("preparing repository %s: %w", opts.Repo, err)
@@ -705,16 +711,20 @@ func (m *Manager) startLocked(ctx context.Context, id string) (*Sandbox, error) 
 	if err != nil {
 		return nil, err
 	}
+	m.layerGC.RLock() // until the record names the layer (snapshot.go)
 	extra, repoLayer, err := m.repoLayerOf(ctx, sb)
 	if err != nil {
+		m.layerGC.RUnlock()
 		return nil, err
 	}
-	if _, err := m.store.Update(ctx, id, func(s *Sandbox) error {
+	_, err = m.store.Update(ctx, id, func(s *Sandbox) error {
 		s.State = StateCreating
 		s.Error = ""
 		s.RepoLayer = repoLayer
 		return nil
-	}); err != nil {
+	})
+	m.layerGC.RUnlock()
+	if err != nil {
 		return nil, err
 	}
 	if err := m.up(ctx, sb, tmpl, extra); err != nil {
@@ -834,6 +844,9 @@ func (m *Manager) finishDelete(sb *Sandbox) {
 		return
 	}
 	m.locks.Delete(sb.ID)
+	if sb.RepoLayer != nil {
+		m.collectLayers(context.Background()) // its repository layer may be unused now (snapshot.go)
+	}
 }
 
 // retryDelete retries remove for sb in the background, backing off from 1 s to 30 s,

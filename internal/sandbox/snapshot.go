@@ -239,6 +239,10 @@ func fromSnapshot(opts CreateOptions, sn *Snapshot) CreateOptions {
 // opts.FromSnapshot. Like Create, nothing of it remains on error, and a daemon that dies
 // meanwhile removes it at its next start (Provisioning).
 func (m *Manager) createFromSnapshot(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
+	// The layer GC must not take the snapshot's repository layer before the new record
+	// names it (the snapshot may be removed meanwhile).
+	m.layerGC.RLock()
+	defer m.layerGC.RUnlock()
 	sn, err := m.GetSnapshot(ctx, opts.FromSnapshot)
 	if err != nil {
 		return nil, err
@@ -515,6 +519,8 @@ func (m *Manager) collectLayers(ctx context.Context) {
 	if !ok {
 		return
 	}
+	m.layerGC.Lock()
+	defer m.layerGC.Unlock()
 	used, err := m.layersInUse(ctx)
 	if err != nil {
 		m.log.Warn("layer GC", "err", err)

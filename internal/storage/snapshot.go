@@ -723,8 +723,9 @@ func runCmd(ctx context.Context, name string, args ...string) (string, error) {
 // and not yet recorded the sandbox that uses it.
 const repoLayerGrace = 10 * time.Minute
 
-// CollectRepoLayers removes the repository layers (repo-*) not in inUse, older than
-// repoLayerGrace and not mounted; it returns those removed.
+// CollectRepoLayers removes the repository layers (repo-*) not in inUse, not made within
+// repoLayerGrace and not mounted; it returns those removed. (The sandbox manager keeps its
+// own creates from racing the GC; the grace covers another moat process building one.)
 func (s *Store) CollectRepoLayers(inUse map[string]bool) ([]string, error) {
 	entries, err := fs.ReadDir(s.layers.FS(), ".")
 	if err != nil {
