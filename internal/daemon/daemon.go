@@ -223,7 +223,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.addCloser("storage", stor.Close)
 	// Each sandbox's init log (and its one rotated part) is written beside its drive.
 	stor.SetDiskPolicy(storage.DiskPolicy{Overcommit: cfg.DiskOvercommit, Reserve: cfg.DiskReserve, PerDrive: logShare})
-	installKillFailpoint(d.log)
+	failpoint := killFailpoint(d.log)
+	stor.SetHook(failpoint)
 	if err := openDrivePool(ctx, stor, cfg); err != nil {
 		return nil, err
 	}
@@ -305,6 +306,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		IDBase:        cfg.IDBase,
 		Secrets:       sec,
 	}, st, runtimes, stor, net, d.Egress, ns, d.log.With("component", "sandbox"))
+	d.Manager.SetHook(failpoint)
 	// Closed after background work (reverse order): a deletion still closes its own.
 	d.addCloser("init logs", func() error { d.Manager.CloseLogs(); return nil })
 	d.addCloser("background work", func() error { d.Manager.Close(); return nil })

@@ -11,7 +11,6 @@ import (
 	"syscall"
 
 	"github.com/moatdev/moat/internal/doctor"
-	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/storage"
 )
 
@@ -52,18 +51,17 @@ func snapshotCheck(stor *storage.Store) doctor.Check {
 // with SIGKILL when it reaches it, to show that a crash there leaves nothing half-made.
 const KillFailpointEnv = "MOAT_FAILPOINT_KILL"
 
-func installKillFailpoint(log *slog.Logger) {
+// killFailpoint returns the failpoint hook MOAT_FAILPOINT_KILL asks for (nil: none).
+func killFailpoint(log *slog.Logger) func(string) {
 	point := os.Getenv(KillFailpointEnv)
 	if point == "" {
-		return
+		return nil
 	}
 	log.Warn("test failpoint armed: the daemon kills itself when it reaches it", "point", point)
-	kill := func(p string) {
+	return func(p string) {
 		if p == point {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {} // never returns
 		}
 	}
-	sandbox.SetHook(kill)
-	storage.SetHook(kill)
 }

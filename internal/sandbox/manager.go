@@ -100,6 +100,7 @@ type Manager struct {
 	// layerGC: a create or start holds it shared from getting its repository layer until
 	// its record names it; the layer GC holds it exclusively (snapshot.go).
 	layerGC sync.RWMutex
+	hook    func(point string) // failpoint of tests (SetHook, snapshot.go); nil: none
 }
 
 // NewManager wires a Manager. runtimes maps runtime names ("runc", "runsc", …) to drivers;

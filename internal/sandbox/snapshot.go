@@ -291,12 +291,12 @@ func (m *Manager) createFrom(ctx context.Context, opts CreateOptions, sn *Snapsh
 	}
 	unlock := m.lock(sb.ID)
 	defer unlock()
-	hook("create-from-inserted")
+	m.at("create-from-inserted")
 	if _, err := ss.CreateDriveFrom(ctx, sb.ID, sn.ID); err != nil {
 		m.destroy(sb.ID)
 		return nil, fmt.Errorf("creating drive from snapshot %s: %w", sn.ID, err)
 	}
-	hook("create-from-drive")
+	m.at("create-from-drive")
 	if err := m.up(ctx, sb, tmpl, extra); err != nil {
 		m.destroy(sb.ID)
 		return nil, err
@@ -312,15 +312,14 @@ func (m *Manager) createFrom(ctx context.Context, opts CreateOptions, sn *Snapsh
 	})
 }
 
-// hook is called at named points of snapshot operations (tests: failpoints).
-var hook = func(string) {}
+// SetHook sets the failpoint hook, called at named points of snapshot and fork operations
+// (tests; nil: none). Call it before the manager is used.
+func (m *Manager) SetHook(h func(point string)) { m.hook = h }
 
-// SetHook sets the failpoint hook (tests only; nil: none).
-func SetHook(h func(point string)) {
-	if h == nil {
-		h = func(string) {}
+func (m *Manager) at(point string) {
+	if m.hook != nil {
+		m.hook(point)
 	}
-	hook = h
 }
 
 // Restore puts sandbox id's filesystem back to snapshot snap in place: a running or paused
@@ -447,7 +446,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) (*ForkReport, 
 			m.log.Error("removing a fork's snapshot", "snapshot", sn.ID, "err", err)
 		}
 	}()
-	hook("fork-snapshot")
+	m.at("fork-snapshot")
 	rep := &ForkReport{Parent: id, Inherited: ForkInherits, Renewed: ForkRenews}
 	for range count {
 		// Options of its own for each fork: validate fills in each one's placeholders.

@@ -195,22 +195,21 @@ func (s *Store) SnapshotDrive(ctx context.Context, id, snap string, idBase uint3
 		err := s.frozen(id, func() error {
 			var err error
 			method, err = s.cloneDrive(id+".img", tmp)
-			hook("snapshot-frozen")
+			s.at("snapshot-frozen")
 			return err
 		})
 		return method, err
 	})
 }
 
-// hook is called at named points of snapshot and fork operations (tests: a failpoint).
-var hook = func(string) {}
+// SetHook sets the failpoint hook, called at named points of snapshot operations (tests;
+// nil: none). Call it before the store is used.
+func (s *Store) SetHook(h func(point string)) { s.hook = h }
 
-// SetHook sets the failpoint hook (tests only; nil: none).
-func SetHook(h func(point string)) {
-	if h == nil {
-		h = func(string) {}
+func (s *Store) at(point string) {
+	if s.hook != nil {
+		s.hook(point)
 	}
-	hook = h
 }
 
 func (s *Store) makeSnapshot(snap string, size int64, idBase uint32, record any, clone func(tmp string) (string, error)) (string, error) {
@@ -240,7 +239,7 @@ func (s *Store) makeSnapshot(snap string, size int64, idBase uint32, record any,
 	if err != nil {
 		return "", fmt.Errorf("snapshot %s: %w", snap, err)
 	}
-	hook("snapshot-image")
+	s.at("snapshot-image")
 	data, err := json.Marshal(record)
 	if err != nil {
 		return "", err

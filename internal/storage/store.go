@@ -63,6 +63,7 @@ type Store struct {
 	// this store mounted the drive pool there.
 	reflink *bool
 	pool    bool
+	hook    func(point string) // failpoint of tests (SetHook); nil: none
 }
 
 // New opens (creating if needed) the storage under dataDir. runDir is the daemon's run
