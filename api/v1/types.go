@@ -7,9 +7,12 @@ import "time"
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Zero values take the daemon's
 // defaults.
 type CreateSandboxRequest struct {
-	Runtime        string            `json:"runtime,omitempty"`
-	Template       string            `json:"template,omitempty"`
-	Repo           string            `json:"repo,omitempty"` // host directory: a git work tree
+	Runtime  string `json:"runtime,omitempty"`
+	Template string `json:"template,omitempty"`
+	Repo     string `json:"repo,omitempty"` // host directory: a git work tree
+	// FromSnapshot makes the sandbox from a snapshot (its filesystem, template and
+	// repository; unset limits and policy are the snapshot's).
+	FromSnapshot   string            `json:"from_snapshot,omitempty"`
 	User           string            `json:"user,omitempty"`
 	Env            map[string]string `json:"env,omitempty"`
 	MemoryBytes    int64             `json:"memory_bytes,omitempty"`
@@ -66,14 +69,18 @@ type GitHubScope struct {
 
 // Sandbox is a sandbox as the API reports it.
 type Sandbox struct {
-	ID        string            `json:"id"`
-	State     string            `json:"state"`
-	Runtime   string            `json:"runtime"`
-	Template  string            `json:"template"`
-	Repo      string            `json:"repo,omitempty"`
-	User      string            `json:"user"`
-	Env       map[string]string `json:"env,omitempty"`
-	Limits    Limits            `json:"limits"`
+	ID       string            `json:"id"`
+	State    string            `json:"state"`
+	Runtime  string            `json:"runtime"`
+	Template string            `json:"template"`
+	Repo     string            `json:"repo,omitempty"`
+	User     string            `json:"user"`
+	Env      map[string]string `json:"env,omitempty"`
+	Limits   Limits            `json:"limits"`
+	// Snapshot is the snapshot the sandbox was made from, ForkOf the sandbox it was
+	// forked from (the snapshot tree).
+	Snapshot  string            `json:"snapshot,omitempty"`
+	ForkOf    string            `json:"fork_of,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	Error     string            `json:"error,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`

@@ -216,7 +216,7 @@ type benchEnv struct {
 }
 
 // benchDaemon starts an in-process daemon with private state for `moat bench`.
-func (a *app) benchDaemon(ctx context.Context, name string, warm map[string]int, idBase uint32) (*benchEnv, func(), error) {
+func (a *app) benchDaemon(ctx context.Context, name string, warm map[string]int, idBase uint32, drivePool int64) (*benchEnv, func(), error) {
 	if os.Geteuid() != 0 {
 		return nil, nil, fmt.Errorf("moat bench runs its own daemons and needs root")
 	}
@@ -224,7 +224,7 @@ func (a *app) benchDaemon(ctx context.Context, name string, warm map[string]int,
 	data := filepath.Join(a.dataDir, tag)
 	run := filepath.Join(filepath.Dir(a.runDir), "moat-"+tag)
 	sock := filepath.Join(run, "moat.sock")
-	_, stopDaemon, err := daemon.Start(ctx, daemon.Config{DataDir: data, RunDir: run, Socket: sock, Warm: warm, IDBase: idBase, Log: a.logger(os.Stderr),
+	_, stopDaemon, err := daemon.Start(ctx, daemon.Config{DataDir: data, RunDir: run, Socket: sock, Warm: warm, IDBase: idBase, Log: a.logger(os.Stderr), DrivePool: drivePool,
 		// The upstream of the connection-load figure, a server of the bench on loopback.
 		EgressHosts: egress.Hosts{benchHoldName: {netip.MustParseAddr("127.0.0.1")}}})
 	if err != nil {
@@ -430,7 +430,7 @@ func grantText(names []string) string {
 func (a *app) benchCmd() *cobra.Command {
 	var o bench.Options
 	var asJSON bool
-	var warmN int
+	var warmN, snapRuns, snapMiB int
 	var runtimes string
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -447,14 +447,14 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 			// what else runs here: one builds every sandbox (cold), one serves fitting
 			// creates from a warm pool.
 			ctx := cmd.Context()
-			cold, stopCold, err := a.benchDaemon(ctx, "cold", nil, 0x80000000)
+			cold, stopCold, err := a.benchDaemon(ctx, "cold", nil, 0x80000000, 0)
 			if err != nil {
 				return err
 			}
 			defer stopCold()
 			c := cold.client
 			if warmN > 0 {
-				warm, stopWarm, err := a.benchDaemon(ctx, "warm", map[string]int{"runc": warmN, "runsc": warmN}, 0x90000000)
+				warm, stopWarm, err := a.benchDaemon(ctx, "warm", map[string]int{"runc": warmN, "runsc": warmN}, 0x90000000, 0)
 				if err != nil {
 					return err
 				}
@@ -476,6 +476,19 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 			if err != nil {
 				return err
 			}
+			if snapRuns > 0 {
+				// A third daemon whose drives live in an XFS pool (copy-free snapshots).
+				snapEnv, stopSnap, err := a.benchDaemon(ctx, "snap", nil, 0xa0000000, 8<<30)
+				if err != nil {
+					return fmt.Errorf("snapshot figure: %w", err)
+				}
+				sr, err := bench.Snapshots(ctx, snapEnv.client, "runc", snapRuns, snapMiB, int64(snapMiB+256)<<20, o.Progress)
+				stopSnap()
+				if err != nil {
+					return fmt.Errorf("snapshot figure: %w", err)
+				}
+				res.Snapshots = sr
+			}
 			if asJSON {
 				return printJSON(res)
 			}
@@ -496,6 +509,11 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 			fmt.Printf("idle memory: %.2f MiB per sandbox (host used-memory delta, caches dropped, over %d idle runc sandboxes); %.2f MiB charged to each sandbox's cgroup; moat-init RSS %.0f KiB\n",
 				res.IdleMiBPerSandbox, res.IdleN, res.IdleCgroupMiB, res.IdleInitRSSKiB)
 			fmt.Printf("burst: %.1f creates/s (%d at once)\n", res.BurstPerSecond, res.BurstN)
+			if sr := res.Snapshots; sr != nil {
+				fmt.Printf("snapshot (%s, %s): p50 %.1f ms empty workspace, %.1f ms with %d MiB (ratio %.2f); fork ×1 (includes starting it): p50 %.1f ms empty, %.1f ms with %d MiB (ratio %.2f); cold create of the same sandbox p50 %.1f ms\n",
+					sr.Runtime, sr.Method, sr.SnapEmpty.P50, sr.SnapFull.P50, sr.WorkspaceMiB, sr.SnapRatio,
+					sr.ForkEmpty.P50, sr.ForkFull.P50, sr.WorkspaceMiB, sr.ForkRatio, sr.Create.P50)
+			}
 			if cl := res.ConnLoad; cl != nil {
 				fmt.Printf("API latency: ls p50/p99 %.1f/%.1f ms idle, %.1f/%.1f ms with %d sandboxes at their connection caps (%d tried each, %d held, daemon %d fds); ratio p50 %.2f, p99 %.2f\n",
 					cl.Idle.P50, cl.Idle.P99, cl.Loaded.P50, cl.Loaded.P99, cl.Sandboxes, cl.Attempted, cl.Held, cl.DaemonFDs, cl.RatioP50, cl.RatioP99)
@@ -512,6 +530,8 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 	cmd.Flags().IntVar(&o.ConnsPerSandbox, "conns", 512, "connections each of them opens (the default per-sandbox cap)")
 	cmd.Flags().IntVar(&o.LsRuns, "ls-runs", 1000, "ls calls timed idle and under the connection load")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().IntVar(&snapRuns, "snapshot-runs", 20, "snapshots and forks timed per workspace size, on a daemon with an 8 GiB drive pool (0: skip)")
+	cmd.Flags().IntVar(&snapMiB, "snapshot-workspace", 1024, "MiB written into the workspace for the full-workspace snapshot figure")
 	return cmd
 }
 

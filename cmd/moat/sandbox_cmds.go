@@ -248,6 +248,7 @@ func stdinIfPiped() io.Reader {
 func (a *app) createCmd() *cobra.Command {
 	var f sandboxFlags
 	var asJSON bool
+	var from string
 	cmd := &cobra.Command{
 		Use:   "create [flags]",
 		Short: "Create and start a sandbox; prints its ID",
@@ -256,6 +257,12 @@ func (a *app) createCmd() *cobra.Command {
 			req, _, err := f.request(false)
 			if err != nil {
 				return err
+			}
+			if from != "" {
+				if cmd.Flags().Changed("template") || cmd.Flags().Changed("repo") || cmd.Flags().Changed("disk") {
+					return fmt.Errorf("--from takes the template, repository and disk size of the snapshot: drop --template, --repo and --disk")
+				}
+				req.FromSnapshot, req.Template, req.Repo, req.DiskBytes = from, "", "", 0
 			}
 			c, err := a.connect(cmd.Context())
 			if err != nil {
@@ -274,6 +281,7 @@ func (a *app) createCmd() *cobra.Command {
 	}
 	f.register(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the sandbox as JSON")
+	cmd.Flags().StringVar(&from, "from", "", "make the sandbox from this snapshot (moat snapshot ls): its files, template and repository; unset limits and policy are the snapshot's")
 	return cmd
 }
 
@@ -591,7 +599,7 @@ behind a symlink), and never more than the length the sandbox announces nor more
 }
 
 func (a *app) serveCmd() *cobra.Command {
-	var listen, diskReserve string
+	var listen, diskReserve, drivePool string
 	var warm, warmRunsc int
 	var diskOvercommit bool
 	var e2bTemplates []string
@@ -619,6 +627,11 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 			if diskReserve != "" {
 				if cfg.DiskReserve, err = parseSize(diskReserve); err != nil || cfg.DiskReserve <= 0 {
 					return fmt.Errorf("--disk-reserve %q: want a positive size, e.g. 1G", diskReserve)
+				}
+			}
+			if drivePool != "" {
+				if cfg.DrivePool, err = parseSize(drivePool); err != nil || cfg.DrivePool <= 0 {
+					return fmt.Errorf("--drive-pool %q: want a positive size, e.g. 64G", drivePool)
 				}
 			}
 			m, err := max.maxima(cmd, v1.KeyMaxima{})
@@ -666,6 +679,7 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 	cmd.Flags().IntVar(&warm, "warm", 2, "default runc sandboxes (host template, default disk) kept started for fast creates; 0: none")
 	cmd.Flags().IntVar(&warmRunsc, "warm-runsc", 0, "the same for runsc (serves creates with default limits only)")
 	cmd.Flags().BoolVar(&diskOvercommit, "disk-overcommit", false, "let drive sizes add up to more than the data filesystem holds: drives stay sparse, and once it is full every sandbox writing new blocks gets I/O errors (default: each drive is allocated in full at create, and a create that does not fit is refused)")
+	cmd.Flags().StringVar(&drivePool, "drive-pool", "", "keep drives in an XFS pool of this size (a file in the data directory, allocated in full, loop-mounted on drives/) so snapshots and forks clone drives without copying (needs mkfs.xfs: apt-get install xfsprogs); a pool once made is used at every start")
 	cmd.Flags().StringVar(&diskReserve, "disk-reserve", "", "space of the data filesystem no drive may take, kept for the database, logs and layers (default 2% of it, at least 256M, at most 4G)")
 	cmd.Flags().StringArrayVar(&e2bTemplates, "e2b-template", nil, "map an E2B template name to a moat template, NAME=TEMPLATE (repeatable; default base=debian)")
 	max.register(cmd, "every sandbox (the host's capacity bounds them in any case)")

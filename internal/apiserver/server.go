@@ -98,7 +98,8 @@ type Server struct {
 	proxy     *httputil.ReverseProxy
 	// workspaces serves diff and export (workspace.go); nil: not available.
 	workspaces Workspaces
-	changes    Changes // change records of git pushes (SetChanges); nil: none
+	changes    Changes   // change records of git pushes (SetChanges); nil: none
+	snaps      Snapshots // snapshots, restore and fork (SetSnapshots); nil: none
 }
 
 // route is one entry of the route table.
@@ -172,6 +173,7 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 	}
 	routes = append(routes, s.workspaceRoutes()...)
 	routes = append(routes, s.changeRoutes()...)
+	routes = append(routes, s.snapshotRoutes()...)
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, route{"GET /health", s.health})
 	for _, r := range routes {
@@ -323,6 +325,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		Credentials:       fromAPICredentials(req.Credentials),
 		AgentBranchPrefix: req.AgentBranchPrefix,
 		GitProtected:      req.GitProtected,
+		FromSnapshot:      req.FromSnapshot,
 	})
 	if err != nil {
 		writeError(w, err)
@@ -627,6 +630,7 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 		User: sb.User, Env: sb.Env, Metadata: sb.Metadata, Error: sb.Error,
 		CreatedAt: sb.CreatedAt, UpdatedAt: sb.UpdatedAt, ExpiresAt: sb.ExpiresAt,
 		OOMKills: sb.OOMKills, LastOOMAt: sb.LastOOMAt,
+		Snapshot: sb.Snapshot, ForkOf: sb.ForkOf,
 		Limits: v1.Limits{MemoryBytes: sb.Limits.MemoryBytes, CPUs: sb.Limits.CPUs, Pids: sb.Limits.Pids, DiskBytes: sb.Limits.DiskBytes,
 			Nofile: sb.Limits.Nofile, IOBps: sb.Limits.IOBps, IOIops: sb.Limits.IOIops},
 	}

@@ -84,6 +84,8 @@ type Result struct {
 	BurstN         int     `json:"burst_n"`
 	// ConnLoad is the API latency with sandboxes at their connection caps, beside idle.
 	ConnLoad *ConnLoad `json:"api_latency_under_conn_load,omitempty"`
+	// Snapshots is the snapshot and fork figure (snapshot.go), on a daemon with a drive pool.
+	Snapshots *SnapshotResult `json:"snapshots,omitempty"`
 }
 
 var smallSandbox = v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 256 << 20}

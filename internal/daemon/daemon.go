@@ -74,6 +74,11 @@ type Config struct {
 	// storage.DiskPolicy). Default: every drive is allocated in full when it is created, and
 	// a create that does not fit is refused.
 	DiskOvercommit bool
+	// DrivePool is the size of the XFS drive pool to make (--drive-pool; snapshot.go in
+	// internal/storage): drives live in it so snapshots and forks are reflinks. A pool made
+	// earlier is used whatever this says; 0 and no pool: drives on the data filesystem,
+	// snapshots copy.
+	DrivePool int64
 	// DiskReserve is the space of the data filesystem kept free of drives for the
 	// database, logs, layers and templates (--disk-reserve); 0: storage.DefaultReserve.
 	DiskReserve int64
@@ -218,6 +223,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.addCloser("storage", stor.Close)
 	// Each sandbox's init log (and its one rotated part) is written beside its drive.
 	stor.SetDiskPolicy(storage.DiskPolicy{Overcommit: cfg.DiskOvercommit, Reserve: cfg.DiskReserve, PerDrive: logShare})
+	failpoint := killFailpoint(d.log)
+	stor.SetHook(failpoint)
+	if err := openDrivePool(ctx, stor, cfg); err != nil {
+		return nil, err
+	}
 
 	net := netns.New(cfg.RunDir, d.log.With("component", "netns"))
 	d.addCloser("network", net.Close)
@@ -296,6 +306,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		IDBase:        cfg.IDBase,
 		Secrets:       sec,
 	}, st, runtimes, stor, net, d.Egress, ns, d.log.With("component", "sandbox"))
+	d.Manager.SetHook(failpoint)
 	// Closed after background work (reverse order): a deletion still closes its own.
 	d.addCloser("init logs", func() error { d.Manager.CloseLogs(); return nil })
 	d.addCloser("background work", func() error { d.Manager.Close(); return nil })
@@ -307,6 +318,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		if err := d.Manager.Reconcile(ctx); err != nil {
 			return nil, fmt.Errorf("reconciling sandboxes: %w", err)
 		}
+		d.Manager.ReconcileSnapshots(ctx)
+		d.Manager.CollectLayers(ctx)
 	}
 	if err := d.shareLock(); err != nil {
 		return nil, err
@@ -315,6 +328,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.api = apiserver.New(d.Manager, templates{stor}, events{st, d.Egress}, apiKeys{st}, secretStore{sec, d.Manager}, func(ctx context.Context) any {
 		r := doctor.Run(ctx, ProbeRuntime)
 		r.Storage = append(r.Storage, d.dataFSCheck(stor))
+		r.Storage = append(r.Storage, snapshotCheck(stor))
 		return r
 	}, apiserver.E2BConfig{Templates: cfg.E2BTemplates}, d.log.With("component", "api"))
 	d.api.SetWorkspaces(&workspaces{
@@ -326,6 +340,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		},
 	})
 	d.api.SetChanges(d.Egress)
+	d.api.SetSnapshots(d.Manager)
 	return d, nil
 }
 

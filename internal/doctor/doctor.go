@@ -215,6 +215,7 @@ func toolChecks() []Check {
 	var out []Check
 	for _, t := range []struct{ name, why, pkg string }{
 		{"mkfs.ext4", "formats sandbox drives", "e2fsprogs"},
+		{"mkfs.xfs", "makes the drive pool (moat serve --drive-pool) for copy-free snapshots and forks", "xfsprogs"},
 		{"unshare", "gives each sandbox's user namespace to its own uid (per-sandbox kernel limits)", "util-linux"},
 		{"git", "repository layers (--repo)", "git"},
 		{"debootstrap", "`moat template build debian`", "debootstrap"},

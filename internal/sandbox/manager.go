@@ -97,6 +97,10 @@ type Manager struct {
 	// done closes when the daemon shuts down (Close): background retries end.
 	done      chan struct{}
 	closeOnce sync.Once
+	// layerGC: a create or start holds it shared from getting its repository layer until
+	// its record names it; the layer GC holds it exclusively (snapshot.go).
+	layerGC sync.RWMutex
+	hook    func(point string) // failpoint of tests (SetHook, snapshot.go); nil: none
 }
 
 // NewManager wires a Manager. runtimes maps runtime names ("runc", "runsc", …) to drivers;
@@ -156,6 +160,9 @@ type CreateOptions struct {
 	// GitProtected is what the git gate does with a push whose only problem is protected
 	// paths: GitProtectedRefuse ("" too) or GitProtectedHold.
 	GitProtected string `json:"git_protected,omitempty"`
+	// FromSnapshot makes the sandbox's filesystem a copy-free clone of this snapshot
+	// (snapshot.go); template and repository are the snapshot's.
+	FromSnapshot string `json:"from_snapshot,omitempty"`
 }
 
 var (
@@ -271,6 +278,9 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (*Sandbox, err
 }
 
 func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*Sandbox, error) {
+	if opts.FromSnapshot != "" {
+		return m.createFromSnapshot(ctx, opts)
+	}
 	askedNofile := opts.Limits.Nofile != 0
 	if err := m.validate(ctx, &opts); err != nil {
 		return nil, err
@@ -290,6 +300,9 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 	var extra []Layer
 	var repoLayer *Layer
 	if opts.Repo != "" {
+		// The layer GC must not take the layer before the record below names it.
+		m.layerGC.RLock()
+		defer m.layerGC.RUnlock()
 		layer, err := m.storage.RepoLayer(ctx, opts.Repo)
 		if err != nil {
 			return nil, fmt.Errorf("preparing repository %s: %w", opts.Repo, err)
@@ -681,6 +694,10 @@ func (m *Manager) stopLocked(ctx context.Context, sb *Sandbox, reason string) (*
 func (m *Manager) Start(ctx context.Context, id string) (*Sandbox, error) {
 	unlock := m.lock(id)
 	defer unlock()
+	return m.startLocked(ctx, id)
+}
+
+func (m *Manager) startLocked(ctx context.Context, id string) (*Sandbox, error) {
 	sb, err := m.store.Get(ctx, id)
 	if err != nil {
 		return nil, err
@@ -695,16 +712,20 @@ func (m *Manager) Start(ctx context.Context, id string) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.layerGC.RLock() // until the record names the layer (snapshot.go)
 	extra, repoLayer, err := m.repoLayerOf(ctx, sb)
 	if err != nil {
+		m.layerGC.RUnlock()
 		return nil, err
 	}
-	if _, err := m.store.Update(ctx, id, func(s *Sandbox) error {
+	_, err = m.store.Update(ctx, id, func(s *Sandbox) error {
 		s.State = StateCreating
 		s.Error = ""
 		s.RepoLayer = repoLayer
 		return nil
-	}); err != nil {
+	})
+	m.layerGC.RUnlock()
+	if err != nil {
 		return nil, err
 	}
 	if err := m.up(ctx, sb, tmpl, extra); err != nil {
@@ -824,6 +845,9 @@ func (m *Manager) finishDelete(sb *Sandbox) {
 		return
 	}
 	m.locks.Delete(sb.ID)
+	if sb.RepoLayer != nil {
+		m.collectLayers(context.Background()) // its repository layer may be unused now (snapshot.go)
+	}
 }
 
 // retryDelete retries remove for sb in the background, backing off from 1 s to 30 s,

@@ -111,6 +111,11 @@ type Sandbox struct {
 	// paths: "" (refuse) or GitProtectedHold (keep it for a person to approve).
 	GitProtected string `json:"git_protected,omitempty"`
 
+	// Snapshot is the snapshot the sandbox was made from (create --from, or its fork
+	// parent's), ForkOf the sandbox it was forked from: the snapshot tree (snapshot.go).
+	Snapshot string `json:"snapshot,omitempty"`
+	ForkOf   string `json:"fork_of,omitempty"`
+
 	// AccessToken authenticates the daemon to the sandbox's moat-init. It is never
 	// sent to API clients of the native API.
 	AccessToken string `json:"-"`

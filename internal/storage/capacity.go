@@ -238,6 +238,12 @@ func (s *Store) unallocated(perDrive int64) int64 {
 		if alloc := linux.AllocatedBytes(fi); alloc >= 0 && alloc < fi.Size() {
 			sum += fi.Size() - alloc
 		}
+		// Blocks shared with a snapshot (or a drive cloned from one) need new blocks when
+		// this drive writes there (snapshot.go).
+		if f, err := s.drives.Open(name); err == nil {
+			sum += sharedBytes(f)
+			f.Close()
+		}
 		sum += perDrive
 	}
 	return sum

@@ -113,7 +113,7 @@ func (s *Store) driveTemplate(ctx context.Context, size int64) (string, error) {
 		err = cerr
 	}
 	if err == nil {
-		err = mkfs(ctx, s.drivePathRaw(tmp))
+		err = mkfs(ctx, s.drivePathRaw(tmp), s.driveBlockArgs()...)
 	}
 	if err == nil {
 		err = s.drives.Rename(tmp, name)
@@ -157,8 +157,9 @@ func (s *Store) pruneDriveTemplates() {
 
 func (s *Store) drivePathRaw(name string) string { return s.dir + "/drives/" + name }
 
-func mkfs(ctx context.Context, path string) error {
-	cmd := exec.CommandContext(ctx, "mkfs.ext4", append(append([]string(nil), mkfsArgs...), path)...)
+func mkfs(ctx context.Context, path string, extra ...string) error {
+	args := append(append(append([]string(nil), mkfsArgs...), extra...), path)
+	cmd := exec.CommandContext(ctx, "mkfs.ext4", args...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
 	out, err := cmd.CombinedOutput()
 	if err != nil {

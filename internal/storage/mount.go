@@ -81,6 +81,10 @@ func (s *Store) Mount(ctx context.Context, req sandbox.MountRequest) (err error)
 		syscall.MS_NODEV|syscall.MS_NOSUID|syscall.MS_NOATIME, s.driveMountData()); err != nil {
 		return fmt.Errorf("mounting drive of sandbox %s: %w", req.ID, err)
 	}
+	// A drive cloned from a snapshot becomes this sandbox's (snapshot.go).
+	if err := adoptDrive(driveDir, req.ID, req.RootUID); err != nil {
+		return fmt.Errorf("drive of sandbox %s: %w", req.ID, err)
+	}
 	drive, err := os.OpenRoot(driveDir)
 	if err != nil {
 		return err

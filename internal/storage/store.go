@@ -58,6 +58,12 @@ type Store struct {
 	locks  keyedMutex // one build per repository layer, one drive format at a time
 
 	policy DiskPolicy // how drives take the data filesystem's space (capacity.go)
+
+	// Snapshots (snapshot.go): whether drives/ clones (nil: not probed yet), and whether
+	// this store mounted the drive pool there.
+	reflink *bool
+	pool    bool
+	hook    func(point string) // failpoint of tests (SetHook); nil: none
 }
 
 // New opens (creating if needed) the storage under dataDir. runDir is the daemon's run
@@ -112,6 +118,7 @@ func (s *Store) Close() error {
 			r.Close()
 		}
 	}
+	s.closePool()
 	return nil
 }
 

@@ -323,6 +323,8 @@ func (s *Store) Cleanup(ctx context.Context) error {
 			s.log.Info("removed leftover of an interrupted operation", "path", filepath.Join(s.dir, sub.what, n))
 		}
 	}
+	s.cleanupSnapshots()
+	s.ThawAll()
 	entries, err := fs.ReadDir(s.layers.FS(), ".")
 	if err != nil {
 		return errors.Join(append(errs, err)...)
