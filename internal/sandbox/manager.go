@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/moatdev/moat/internal/egress/policy"
@@ -66,8 +67,8 @@ type Config struct {
 	HealthTimeout time.Duration
 	// Unusable names runtimes known to this host that cannot run sandboxes, with why.
 	Unusable map[string]string
-	// Warm is, per runtime, the number of default sandboxes kept started for Create to
-	// claim (pool.go).
+	// Warm is, per pool ("RUNTIME" for the host template, or "RUNTIME:TEMPLATE"), the
+	// number of default sandboxes kept started for Create to claim (pool.go).
 	Warm map[string]int
 	// IDBase moves the host uid ranges of new sandboxes (0: HostIDBase). Only for several
 	// daemons on one host (tests): a host has one daemon, whose slots never overlap.
@@ -89,11 +90,16 @@ type Manager struct {
 	ns       Namespaces
 	log      *slog.Logger
 
-	locks sync.Map         // id → *sync.Mutex
-	logs  sync.Map         // id → *initlog.Log of a running sandbox
-	pools map[string]*pool // runtime → warm pool
-	bg    sync.WaitGroup
-	envd  *http.Transport
+	locks sync.Map          // id → *sync.Mutex
+	logs  sync.Map          // id → *initlog.Log of a running sandbox
+	pools map[PoolKey]*pool // warm pools (pool.go)
+	// poolSlot is held while a pool builds; creating counts Creates in flight and
+	// lastCreate (unix ns) is when the last one ended: the pools refill around them.
+	poolSlot   chan struct{}
+	creating   atomic.Int64
+	lastCreate atomic.Int64
+	bg         sync.WaitGroup
+	envd       *http.Transport
 	// done closes when the daemon shuts down (Close): background retries end.
 	done      chan struct{}
 	closeOnce sync.Once
@@ -107,13 +113,9 @@ func NewManager(cfg Config, st Store, runtimes map[string]Runtime, storage Stora
 	}
 	m := &Manager{
 		cfg: cfg, store: st, runtimes: runtimes, storage: storage, network: network, egress: egress, ns: ns, log: log,
-		pools: map[string]*pool{}, done: make(chan struct{}),
+		pools: map[PoolKey]*pool{}, done: make(chan struct{}),
 	}
-	for rt, n := range cfg.Warm {
-		if n > 0 && runtimes[rt] != nil {
-			m.pools[rt] = &pool{kick: make(chan struct{}, 1)}
-		}
-	}
+	m.newPools()
 	m.envd = &http.Transport{
 		// Hosts are sandbox IDs: every connection is dialled from the sandbox's gateway
 		// namespace; nothing resolves or routes through the host.
@@ -267,10 +269,17 @@ func (m *Manager) ceilings(caller Caller) Ceilings {
 // (CallerFrom) and lie within their secrets' scopes (checkBindings); the sandbox is that
 // caller's (Sandbox.Owner).
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
-	return m.create(ctx, opts, false)
+	m.creating.Add(1)
+	defer func() {
+		m.lastCreate.Store(time.Now().UnixNano())
+		m.creating.Add(-1)
+	}()
+	return m.create(ctx, opts, false, nil)
 }
 
-func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*Sandbox, error) {
+// create makes a sandbox (warm: for a pool, pool.go); used, if not nil, receives the
+// template it was built from.
+func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool, used *Template) (*Sandbox, error) {
 	askedNofile := opts.Limits.Nofile != 0
 	if err := m.validate(ctx, &opts); err != nil {
 		return nil, err
@@ -282,9 +291,14 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 	if err != nil {
 		return nil, err
 	}
-	if !warm && m.fitsPool(&opts, askedNofile) {
-		if sb := m.claim(ctx, opts, tmpl); sb != nil {
-			return sb, nil
+	if used != nil {
+		*used = tmpl
+	}
+	if !warm {
+		if p := m.fitsPool(&opts, askedNofile); p != nil {
+			if sb := m.claim(ctx, p, opts, tmpl); sb != nil {
+				return sb, nil
+			}
 		}
 	}
 	var extra []Layer
