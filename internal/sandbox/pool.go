@@ -283,6 +283,41 @@ func (m *Manager) refillGate(ctx context.Context) (func(), bool) {
 	}
 }
 
+// KickPools tells every pool to look at its template again: a template was built,
+// imported or pulled. A pool waiting for its template fills now, and one whose template
+// changed deletes its warm sandboxes of the old version and builds new ones.
+func (m *Manager) KickPools() {
+	for _, p := range m.pools {
+		p.refill()
+	}
+}
+
+// dropStale deletes p's warm sandboxes that were not built from the current version of
+// its template (or all, when the template is gone).
+func (m *Manager) dropStale(ctx context.Context, p *pool) {
+	stamp := ""
+	if tmpl, err := m.storage.Template(ctx, p.key.Template); err == nil {
+		stamp = templateStamp(tmpl)
+	}
+	p.mu.Lock()
+	var stale []warmEntry
+	p.ready = slices.DeleteFunc(p.ready, func(e warmEntry) bool {
+		if e.stamp != stamp {
+			stale = append(stale, e)
+			return true
+		}
+		return false
+	})
+	p.mu.Unlock()
+	for _, e := range stale {
+		p.stale.Add(1)
+		m.log.Info("discarding a warm sandbox of an older template", "sandbox", e.id, "pool", p.key.String())
+		if err := m.Delete(context.WithoutCancel(ctx), e.id); err != nil {
+			m.log.Error("deleting warm sandbox", "sandbox", e.id, "err", err)
+		}
+	}
+}
+
 // RunPools keeps every warm pool full until ctx ends, then deletes the warm sandboxes.
 func (m *Manager) RunPools(ctx context.Context) {
 	var wg sync.WaitGroup
@@ -339,6 +374,7 @@ func (m *Manager) runPool(ctx context.Context, p *pool) {
 		case <-ctx.Done():
 			return
 		case <-p.kick:
+			m.dropStale(ctx, p)
 		}
 	}
 }
