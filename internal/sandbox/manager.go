@@ -328,10 +328,12 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool, use
 	}
 	unlock := m.lock(sb.ID)
 	defer unlock()
+	t0 := time.Now()
 	if err := m.storage.CreateDrive(ctx, sb.ID, sb.Limits.DiskBytes); err != nil {
 		m.destroy(sb.ID)
 		return nil, fmt.Errorf("creating drive: %w", err)
 	}
+	m.log.Debug("create step", "sandbox", sb.ID, "step", "drive", "took", time.Since(t0))
 	if err := m.up(ctx, sb, tmpl, extra); err != nil {
 		m.destroy(sb.ID)
 		return nil, err
@@ -396,6 +398,7 @@ func (m *Manager) CloseLogs() {
 func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []Layer) error {
 	p := m.paths(sb.ID)
 	ids := sb.HostIDs()
+	t0 := time.Now()
 	// Only the sandbox's own root (runc) may pass through to its root filesystem (rundir.go);
 	// the bundle with the spec stays private.
 	if err := prepareSandboxDir(p.dir, sb.Runtime, ids); err != nil {
@@ -407,34 +410,54 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 	if err := os.MkdirAll(filepath.Dir(m.LogPath(sb.ID)), 0o700); err != nil {
 		return err
 	}
-	t0 := time.Now()
 	step := func(name string) {
 		m.log.Debug("create step", "sandbox", sb.ID, "step", name, "took", time.Since(t0))
 		t0 = time.Now()
 	}
+	step("dirs")
 	defer step("health")
 	if err := m.ns.Create(p.userns, p.netns, ids); err != nil {
 		return fmt.Errorf("creating namespaces: %w", err)
 	}
 	step("namespaces")
-	if err := m.network.Setup(ctx, sb.ID, p.netns); err != nil {
-		return fmt.Errorf("setting up network: %w", err)
-	}
-	caPEM, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials, sb.GitSettings())
-	if err != nil {
-		return fmt.Errorf("starting egress: %w", err)
-	}
-	step("network")
+	// The network (gateway namespace, veth pair, firewall, egress boundary) and the root
+	// filesystem (drive, layers, overlays) do not depend on each other: both are set up at
+	// once, and a failure of either leaves its part for the caller's teardown, as before.
+	var caPEM string
+	netDone := make(chan error, 1)
+	go func() {
+		t := time.Now()
+		if err := m.network.Setup(ctx, sb.ID, p.netns); err != nil {
+			netDone <- fmt.Errorf("setting up network: %w", err)
+			return
+		}
+		m.log.Debug("create step", "sandbox", sb.ID, "step", "netns+veth", "took", time.Since(t))
+		t = time.Now()
+		pem, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials, sb.GitSettings())
+		if err != nil {
+			netDone <- fmt.Errorf("starting egress: %w", err)
+			return
+		}
+		m.log.Debug("create step", "sandbox", sb.ID, "step", "egress", "took", time.Since(t))
+		caPEM = pem
+		netDone <- nil
+	}()
 	// gVisor has its own kernel and no user namespace of ours: its layers are not idmapped
 	// and its files belong to root of the host-side filesystem view.
 	req := MountRequest{ID: sb.ID, Template: tmpl, Extra: extra, Target: p.rootfs, UserNS: p.userns, RootUID: ids.Host}
 	if sb.Runtime == "runsc" {
 		req.UserNS, req.RootUID = "", 0
 	}
-	if err := m.storage.Mount(ctx, req); err != nil {
-		return fmt.Errorf("mounting root filesystem: %w", err)
+	mountErr := m.storage.Mount(ctx, req)
+	if mountErr != nil {
+		mountErr = fmt.Errorf("mounting root filesystem: %w", mountErr)
+	} else {
+		m.log.Debug("create step", "sandbox", sb.ID, "step", "mount", "took", time.Since(t0))
 	}
-	step("mount")
+	if err := errors.Join(<-netDone, mountErr); err != nil {
+		return err
+	}
+	step("network+mount")
 	user, err := resolveUser(p.rootfs, sb.User, tmpl)
 	if err != nil {
 		return err
