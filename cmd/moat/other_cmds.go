@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -20,6 +20,7 @@ import (
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/bench"
 	"github.com/moatdev/moat/internal/daemon"
+	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/doctor"
 	"github.com/moatdev/moat/internal/egress"
 	"github.com/moatdev/moat/sdk"
@@ -234,12 +235,20 @@ func (a *app) benchDaemonListen(ctx context.Context, name string, warm map[strin
 	data := filepath.Join(a.dataDir, tag)
 	run := filepath.Join(filepath.Dir(a.runDir), "moat-"+tag)
 	sock := filepath.Join(run, "moat.sock")
+	var limits sandbox.Limits
+	if a.defaultDisk != "" {
+		n, err := parseSize(a.defaultDisk)
+		if err != nil || n <= 0 {
+			return nil, nil, fmt.Errorf("--default-disk %q: want a positive size, e.g. 4G", a.defaultDisk)
+		}
+		limits.DiskBytes = n
+	}
 	var e2bTemplates map[string]string
 	if listen != "" {
 		e2bTemplates = map[string]string{"base": "host"}
 	}
 	d, stopDaemon, err := daemon.Start(ctx, daemon.Config{DataDir: data, RunDir: run, Socket: sock, Warm: warm, IDBase: idBase, Log: a.logger(os.Stderr),
-		Listen: listen, E2BTemplates: e2bTemplates,
+		Listen: listen, E2BTemplates: e2bTemplates, DefaultLimits: limits,
 		// The upstream of the connection-load figure, a server of the bench on loopback.
 		EgressHosts: egress.Hosts{benchHoldName: {netip.MustParseAddr("127.0.0.1")}}})
 	if err != nil {
