@@ -20,9 +20,9 @@ import (
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/bench"
 	"github.com/moatdev/moat/internal/daemon"
-	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/doctor"
 	"github.com/moatdev/moat/internal/egress"
+	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/sdk"
 )
 
