@@ -104,7 +104,9 @@ func TestTemplateStamp(t *testing.T) {
 	b.Parts = []Part{{Target: "/", Layers: []string{"/l/2"}}}
 	c := a
 	c.Env = []string{"A=2"}
-	if templateStamp(a) != templateStamp(a) || templateStamp(a) == templateStamp(b) || templateStamp(a) == templateStamp(c) {
+	a2 := a
+	a2.Parts = []Part{{Target: "/", Layers: []string{"/l/1"}}}
+	if templateStamp(a) != templateStamp(a2) || templateStamp(a) == templateStamp(b) || templateStamp(a) == templateStamp(c) {
 		t.Errorf("stamps: %s %s %s", templateStamp(a), templateStamp(b), templateStamp(c))
 	}
 }
