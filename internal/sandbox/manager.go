@@ -93,8 +93,8 @@ type Manager struct {
 	locks sync.Map          // id → *sync.Mutex
 	logs  sync.Map          // id → *initlog.Log of a running sandbox
 	pools map[PoolKey]*pool // warm pools (pool.go)
-	// poolSlot is held while a pool builds; creating counts Creates in flight and
-	// lastCreate (unix ns) is when the last one ended: the pools refill around them.
+	// poolSlot is held while a pool builds; creating counts Creates and Starts in flight
+	// and lastCreate (unix ns) is when the last one ended: the pools refill around them.
 	poolSlot   chan struct{}
 	creating   atomic.Int64
 	lastCreate atomic.Int64
@@ -269,11 +269,7 @@ func (m *Manager) ceilings(caller Caller) Ceilings {
 // (CallerFrom) and lie within their secrets' scopes (checkBindings); the sandbox is that
 // caller's (Sandbox.Owner).
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
-	m.creating.Add(1)
-	defer func() {
-		m.lastCreate.Store(time.Now().UnixNano())
-		m.creating.Add(-1)
-	}()
+	defer m.busy()()
 	return m.create(ctx, opts, false, nil)
 }
 
@@ -716,6 +712,7 @@ func (m *Manager) stopLocked(ctx context.Context, sb *Sandbox, reason string) (*
 
 // Start brings a stopped sandbox back with its drive.
 func (m *Manager) Start(ctx context.Context, id string) (*Sandbox, error) {
+	defer m.busy()() // the warm pools wait (pool.go)
 	unlock := m.lock(id)
 	defer unlock()
 	sb, err := m.store.Get(ctx, id)

@@ -36,8 +36,8 @@ import (
 // handed over, it is deleted and the create goes cold.
 //
 // The pools refill in the background at a lower priority than real work (refillGate):
-// one warm sandbox is built at a time over all pools, never while a create is in flight
-// or within refillQuiet of one, and never when the data filesystem would then admit fewer
+// one warm sandbox is built at a time over all pools, never while a create or a start of
+// a stopped sandbox is in flight or within refillQuiet of one, and never when the data filesystem would then admit fewer
 // than poolHeadroom more drives of that size. A daemon that stops deletes its warm
 // sandboxes, and one that crashed deletes them when it starts again (they are marked Warm
 // in the store).
@@ -239,6 +239,16 @@ func refillWait(now time.Time, inflight int64, lastCreate time.Time, room int64)
 		return refillNoRoom
 	}
 	return 0
+}
+
+// busy marks a Create or Start in flight until the returned function is called: the pools
+// do not build meanwhile (refillWait).
+func (m *Manager) busy() func() {
+	m.creating.Add(1)
+	return func() {
+		m.lastCreate.Store(time.Now().UnixNano())
+		m.creating.Add(-1)
+	}
 }
 
 // spaceReporter is the part of Storage the pools ask for room (storage.Store has it).
