@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -21,6 +22,7 @@ import (
 	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/doctor"
 	"github.com/moatdev/moat/internal/egress"
+	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/sdk"
 )
 
@@ -210,13 +212,22 @@ func (a *app) doctorCmd() *cobra.Command {
 const benchHoldName = "hold.bench.test"
 
 type benchEnv struct {
+	d      *daemon.Daemon
 	client *sdk.Client
 	socket string
 	runDir string
+	listen string // the TCP listener (E2B API), if any
 }
 
 // benchDaemon starts an in-process daemon with private state for `moat bench`.
 func (a *app) benchDaemon(ctx context.Context, name string, warm map[string]int, idBase uint32, drivePool int64) (*benchEnv, func(), error) {
+	return a.benchDaemonListen(ctx, name, warm, idBase, drivePool, "")
+}
+
+// benchDaemonListen is benchDaemon with a TCP listener on listen (loopback) serving the
+// E2B API, its "base" template mapped to the host template (a bench daemon's fresh data
+// directory has no debian template; pools serve every template the same way).
+func (a *app) benchDaemonListen(ctx context.Context, name string, warm map[string]int, idBase uint32, drivePool int64, listen string) (*benchEnv, func(), error) {
 	if os.Geteuid() != 0 {
 		return nil, nil, fmt.Errorf("moat bench runs its own daemons and needs root")
 	}
@@ -224,7 +235,20 @@ func (a *app) benchDaemon(ctx context.Context, name string, warm map[string]int,
 	data := filepath.Join(a.dataDir, tag)
 	run := filepath.Join(filepath.Dir(a.runDir), "moat-"+tag)
 	sock := filepath.Join(run, "moat.sock")
-	_, stopDaemon, err := daemon.Start(ctx, daemon.Config{DataDir: data, RunDir: run, Socket: sock, Warm: warm, IDBase: idBase, Log: a.logger(os.Stderr), DrivePool: drivePool,
+	var limits sandbox.Limits
+	if a.defaultDisk != "" {
+		n, err := parseSize(a.defaultDisk)
+		if err != nil || n <= 0 {
+			return nil, nil, fmt.Errorf("--default-disk %q: want a positive size, e.g. 4G", a.defaultDisk)
+		}
+		limits.DiskBytes = n
+	}
+	var e2bTemplates map[string]string
+	if listen != "" {
+		e2bTemplates = map[string]string{"base": "host"}
+	}
+	d, stopDaemon, err := daemon.Start(ctx, daemon.Config{DataDir: data, RunDir: run, Socket: sock, Warm: warm, IDBase: idBase, Log: a.logger(os.Stderr), DrivePool: drivePool,
+		Listen: listen, E2BTemplates: e2bTemplates, DefaultLimits: limits,
 		// The upstream of the connection-load figure, a server of the bench on loopback.
 		EgressHosts: egress.Hosts{benchHoldName: {netip.MustParseAddr("127.0.0.1")}}})
 	if err != nil {
@@ -235,7 +259,7 @@ func (a *app) benchDaemon(ctx context.Context, name string, warm map[string]int,
 		os.RemoveAll(data)
 		os.RemoveAll(run)
 	}
-	return &benchEnv{client: sdk.NewUnix(sock), socket: sock, runDir: run}, stop, nil
+	return &benchEnv{d: d, client: sdk.NewUnix(sock), socket: sock, runDir: run, listen: listen}, stop, nil
 }
 
 func printDoctor(r doctor.Report) {
@@ -454,13 +478,30 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 			defer stopCold()
 			c := cold.client
 			if warmN > 0 {
-				warm, stopWarm, err := a.benchDaemon(ctx, "warm", map[string]int{"runc": warmN, "runsc": warmN}, 0x90000000, 0)
+				listen, err := freeLoopback()
+				if err != nil {
+					return err
+				}
+				warm, stopWarm, err := a.benchDaemonListen(ctx, "warm", map[string]int{"runc:host": warmN, "runsc:host": warmN}, 0x90000000, 0, listen)
 				if err != nil {
 					return err
 				}
 				defer stopWarm()
 				o.Warm = warm.client
 				o.WarmRefill = time.Second
+				o.WarmReady = func() bool {
+					for _, p := range warm.d.Manager.PoolStats() {
+						if p.Ready < p.Want {
+							return false
+						}
+					}
+					return true
+				}
+				key, err := warm.client.CreateAPIKey(ctx)
+				if err != nil {
+					return err
+				}
+				o.E2B = &bench.E2BTarget{URL: "http://" + listen, Key: key.Key, Template: "base"}
 			}
 			o.RunDir = cold.runDir
 			o.HoldName = benchHoldName
@@ -508,6 +549,9 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 			tw.Flush()
 			fmt.Printf("idle memory: %.2f MiB per sandbox (host used-memory delta, caches dropped, over %d idle runc sandboxes); %.2f MiB charged to each sandbox's cgroup; moat-init RSS %.0f KiB\n",
 				res.IdleMiBPerSandbox, res.IdleN, res.IdleCgroupMiB, res.IdleInitRSSKiB)
+			if l := res.E2BCreate; l != nil {
+				fmt.Printf("E2B Sandbox.create() (POST /sandboxes, template %s, warm pool): p50 %.1f ms, p99 %.1f ms (%d runs)\n", res.E2BTemplate, l.P50, l.P99, l.N)
+			}
 			fmt.Printf("burst: %.1f creates/s (%d at once)\n", res.BurstPerSecond, res.BurstN)
 			if sr := res.Snapshots; sr != nil {
 				fmt.Printf("snapshot (%s, %s): p50 %.1f ms empty workspace, %.1f ms with %d MiB (ratio %.2f); fork ×1 (includes starting it): p50 %.1f ms empty, %.1f ms with %d MiB (ratio %.2f); cold create of the same sandbox p50 %.1f ms\n",
@@ -533,6 +577,16 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 	cmd.Flags().IntVar(&snapRuns, "snapshot-runs", 20, "snapshots and forks timed per workspace size, on a daemon with an 8 GiB drive pool (0: skip)")
 	cmd.Flags().IntVar(&snapMiB, "snapshot-workspace", 1024, "MiB written into the workspace for the full-workspace snapshot figure")
 	return cmd
+}
+
+// freeLoopback returns 127.0.0.1:PORT with a port that was free a moment ago.
+func freeLoopback() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 // apiKey connects to the daemon and finds the API key id among its keys.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -600,7 +601,8 @@ behind a symlink), and never more than the length the sandbox announces nor more
 
 func (a *app) serveCmd() *cobra.Command {
 	var listen, diskReserve, drivePool string
-	var warm, warmRunsc int
+	var warm []string
+	var warmRunsc int
 	var diskOvercommit bool
 	var e2bTemplates []string
 	var max maxFlags
@@ -622,7 +624,13 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 			if err != nil {
 				return err
 			}
-			cfg.Listen, cfg.Warm = listen, map[string]int{"runc": warm, "runsc": warmRunsc}
+			cfg.Listen = listen
+			if cmd.Flags().Changed("warm-runsc") {
+				warm = append(warm, "runsc:host="+strconv.Itoa(warmRunsc))
+			}
+			if cfg.Warm, err = sandbox.ParseWarm(warm); err != nil {
+				return err
+			}
 			cfg.DiskOvercommit = diskOvercommit
 			if diskReserve != "" {
 				if cfg.DiskReserve, err = parseSize(diskReserve); err != nil || cfg.DiskReserve <= 0 {
@@ -676,8 +684,8 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this TCP address (API keys required)")
-	cmd.Flags().IntVar(&warm, "warm", 2, "default runc sandboxes (host template, default disk) kept started for fast creates; 0: none")
-	cmd.Flags().IntVar(&warmRunsc, "warm-runsc", 0, "the same for runsc (serves creates with default limits only)")
+	cmd.Flags().StringArrayVar(&warm, "warm", []string{"runc:host=2", "runc:debian=2"}, "warm pool: RUNTIME:TEMPLATE=N keeps N sandboxes of that kind (default limits and disk) started for fast creates (repeatable; N alone is runc:host=N, 0 turns a pool off; giving --warm replaces the defaults; a pool whose template does not exist yet fills once it does; runsc pools serve default limits only)")
+	cmd.Flags().IntVar(&warmRunsc, "warm-runsc", 0, "the same as --warm runsc:host=N")
 	cmd.Flags().BoolVar(&diskOvercommit, "disk-overcommit", false, "let drive sizes add up to more than the data filesystem holds: drives stay sparse, and once it is full every sandbox writing new blocks gets I/O errors (default: each drive is allocated in full at create, and a create that does not fit is refused)")
 	cmd.Flags().StringVar(&drivePool, "drive-pool", "", "keep drives in an XFS pool of this size (a file in the data directory, allocated in full, loop-mounted on drives/) so snapshots and forks clone drives without copying (needs mkfs.xfs: apt-get install xfsprogs); a pool once made is used at every start")
 	cmd.Flags().StringVar(&diskReserve, "disk-reserve", "", "space of the data filesystem no drive may take, kept for the database, logs and layers (default 2% of it, at least 256M, at most 4G)")

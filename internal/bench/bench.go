@@ -39,6 +39,12 @@ type Options struct {
 	// kind) for the warm figure; WarmRefill is how long to let its pool refill between runs.
 	Warm       *sdk.Client
 	WarmRefill time.Duration
+	// WarmReady, when set, tells whether the warm daemon's pools are full: after
+	// WarmRefill each warm run also waits (untimed, up to a minute) for it, so that every
+	// warm figure is a create served by the pool, not however far a refill got.
+	WarmReady func() bool
+	// E2B, when set, is the warm daemon's E2B API for the E2B create figure (e2b.go).
+	E2B *E2BTarget
 	// ConnSandboxes runc sandboxes each open ConnsPerSandbox connections (their cap) to
 	// HoldName, a name the daemon pins to 127.0.0.1, for the API latency under connection
 	// load; LsRuns List calls are timed idle and under the load (0 sandboxes: skip).
@@ -82,6 +88,10 @@ type Result struct {
 	IdleN          int     `json:"idle_n"`
 	BurstPerSecond float64 `json:"burst_creates_per_second"`
 	BurstN         int     `json:"burst_n"`
+	// E2BCreate is POST /sandboxes (E2B's Sandbox.create()) on the warm daemon, for
+	// E2BTemplate, served by its warm pool.
+	E2BCreate   *Latency `json:"e2b_create,omitempty"`
+	E2BTemplate string   `json:"e2b_template,omitempty"`
 	// ConnLoad is the API latency with sandboxes at their connection caps, beside idle.
 	ConnLoad *ConnLoad `json:"api_latency_under_conn_load,omitempty"`
 	// Snapshots is the snapshot and fork figure (snapshot.go), on a daemon with a drive pool.
@@ -113,7 +123,7 @@ func Run(ctx context.Context, c *sdk.Client, o Options) (*Result, error) {
 				req = v1.CreateSandboxRequest{Runtime: rt}
 			}
 			for range o.Runs {
-				time.Sleep(o.WarmRefill)
+				o.waitWarm()
 				if err := createExecDelete(ctx, o.Warm, req, &warm); err != nil {
 					r.Error = "warm: " + err.Error()
 					break
@@ -126,6 +136,15 @@ func Run(ctx context.Context, c *sdk.Client, o Options) (*Result, error) {
 			}
 		}
 		res.Runtimes = append(res.Runtimes, r)
+	}
+	if o.E2B != nil {
+		o.Progress(fmt.Sprintf("E2B: %d × Sandbox.create() (POST /sandboxes) of template %s on the warm daemon", o.Runs, o.E2B.Template))
+		ds, err := e2bCreates(ctx, *o.E2B, o.Runs, o.waitWarm)
+		if err != nil {
+			return res, fmt.Errorf("E2B create: %w", err)
+		}
+		l := summarize(ds)
+		res.E2BCreate, res.E2BTemplate = &l, o.E2B.Template
 	}
 	if o.Idle > 0 {
 		o.Progress(fmt.Sprintf("idle memory: %d idle runc sandboxes", o.Idle))
@@ -148,6 +167,14 @@ func Run(ctx context.Context, c *sdk.Client, o Options) (*Result, error) {
 		res.ConnLoad = cl
 	}
 	return res, nil
+}
+
+// waitWarm sleeps WarmRefill, then waits for WarmReady (up to a minute).
+func (o Options) waitWarm() {
+	time.Sleep(o.WarmRefill)
+	for deadline := time.Now().Add(time.Minute); o.WarmReady != nil && !o.WarmReady() && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func latency(ctx context.Context, c *sdk.Client, o Options, rt string, r *RuntimeResult) error {

@@ -113,8 +113,12 @@ func (a apiKeys) DeleteAPIKey(ctx context.Context, id string) error {
 	return a.st.DeleteAPIKey(ctx, id)
 }
 
-// templates adapts storage's template operations to the API.
-type templates struct{ s *storage.Store }
+// templates adapts storage's template operations to the API; changed is called after a
+// template was made (the warm pools look at their templates again).
+type templates struct {
+	s       *storage.Store
+	changed func()
+}
 
 func toAPITemplate(t storage.TemplateInfo) v1.Template {
 	return v1.Template{Name: t.Name, Source: t.Source, Builtin: t.Builtin, Created: t.Created, Layers: t.Layers}
@@ -134,16 +138,19 @@ func (t templates) List(ctx context.Context) ([]v1.Template, error) {
 
 func (t templates) Build(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error) {
 	ti, err := t.s.Build(ctx, req.Name, progress, storage.BuildOptions{Mirror: req.Mirror})
+	t.changed()
 	return toAPITemplate(ti), err
 }
 
 func (t templates) Import(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error) {
 	ti, err := t.s.Import(ctx, req.Name, req.Path, progress)
+	t.changed()
 	return toAPITemplate(ti), err
 }
 
 func (t templates) Pull(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error) {
 	ti, err := t.s.Pull(ctx, req.Name, req.Ref, progress, storage.PullOptions{Insecure: req.Insecure})
+	t.changed()
 	return toAPITemplate(ti), err
 }
 

@@ -43,7 +43,8 @@ type Config struct {
 	Socket   string // default /run/moat/moat.sock
 	Listen   string // optional TCP address; requires API keys
 	InitPath string // moat-init binary; default: next to the running executable
-	// Warm keeps, per runtime, this many default sandboxes started for creates to claim.
+	// Warm keeps, per pool ("runc" = runc with the host template, "runc:debian"), this
+	// many default sandboxes started for creates to claim (sandbox/pool.go).
 	Warm map[string]int
 	// SweepInterval is how often running sandboxes are checked for a dead container
 	// (default 30 s).
@@ -174,6 +175,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	protected, err := gitgate.NewPathMatcher(append(gitgate.DefaultProtected(), cfg.GitProtected...), gitgate.MatcherOptions{CaseInsensitive: true})
 	if err != nil {
 		return nil, fmt.Errorf("--git-protected: %w", err)
+	}
+	for key := range cfg.Warm {
+		if _, err := sandbox.ParsePoolKey(key); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.InitPath == "" {
 		if cfg.InitPath, err = FindInit(); err != nil {
@@ -325,7 +331,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 
-	d.api = apiserver.New(d.Manager, templates{stor}, events{st, d.Egress}, apiKeys{st}, secretStore{sec, d.Manager}, func(ctx context.Context) any {
+	d.api = apiserver.New(d.Manager, templates{stor, d.Manager.KickPools}, events{st, d.Egress}, apiKeys{st}, secretStore{sec, d.Manager}, func(ctx context.Context) any {
 		r := doctor.Run(ctx, ProbeRuntime)
 		r.Storage = append(r.Storage, d.dataFSCheck(stor))
 		r.Storage = append(r.Storage, snapshotCheck(stor))

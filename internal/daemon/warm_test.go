@@ -121,3 +121,62 @@ func lineDiff(want, got string) string {
 	}
 	return b.String()
 }
+
+// TestWarmMatchesColdTemplate is TestWarmMatchesCold for a template that is not the host's
+// ("debian", the test's tools image), under every runtime: the sandbox a create claims
+// from the template's pool is set up exactly like one built for the same request.
+func TestWarmMatchesColdTemplate(t *testing.T) {
+	rts := runtimesUnderTest(t)
+	warmEnv := newEnvWith(t, func(c *daemon.Config) {
+		c.Warm = map[string]int{}
+		for _, rt := range rts {
+			c.Warm[rt+":debian"] = 1
+		}
+	})
+	coldEnv := newEnv(t)
+	importToolsImage(t, warmEnv, "debian", "v1")
+	importToolsImage(t, coldEnv, "debian", "v1")
+	for _, rt := range rts {
+		warmEnv.run(rt, func(t *testing.T, _ *env) {
+			testutil.WaitFor(t, 90*time.Second, "the warm pool to fill", func() bool { return len(warmEnv.warmOf(rt)) == 1 })
+			warm := warmEnv.warmOf(rt)[0]
+			req := v1.CreateSandboxRequest{
+				Runtime: rt, Template: "debian",
+				Env:    map[string]string{"OWNER": "me"},
+				Policy: &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {HTTP: []string{"api.test GET /allowed/"}}}},
+			}
+			pooled, err := warmEnv.c.Create(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pooled.ID != warm || warmEnv.poolStat(rt, "debian").Hits != 1 {
+				t.Fatalf("the create did not claim warm sandbox %s (got %s; %+v)", warm, pooled.ID, warmEnv.poolStat(rt, "debian"))
+			}
+			cold, err := coldEnv.c.Create(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			view := func(e *env, id, user string) string {
+				r := e.sh(id, user, sandboxView)
+				if r.code != 0 {
+					t.Fatalf("view of %s as %q: %+v", id, user, r)
+				}
+				return strings.ReplaceAll(r.stdout, id, "<id>")
+			}
+			for _, user := range []string{"", "root"} {
+				p, c := view(warmEnv, pooled.ID, user), view(coldEnv, cold.ID, user)
+				if p != c {
+					t.Errorf("as %q, the pooled sandbox differs from a cold one:\n%s", user, lineDiff(c, p))
+				}
+				if !strings.Contains(c, "SSL_CERT_FILE=/etc/moat/ca-bundle.pem") || !strings.Contains(c, "OWNER=me") || !strings.Contains(c, "== /etc/hosts") {
+					t.Errorf("the cold sandbox's view is missing its set-up (the comparison proves nothing):\n%s", c)
+				}
+			}
+			for _, e := range []*env{warmEnv, coldEnv} {
+				for _, id := range []string{pooled.ID, cold.ID} {
+					_ = e.c.Delete(context.Background(), id)
+				}
+			}
+		})
+	}
+}

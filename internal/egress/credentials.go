@@ -145,6 +145,9 @@ func (t tokenSecret) Reveal() string {
 type cas struct {
 	mu sync.Mutex
 	m  map[string]*intercept.CA
+	// loading serializes the loading or making of one sandbox's CA (its file is written
+	// and fsynced then), so that creates of different sandboxes never wait for each other.
+	loading map[string]*sync.Mutex
 }
 
 // credentials prepares sandbox id's TLS interception: its CA (loaded from CADir, or made
@@ -201,10 +204,44 @@ func (m *Manager) caPath(id string) string { return filepath.Join(m.cfg.CADir, i
 // loadCA returns sandbox id's CA, from memory, from its file, or new (and saved).
 func (m *Manager) loadCA(id string) (*intercept.CA, error) {
 	m.cas.mu.Lock()
-	defer m.cas.mu.Unlock()
 	if ca := m.cas.m[id]; ca != nil {
+		m.cas.mu.Unlock()
 		return ca, nil
 	}
+	if m.cas.loading == nil {
+		m.cas.loading = map[string]*sync.Mutex{}
+	}
+	l := m.cas.loading[id]
+	if l == nil {
+		l = &sync.Mutex{}
+		m.cas.loading[id] = l
+	}
+	m.cas.mu.Unlock()
+	l.Lock()
+	defer l.Unlock()
+	m.cas.mu.Lock()
+	ca := m.cas.m[id] // made while this waited for l
+	m.cas.mu.Unlock()
+	if ca != nil {
+		return ca, nil
+	}
+	ca, err := m.readOrMakeCA(id)
+	if err != nil {
+		return nil, err
+	}
+	m.cas.mu.Lock()
+	defer m.cas.mu.Unlock()
+	if m.cas.m == nil {
+		m.cas.m = map[string]*intercept.CA{}
+	}
+	m.cas.m[id] = ca
+	delete(m.cas.loading, id)
+	return ca, nil
+}
+
+// readOrMakeCA reads sandbox id's CA from its file, or makes a new one and saves it. The
+// caller holds id's loading lock.
+func (m *Manager) readOrMakeCA(id string) (*intercept.CA, error) {
 	path := m.caPath(id)
 	data, err := os.ReadFile(path)
 	var ca *intercept.CA
@@ -230,10 +267,6 @@ func (m *Manager) loadCA(id string) (*intercept.CA, error) {
 	default:
 		return nil, err
 	}
-	if m.cas.m == nil {
-		m.cas.m = map[string]*intercept.CA{}
-	}
-	m.cas.m[id] = ca
 	return ca, nil
 }
 

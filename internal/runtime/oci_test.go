@@ -428,6 +428,14 @@ func TestRuncContainer(t *testing.T) {
 	if err != nil || st.Status != "running" || st.Pid <= 0 {
 		t.Fatalf("State = %+v, %v", st, err)
 	}
+	// Starting it again is refused without harming it (the existence check that skips
+	// running runc when <root>/<id> is absent finds it).
+	if err := o.Start(ctx, sb.spec); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Errorf("second Start: %v", err)
+	}
+	if ok, err := o.Running(ctx, id); !ok || err != nil {
+		t.Errorf("Running after a refused Start = %v, %v", ok, err)
+	}
 
 	// From outside: the init runs in the sandbox's user namespace (not identity-mapped)...
 	uidMap := strings.Fields(readTrim(t, fmt.Sprintf("/proc/%d/uid_map", st.Pid)))

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/moatdev/moat/internal/egress/policy"
@@ -66,8 +67,8 @@ type Config struct {
 	HealthTimeout time.Duration
 	// Unusable names runtimes known to this host that cannot run sandboxes, with why.
 	Unusable map[string]string
-	// Warm is, per runtime, the number of default sandboxes kept started for Create to
-	// claim (pool.go).
+	// Warm is, per pool ("RUNTIME" for the host template, or "RUNTIME:TEMPLATE"), the
+	// number of default sandboxes kept started for Create to claim (pool.go).
 	Warm map[string]int
 	// IDBase moves the host uid ranges of new sandboxes (0: HostIDBase). Only for several
 	// daemons on one host (tests): a host has one daemon, whose slots never overlap.
@@ -89,11 +90,16 @@ type Manager struct {
 	ns       Namespaces
 	log      *slog.Logger
 
-	locks sync.Map         // id → *sync.Mutex
-	logs  sync.Map         // id → *initlog.Log of a running sandbox
-	pools map[string]*pool // runtime → warm pool
-	bg    sync.WaitGroup
-	envd  *http.Transport
+	locks sync.Map          // id → *sync.Mutex
+	logs  sync.Map          // id → *initlog.Log of a running sandbox
+	pools map[PoolKey]*pool // warm pools (pool.go)
+	// poolSlot is held while a pool builds; creating counts Creates and Starts in flight
+	// and lastCreate (unix ns) is when the last one ended: the pools refill around them.
+	poolSlot   chan struct{}
+	creating   atomic.Int64
+	lastCreate atomic.Int64
+	bg         sync.WaitGroup
+	envd       *http.Transport
 	// done closes when the daemon shuts down (Close): background retries end.
 	done      chan struct{}
 	closeOnce sync.Once
@@ -111,13 +117,9 @@ func NewManager(cfg Config, st Store, runtimes map[string]Runtime, storage Stora
 	}
 	m := &Manager{
 		cfg: cfg, store: st, runtimes: runtimes, storage: storage, network: network, egress: egress, ns: ns, log: log,
-		pools: map[string]*pool{}, done: make(chan struct{}),
+		pools: map[PoolKey]*pool{}, done: make(chan struct{}),
 	}
-	for rt, n := range cfg.Warm {
-		if n > 0 && runtimes[rt] != nil {
-			m.pools[rt] = &pool{kick: make(chan struct{}, 1)}
-		}
-	}
+	m.newPools()
 	m.envd = &http.Transport{
 		// Hosts are sandbox IDs: every connection is dialled from the sandbox's gateway
 		// namespace; nothing resolves or routes through the host.
@@ -274,10 +276,13 @@ func (m *Manager) ceilings(caller Caller) Ceilings {
 // (CallerFrom) and lie within their secrets' scopes (checkBindings); the sandbox is that
 // caller's (Sandbox.Owner).
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
-	return m.create(ctx, opts, false)
+	defer m.busy()()
+	return m.create(ctx, opts, false, nil)
 }
 
-func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*Sandbox, error) {
+// create makes a sandbox (warm: for a pool, pool.go); used, if not nil, receives the
+// template it was built from.
+func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool, used *Template) (*Sandbox, error) {
 	if opts.FromSnapshot != "" {
 		return m.createFromSnapshot(ctx, opts)
 	}
@@ -292,9 +297,14 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 	if err != nil {
 		return nil, err
 	}
-	if !warm && m.fitsPool(&opts, askedNofile) {
-		if sb := m.claim(ctx, opts, tmpl); sb != nil {
-			return sb, nil
+	if used != nil {
+		*used = tmpl
+	}
+	if !warm {
+		if p := m.fitsPool(&opts, askedNofile); p != nil {
+			if sb := m.claim(ctx, p, opts, tmpl); sb != nil {
+				return sb, nil
+			}
 		}
 	}
 	var extra []Layer
@@ -327,10 +337,12 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 	}
 	unlock := m.lock(sb.ID)
 	defer unlock()
+	t0 := time.Now()
 	if err := m.storage.CreateDrive(ctx, sb.ID, sb.Limits.DiskBytes); err != nil {
 		m.destroy(sb.ID)
 		return nil, fmt.Errorf("creating drive: %w", err)
 	}
+	m.log.Debug("create step", "sandbox", sb.ID, "step", "drive", "took", time.Since(t0))
 	if err := m.up(ctx, sb, tmpl, extra); err != nil {
 		m.destroy(sb.ID)
 		return nil, err
@@ -395,6 +407,7 @@ func (m *Manager) CloseLogs() {
 func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []Layer) error {
 	p := m.paths(sb.ID)
 	ids := sb.HostIDs()
+	t0 := time.Now()
 	// Only the sandbox's own root (runc) may pass through to its root filesystem (rundir.go);
 	// the bundle with the spec stays private.
 	if err := prepareSandboxDir(p.dir, sb.Runtime, ids); err != nil {
@@ -406,34 +419,54 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 	if err := os.MkdirAll(filepath.Dir(m.LogPath(sb.ID)), 0o700); err != nil {
 		return err
 	}
-	t0 := time.Now()
 	step := func(name string) {
 		m.log.Debug("create step", "sandbox", sb.ID, "step", name, "took", time.Since(t0))
 		t0 = time.Now()
 	}
+	step("dirs")
 	defer step("health")
 	if err := m.ns.Create(p.userns, p.netns, ids); err != nil {
 		return fmt.Errorf("creating namespaces: %w", err)
 	}
 	step("namespaces")
-	if err := m.network.Setup(ctx, sb.ID, p.netns); err != nil {
-		return fmt.Errorf("setting up network: %w", err)
-	}
-	caPEM, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials, sb.GitSettings())
-	if err != nil {
-		return fmt.Errorf("starting egress: %w", err)
-	}
-	step("network")
+	// The network (gateway namespace, veth pair, firewall, egress boundary) and the root
+	// filesystem (drive, layers, overlays) do not depend on each other: both are set up at
+	// once, and a failure of either leaves its part for the caller's teardown, as before.
+	var caPEM string
+	netDone := make(chan error, 1)
+	go func() {
+		t := time.Now()
+		if err := m.network.Setup(ctx, sb.ID, p.netns); err != nil {
+			netDone <- fmt.Errorf("setting up network: %w", err)
+			return
+		}
+		m.log.Debug("create step", "sandbox", sb.ID, "step", "netns+veth", "took", time.Since(t))
+		t = time.Now()
+		pem, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials, sb.GitSettings())
+		if err != nil {
+			netDone <- fmt.Errorf("starting egress: %w", err)
+			return
+		}
+		m.log.Debug("create step", "sandbox", sb.ID, "step", "egress", "took", time.Since(t))
+		caPEM = pem
+		netDone <- nil
+	}()
 	// gVisor has its own kernel and no user namespace of ours: its layers are not idmapped
 	// and its files belong to root of the host-side filesystem view.
 	req := MountRequest{ID: sb.ID, Template: tmpl, Extra: extra, Target: p.rootfs, UserNS: p.userns, RootUID: ids.Host}
 	if sb.Runtime == "runsc" {
 		req.UserNS, req.RootUID = "", 0
 	}
-	if err := m.storage.Mount(ctx, req); err != nil {
-		return fmt.Errorf("mounting root filesystem: %w", err)
+	mountErr := m.storage.Mount(ctx, req)
+	if mountErr != nil {
+		mountErr = fmt.Errorf("mounting root filesystem: %w", mountErr)
+	} else {
+		m.log.Debug("create step", "sandbox", sb.ID, "step", "mount", "took", time.Since(t0))
 	}
-	step("mount")
+	if err := errors.Join(<-netDone, mountErr); err != nil {
+		return err
+	}
+	step("network+mount")
 	user, err := resolveUser(p.rootfs, sb.User, tmpl)
 	if err != nil {
 		return err
@@ -692,6 +725,7 @@ func (m *Manager) stopLocked(ctx context.Context, sb *Sandbox, reason string) (*
 
 // Start brings a stopped sandbox back with its drive.
 func (m *Manager) Start(ctx context.Context, id string) (*Sandbox, error) {
+	defer m.busy()() // the warm pools wait (pool.go)
 	unlock := m.lock(id)
 	defer unlock()
 	return m.startLocked(ctx, id)
