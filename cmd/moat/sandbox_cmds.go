@@ -35,6 +35,7 @@ type sandboxFlags struct {
 	github                        githubFlags
 	agentBranchPrefix             string
 	gitHold                       bool
+	lifecycle                     lifecycleFlags
 }
 
 // githubFlags bind a GitHub App key (moat secret set --github-app) with a task's scope.
@@ -66,6 +67,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.agentBranchPrefix, "agent-branch-prefix", "", "the only branches git pushes from the sandbox may create or update, e.g. agent/fix-login/ (default: agent/<sandbox id>/); no tags, deletions or other refs")
 	fl.BoolVar(&f.gitHold, "git-hold", false, "hold a git push that touches protected paths (CI workflows, CODEOWNERS, .moat/**, --git-protected) for a person to `moat change approve` or deny, instead of refusing it")
 	fl.StringSliceVar(&f.github.perms, "github-permission", nil, "PERMISSION=LEVEL for the --github-token, e.g. contents=write,pull_requests=write (default contents=read)")
+	f.lifecycle.register(cmd)
 }
 
 // request validates the flags before anything is created.
@@ -137,6 +139,9 @@ func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Durati
 	req.AgentBranchPrefix = f.agentBranchPrefix
 	if f.gitHold {
 		req.GitProtected = "hold"
+	}
+	if err := f.lifecycle.apply(&req); err != nil {
+		return req, 0, err
 	}
 	return req, timeout, nil
 }
@@ -396,10 +401,12 @@ func (a *app) lsCmd() *cobra.Command {
 				return printJSON(list)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tRUNTIME\tTEMPLATE\tCREATED\tNOTE")
+			fmt.Fprintln(tw, "ID\tSTATE\tRUNTIME\tTEMPLATE\tCREATED\tLAST USE\tIDLE STOP\tDELETE\tNOTE")
+			now := time.Now()
 			for _, sb := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(sb.ID), termSafe(sb.State), termSafe(sb.Runtime), termSafe(sb.Template),
-					sb.CreatedAt.Local().Format("2006-01-02 15:04:05"), termSafe(sb.Error))
+				last, idle, del := lifecycleColumns(sb, now)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(sb.ID), termSafe(sb.State), termSafe(sb.Runtime), termSafe(sb.Template),
+					sb.CreatedAt.Local().Format("2006-01-02 15:04:05"), last, idle, del, termSafe(sb.Error))
 			}
 			return tw.Flush()
 		},

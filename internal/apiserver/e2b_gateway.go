@@ -18,11 +18,13 @@ func (s *Server) e2bGateway(w http.ResponseWriter, r *http.Request) {
 		writeGone(w, id, "moat forwards only envd (port "+envdPort+"), not port "+p)
 		return
 	}
-	sb, err := s.sandboxes.Get(r.Context(), id)
+	// A sandbox stopped for idleness (or by its timeout, with autoResume) starts again.
+	sb, release, err := s.sandboxes.Acquire(r.Context(), id)
 	if err != nil || sb.Warm {
 		writeGone(w, id, "no such sandbox")
 		return
 	}
+	defer release()
 	if sb.State != sandbox.StateRunning {
 		writeGone(w, id, "it is "+string(sb.State))
 		return
@@ -60,7 +62,7 @@ func (s *Server) e2bSignedFiles(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	for _, sb := range list {
-		if sb.State != sandbox.StateRunning || sb.AccessToken == "" {
+		if sb.State != sandbox.StateRunning && !sandbox.Resumable(sb) || sb.AccessToken == "" {
 			continue
 		}
 		tok := envdauth.NewToken(sb.AccessToken)
@@ -69,6 +71,11 @@ func (s *Server) e2bSignedFiles(w http.ResponseWriter, r *http.Request) {
 			cand = []string{"", sb.User}
 		}
 		if tok.VerifySignature(q.Get("signature"), q.Get("path"), op, cand, q.Get("signature_expiration"), now) == nil {
+			cur, release, err := s.sandboxes.Acquire(r.Context(), sb.ID)
+			if err != nil || cur.State != sandbox.StateRunning {
+				break
+			}
+			defer release()
 			s.forward(w, r, envdDest{id: sb.ID, rest: "/files", e2b: true})
 			return
 		}

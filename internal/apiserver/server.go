@@ -45,6 +45,9 @@ type Sandboxes interface {
 	// Metrics samples a running sandbox's CPU, memory and drive use.
 	Metrics(ctx context.Context, id string) (sandbox.Metric, error)
 	EnvdTransport() http.RoundTripper
+	// Touch and Acquire record use of a sandbox (idle.go).
+	Touch(id string)
+	Acquire(ctx context.Context, id string) (*sandbox.Sandbox, func(), error)
 }
 
 // Templates is the template surface the API needs.
@@ -266,6 +269,7 @@ func (s *Server) owned(h http.HandlerFunc, native bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		c := sandbox.CallerFrom(r.Context())
 		if c.Operator {
+			s.touch(r)
 			h(w, r)
 			return
 		}
@@ -278,6 +282,7 @@ func (s *Server) owned(h http.HandlerFunc, native bool) http.HandlerFunc {
 			fail(w, err)
 			return
 		}
+		s.touch(r)
 		h(w, r)
 	}
 }
@@ -323,6 +328,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		Credentials:       fromAPICredentials(req.Credentials),
 		AgentBranchPrefix: req.AgentBranchPrefix,
 		GitProtected:      req.GitProtected,
+		Idle:              seconds(req.IdleSeconds),
+		DeleteAfter:       seconds(req.DeleteAfterSeconds),
+		Archive:           req.Archive,
 	})
 	if err != nil {
 		writeError(w, err)
@@ -404,11 +412,12 @@ type envdDest struct {
 // envd forwards /v1/sandboxes/{id}/envd/<rest> to the sandbox's moat-init, adding the
 // sandbox's access token. Only running sandboxes are reachable.
 func (s *Server) envd(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandboxes.Get(r.Context(), r.PathValue("id"))
+	sb, release, err := s.sandboxes.Acquire(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer release()
 	if sb.State != sandbox.StateRunning {
 		writeError(w, fmt.Errorf("sandbox %s is %s, not running: %w", sb.ID, sb.State, errdefs.ErrConflict))
 		return
@@ -629,6 +638,7 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 		OOMKills: sb.OOMKills, LastOOMAt: sb.LastOOMAt,
 		Limits: v1.Limits{MemoryBytes: sb.Limits.MemoryBytes, CPUs: sb.Limits.CPUs, Pids: sb.Limits.Pids, DiskBytes: sb.Limits.DiskBytes,
 			Nofile: sb.Limits.Nofile, IOBps: sb.Limits.IOBps, IOIops: sb.Limits.IOIops},
+		Lifecycle: toAPILifecycle(sb),
 	}
 	if sb.Runtime != "runsc" {
 		out.HostUID = sb.HostIDs().Host

@@ -99,7 +99,12 @@ type Config struct {
 	APIIdleTimeout     time.Duration
 	// E2BTemplates maps E2B template names to moat templates (default: base → debian).
 	E2BTemplates map[string]string
-	Log          *slog.Logger
+	// DefaultIdle and DefaultDeleteAfter are the idle period and the unused period of
+	// sandboxes whose create names none (--idle, --delete-after; 0: 5 min and 7 days,
+	// negative: off). See sandbox/idle.go.
+	DefaultIdle        time.Duration
+	DefaultDeleteAfter time.Duration
+	Log                *slog.Logger
 }
 
 // Daemon is a running moat daemon.
@@ -295,6 +300,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Warm:          cfg.Warm,
 		IDBase:        cfg.IDBase,
 		Secrets:       sec,
+		DefaultIdle:   cfg.DefaultIdle, DefaultDeleteAfter: cfg.DefaultDeleteAfter,
 	}, st, runtimes, stor, net, d.Egress, ns, d.log.With("component", "sandbox"))
 	// Closed after background work (reverse order): a deletion still closes its own.
 	d.addCloser("init logs", func() error { d.Manager.CloseLogs(); return nil })
@@ -444,6 +450,7 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 		case now := <-tick.C:
 			d.Manager.Expire(ctx, now)
 			d.Manager.WatchOOM(ctx)
+			d.Manager.Idle(ctx)
 			if now.Sub(lastSweep) >= sweep {
 				lastSweep = now
 				d.Manager.Sweep(ctx)

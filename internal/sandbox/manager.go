@@ -75,6 +75,12 @@ type Config struct {
 	// Secrets tells the scopes of stored secrets, which credential bindings must stay
 	// within (scope.go); nil: bindings are refused.
 	Secrets Secrets
+	// DefaultIdle and DefaultDeleteAfter are the idle period and unused period of a
+	// sandbox whose create names none (0: DefaultIdle/DefaultDeleteAfter of idle.go;
+	// negative: off). Now is the clock of the idle sweep (nil: time.Now).
+	DefaultIdle        time.Duration
+	DefaultDeleteAfter time.Duration
+	Now                func() time.Time
 }
 
 // Manager drives sandboxes through their lifecycle. It is safe for concurrent use; operations
@@ -97,6 +103,8 @@ type Manager struct {
 	// done closes when the daemon shuts down (Close): background retries end.
 	done      chan struct{}
 	closeOnce sync.Once
+	// act is each sandbox's activity since this daemon started (idle.go).
+	act sync.Map // id → *activity
 }
 
 // NewManager wires a Manager. runtimes maps runtime names ("runc", "runsc", …) to drivers;
@@ -156,6 +164,12 @@ type CreateOptions struct {
 	// GitProtected is what the git gate does with a push whose only problem is protected
 	// paths: GitProtectedRefuse ("" too) or GitProtectedHold.
 	GitProtected string `json:"git_protected,omitempty"`
+	// Idle and DeleteAfter: nil takes the daemon's default (Config.DefaultIdle,
+	// DefaultDeleteAfter), 0 turns it off. Archive and AutoResume: see Sandbox (idle.go).
+	Idle        *time.Duration `json:"idle,omitempty"`
+	DeleteAfter *time.Duration `json:"delete_after,omitempty"`
+	Archive     bool           `json:"archive,omitempty"`
+	AutoResume  bool           `json:"auto_resume,omitempty"`
 }
 
 var (
@@ -209,6 +223,9 @@ func (m *Manager) validate(ctx context.Context, opts *CreateOptions) error {
 		return fmt.Errorf("on-timeout %q: want stop, delete or pause: %w", opts.OnTimeout, errdefs.ErrInvalidArgument)
 	}
 	if err := validateCredentials(opts.Credentials); err != nil {
+		return err
+	}
+	if err := validateLifecycle(opts); err != nil {
 		return err
 	}
 	if opts.AgentBranchPrefix != "" {
@@ -309,6 +326,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool) (*S
 		exp := now.Add(opts.Timeout)
 		sb.ExpiresAt, sb.Timeout = &exp, opts.Timeout
 	}
+	m.setLifecycle(sb, opts, now)
 	if err := m.store.Insert(ctx, sb); err != nil {
 		return nil, err
 	}
@@ -663,6 +681,11 @@ func (m *Manager) Stop(ctx context.Context, id string) (*Sandbox, error) {
 }
 
 func (m *Manager) stopLocked(ctx context.Context, sb *Sandbox, reason string) (*Sandbox, error) {
+	return m.stopFor(ctx, sb, reason, "")
+}
+
+// stopFor is stopLocked recording who stopped the sandbox (Sandbox.StopReason).
+func (m *Manager) stopFor(ctx context.Context, sb *Sandbox, reason, by string) (*Sandbox, error) {
 	downErr := m.down(sb.ID, sb.Runtime)
 	if downErr != nil {
 		m.log.Error("stopping sandbox", "sandbox", sb.ID, "err", downErr)
@@ -670,6 +693,7 @@ func (m *Manager) stopLocked(ctx context.Context, sb *Sandbox, reason string) (*
 	return m.store.Update(context.WithoutCancel(ctx), sb.ID, func(s *Sandbox) error {
 		s.State = StateStopped
 		s.Error = reason
+		s.StopReason = by
 		if downErr != nil {
 			s.Error = strings.TrimSpace(reason + " teardown: " + downErr.Error())
 		}
@@ -681,6 +705,10 @@ func (m *Manager) stopLocked(ctx context.Context, sb *Sandbox, reason string) (*
 func (m *Manager) Start(ctx context.Context, id string) (*Sandbox, error) {
 	unlock := m.lock(id)
 	defer unlock()
+	return m.startLocked(ctx, id)
+}
+
+func (m *Manager) startLocked(ctx context.Context, id string) (*Sandbox, error) {
 	sb, err := m.store.Get(ctx, id)
 	if err != nil {
 		return nil, err
@@ -756,7 +784,7 @@ func (m *Manager) freeze(ctx context.Context, id string, to State) (*Sandbox, er
 	if err := op(ctx, id); err != nil {
 		return nil, fmt.Errorf("%s sandbox %s: %w", map[State]string{StatePaused: "pausing", StateRunning: "resuming"}[to], id, err)
 	}
-	return m.store.Update(ctx, id, func(s *Sandbox) error { s.State = to; return nil })
+	return m.store.Update(ctx, id, func(s *Sandbox) error { s.State, s.StopReason = to, ""; return nil })
 }
 
 // Delete removes a sandbox. The record turns "deleting" at once; the teardown (container,
@@ -1109,11 +1137,11 @@ func (m *Manager) expire(ctx context.Context, id string, now time.Time) {
 			if s.State != StateRunning && s.State != StatePaused {
 				return fmt.Errorf("sandbox %s became %s: %w", id, s.State, errdefs.ErrConflict)
 			}
-			s.State, s.ExpiresAt = StatePaused, nil
+			s.State, s.ExpiresAt, s.StopReason = StatePaused, nil, StopTimeout
 			return nil
 		})
 	default:
-		_, _ = m.stopLocked(ctx, cur, "timeout reached")
+		_, _ = m.stopFor(ctx, cur, "timeout reached", StopTimeout)
 	}
 	unlock()
 }

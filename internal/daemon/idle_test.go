@@ -1,0 +1,268 @@
+package daemon_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/testutil"
+	"github.com/moatdev/moat/sdk"
+)
+
+func secs(n int64) *int64 { return &n }
+
+// waitIdleStopped waits for sandbox id to be stopped for idleness and returns its record.
+func (e *env) waitIdleStopped(id string, within time.Duration) *v1.Sandbox {
+	e.t.Helper()
+	var got *v1.Sandbox
+	testutil.WaitFor(e.t, within, "the sandbox to be stopped for idleness", func() bool {
+		got, _ = e.c.Get(context.Background(), id)
+		return got != nil && got.State == "stopped" && got.StopReason == "idle"
+	})
+	return got
+}
+
+// stateFor checks that sandbox id stays running for d (polled every 200 ms).
+func (e *env) staysRunning(id string, d time.Duration, why string) {
+	e.t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		got, err := e.c.Get(context.Background(), id)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if got.State != "running" {
+			e.t.Fatalf("%s: the sandbox became %s (%s)", why, got.State, got.StopReason)
+		}
+	}
+}
+
+func eventKinds(t *testing.T, c *sdk.Client, id, kind string) int {
+	t.Helper()
+	evs, err := c.Events(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range evs {
+		if ev.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// TestIdleStopResume: a sandbox with a 2 s idle period is not stopped while an exec stream
+// is open (a 5 s sleep) nor while a background process burns CPU; with neither, it is
+// stopped (stop_reason idle, an idle_stop event, its drive kept); an exec, a file read and
+// four concurrent execs each start it again and get the right answer with no error (one
+// start for the four); a sandbox a person stopped does not resume on a call.
+func TestIdleStopResume(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, rt := range runtimesUnderTest(t) {
+		e.run(rt, func(t *testing.T, e *env) {
+			sb := e.create(v1.CreateSandboxRequest{Runtime: rt, IdleSeconds: secs(2)})
+			if sb.IdleSeconds != 2 || sb.DeleteAfterSeconds != 7*24*3600 || sb.IdleStopAt == nil || sb.DeleteAt == nil {
+				t.Fatalf("create answered lifecycle %+v, want idle 2 s, delete after 7 days", sb.Lifecycle)
+			}
+			home := strings.TrimSpace(e.mustSh(sb.ID, `echo kept > ~/idle.txt && echo $HOME`))
+
+			// An open exec stream keeps it (the exec uses no CPU).
+			done := make(chan result, 1)
+			go func() { done <- e.sh(sb.ID, "", "sleep 5; echo slept") }()
+			e.staysRunning(sb.ID, 4500*time.Millisecond, "an exec stream was open")
+			if r := <-done; r.stdout != "slept\n" {
+				t.Fatalf("the long exec: %+v", r)
+			}
+
+			// A background process burning CPU keeps it (no stream open).
+			e.mustSh(sb.ID, `nohup bash -c 'while :; do :; done' >/dev/null 2>&1 & echo $! > ~/burn.pid`)
+			e.staysRunning(sb.ID, 5*time.Second, "a process was burning CPU")
+			e.mustSh(sb.ID, `kill $(cat ~/burn.pid)`)
+
+			got := e.waitIdleStopped(sb.ID, 15*time.Second)
+			if got.IdleStopAt != nil || got.Error != "" {
+				t.Errorf("idle-stopped record: %+v (error %q)", got.Lifecycle, got.Error)
+			}
+			if eventKinds(t, e.c, sb.ID, "idle_stop") != 1 {
+				t.Errorf("want one idle_stop event")
+			}
+
+			// Resume by exec.
+			if out := e.mustSh(sb.ID, `cat ~/idle.txt`); out != "kept\n" {
+				t.Fatalf("exec after the idle stop: %q", out)
+			}
+			if got, _ := e.c.Get(ctx, sb.ID); got.State != "running" {
+				t.Fatalf("after the exec: %s", got.State)
+			}
+
+			// Resume by a file call.
+			e.waitIdleStopped(sb.ID, 15*time.Second)
+			f, err := e.c.ReadFile(ctx, sb.ID, home+"/idle.txt", "")
+			if err != nil {
+				t.Fatalf("file read after the idle stop: %v", err)
+			}
+			data, _ := io.ReadAll(f)
+			f.Close()
+			if string(data) != "kept\n" {
+				t.Fatalf("file read after the idle stop: %q", data)
+			}
+
+			// Four at once: one start, four answers.
+			e.waitIdleStopped(sb.ID, 15*time.Second)
+			before := eventKinds(t, e.c, sb.ID, "auto_resume")
+			var wg sync.WaitGroup
+			outs := make([]result, 4)
+			for i := range outs {
+				wg.Add(1)
+				go func() { defer wg.Done(); outs[i] = e.sh(sb.ID, "", "cat ~/idle.txt") }()
+			}
+			wg.Wait()
+			for i, r := range outs {
+				if r.code != 0 || r.stdout != "kept\n" {
+					t.Errorf("concurrent exec %d: %+v", i, r)
+				}
+			}
+			if n := eventKinds(t, e.c, sb.ID, "auto_resume") - before; n != 1 {
+				t.Errorf("%d resumes for four concurrent calls, want 1", n)
+			}
+
+			// Stopped by a person: a call does not start it.
+			if _, err := e.c.Stop(ctx, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if _, err := e.c.Exec(ctx, sb.ID, sdk.ExecRequest{Cmd: "/bin/true", Stdout: &out}); err == nil {
+				t.Errorf("exec in a sandbox a person stopped succeeded")
+			}
+			if got, _ := e.c.Get(ctx, sb.ID); got.State != "stopped" || got.StopReason != "" {
+				t.Errorf("after an exec in a stopped sandbox: %s (%q)", got.State, got.StopReason)
+			}
+		})
+	}
+}
+
+// TestIdleOff: --idle 0 turns idle stop off (no idle_stop_at, still running after 4 s).
+func TestIdleOff(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(v1.CreateSandboxRequest{Runtime: "runc", IdleSeconds: secs(0)})
+	if sb.IdleSeconds != 0 || sb.IdleStopAt != nil {
+		t.Fatalf("lifecycle %+v", sb.Lifecycle)
+	}
+	e.staysRunning(sb.ID, 4*time.Second, "idle stop is off")
+}
+
+// TestDeleteUnusedArchive: a sandbox unused for its 3 s unused period is deleted (record,
+// drive), and its archive under <data>/archives holds what it wrote: the file's content,
+// and a symlink to a host path stored as a symlink (not followed).
+func TestDeleteUnusedArchive(t *testing.T) {
+	e := newEnv(t)
+	for _, rt := range runtimesUnderTest(t) {
+		e.run(rt, func(t *testing.T, e *env) {
+			sb := e.create(v1.CreateSandboxRequest{Runtime: rt, IdleSeconds: secs(0), DeleteAfterSeconds: secs(3), Archive: true})
+			want := "archived " + sb.ID + " " + shortID()
+			e.mustSh(sb.ID, `printf '%s' '`+want+`' > ~/work.txt && ln -s /etc/shadow ~/shadow-link && mkdir -p ~/d && echo x > ~/d/y`)
+			testutil.WaitFor(t, 20*time.Second, "the unused sandbox to be deleted", func() bool {
+				_, err := e.c.Get(context.Background(), sb.ID)
+				return isNotFound(err)
+			})
+			e.d.Manager.Wait()
+			if _, err := os.Stat(filepath.Join(e.dataDir, "drives", sb.ID+".img")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the drive remains: %v", err)
+			}
+			path := filepath.Join(e.dataDir, "archives", sb.ID+".tar.zst")
+			files := readArchive(t, path)
+			var found, link bool
+			for name, h := range files {
+				switch {
+				case strings.HasPrefix(name, "root/upper/") && strings.HasSuffix(name, "/work.txt"):
+					found = true
+					if h.body != want {
+						t.Errorf("%s in the archive: %q, want %q", name, h.body, want)
+					}
+				case strings.HasSuffix(name, "/shadow-link"):
+					link = true
+					if h.hdr.Typeflag != tar.TypeSymlink || h.hdr.Linkname != "/etc/shadow" || h.body != "" {
+						t.Errorf("the symlink was archived as %+v with %d bytes", h.hdr, len(h.body))
+					}
+				}
+			}
+			if !found || !link {
+				t.Fatalf("the archive lacks the file or the link: %v", keys(files))
+			}
+			if entries, _ := os.ReadDir(filepath.Join(e.dataDir, "archives")); len(entries) != 1 {
+				t.Errorf("archives directory holds %d entries, want only the archive (no temporary file, no mount point)", len(entries))
+			}
+		})
+	}
+}
+
+type archived struct {
+	hdr  *tar.Header
+	body string
+}
+
+func readArchive(t *testing.T, path string) map[string]archived {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("the archive: %v", err)
+	}
+	defer f.Close()
+	zr, err := zstd.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	tr := tar.NewReader(zr)
+	out := map[string]archived{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("reading the archive: %v", err)
+		}
+		b, _ := io.ReadAll(tr)
+		out[h.Name] = archived{h, string(b)}
+	}
+	return out
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestIdleRestart: a daemon restart keeps an idle-stopped sandbox's settings and state,
+// and the next exec starts it again.
+func TestIdleRestart(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(v1.CreateSandboxRequest{Runtime: "runc", IdleSeconds: secs(2), DeleteAfterSeconds: secs(3600), Archive: true})
+	e.mustSh(sb.ID, `echo before-restart > ~/r.txt`)
+	e.waitIdleStopped(sb.ID, 15*time.Second)
+	e.stop()
+	e.start(filepath.Join(testutil.Binaries(t), "moat-init"), nil)
+	got, err := e.c.Get(context.Background(), sb.ID)
+	if err != nil || got.State != "stopped" || got.StopReason != "idle" || got.IdleSeconds != 2 || got.DeleteAfterSeconds != 3600 || !got.Archive {
+		t.Fatalf("after a restart: %+v %v", got, err)
+	}
+	if out := e.mustSh(sb.ID, `cat ~/r.txt`); out != "before-restart\n" {
+		t.Fatalf("exec after a restart: %q", out)
+	}
+}
