@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -18,8 +19,16 @@ func (s *Server) e2bGateway(w http.ResponseWriter, r *http.Request) {
 		writeGone(w, id, "moat forwards only envd (port "+envdPort+"), not port "+p)
 		return
 	}
-	// A sandbox stopped for idleness (or by its timeout, with autoResume) starts again.
-	sb, release, err := s.sandboxes.Acquire(r.Context(), id)
+	// A sandbox stopped for idleness (or by its timeout, with autoResume) starts again on
+	// a request; a health probe (the SDK's isRunning) is not one.
+	acquire := s.sandboxes.Acquire
+	if r.URL.Path == "/health" {
+		acquire = func(ctx context.Context, id string) (*sandbox.Sandbox, func(), error) {
+			sb, err := s.sandboxes.Get(ctx, id)
+			return sb, func() {}, err
+		}
+	}
+	sb, release, err := acquire(r.Context(), id)
 	if err != nil || sb.Warm {
 		writeGone(w, id, "no such sandbox")
 		return
