@@ -2,13 +2,17 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/bench"
+	"github.com/moatdev/moat/internal/daemon"
 )
 
 // lifecycleFlags are create's and run's idle-stop and unused-deletion settings.
@@ -90,4 +94,87 @@ func ago(d time.Duration) string {
 		return fmt.Sprintf("%dh", int(d/time.Hour))
 	}
 	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+}
+
+// resumeRatios is bench's ratio column of the resume row: to the raw runtime's p50, then
+// to the warm and the cold create of the same run.
+func resumeRatios(r bench.RuntimeResult) string {
+	s := "-"
+	if r.Raw.P50 > 0 {
+		s = fmt.Sprintf("%.2f", r.Resume.P50/r.Raw.P50)
+	}
+	if r.ResumeToWarm > 0 {
+		s += fmt.Sprintf(" (%.2f× warm create)", r.ResumeToWarm)
+	}
+	if r.ResumeToCold > 0 {
+		s += fmt.Sprintf(" (%.2f× cold create)", r.ResumeToCold)
+	}
+	return s
+}
+
+func (a *app) archiveCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "archive",
+		Short: "Drive archives of sandboxes deleted after their unused period (--archive)",
+	}
+	var asJSON bool
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List drive archives: <data>/archives/<id>.tar.zst (zstd-compressed tar of the drive's overlay upper directories)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			list, err := c.Archives(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if list == nil {
+					list = []v1.Archive{}
+				}
+				return printJSON(list)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SANDBOX\tARCHIVED\tSIZE\tPATH")
+			for _, x := range list {
+				fmt.Fprintf(tw, "%s\t%s\t%.1f MiB\t%s\n", termSafe(x.ID), x.Time.Local().Format("2006-01-02 15:04:05"), float64(x.Bytes)/(1<<20), termSafe(x.Path))
+			}
+			return tw.Flush()
+		},
+	}
+	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.AddCommand(ls)
+	return cmd
+}
+
+// serveLifecycle are serve's defaults of the idle and unused periods.
+type serveLifecycle struct{ idle, deleteAfter string }
+
+func (f *serveLifecycle) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.idle, "idle", "", "idle period of sandboxes whose create names none (default 5m; 0: no idle stop)")
+	cmd.Flags().StringVar(&f.deleteAfter, "delete-after", "", "unused period after which sandboxes whose create names none are deleted (default 7d; 0: never)")
+}
+
+// apply sets cfg's defaults; 0 becomes "off" (negative in daemon.Config).
+func (f *serveLifecycle) apply(cfg *daemon.Config) error {
+	for _, x := range []struct {
+		flag, val string
+		to        *time.Duration
+	}{{"idle", f.idle, &cfg.DefaultIdle}, {"delete-after", f.deleteAfter, &cfg.DefaultDeleteAfter}} {
+		if x.val == "" {
+			continue
+		}
+		d, err := parseDays(x.val)
+		if err != nil {
+			return fmt.Errorf("--%s: %w", x.flag, err)
+		}
+		if d == 0 {
+			d = -1
+		}
+		*x.to = d
+	}
+	return nil
 }

@@ -491,6 +491,9 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 				if r.Warm != nil {
 					fmt.Fprintf(tw, "%s\tmoat API, warm pool\t%.1f ms\t%.1f ms\t%.2f\t%d\n", r.Runtime, r.Warm.P50, r.Warm.P99, r.WarmRatio, r.Warm.N)
 				}
+				if r.Resume != nil {
+					fmt.Fprintf(tw, "%s\texec after idle stop (resume)\t%.1f ms\t%.1f ms\t%s\t%d\n", r.Runtime, r.Resume.P50, r.Resume.P99, resumeRatios(r), r.Resume.N)
+				}
 			}
 			tw.Flush()
 			fmt.Printf("idle memory: %.2f MiB per sandbox (host used-memory delta, caches dropped, over %d idle runc sandboxes); %.2f MiB charged to each sandbox's cgroup; moat-init RSS %.0f KiB\n",

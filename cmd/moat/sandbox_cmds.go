@@ -602,6 +602,7 @@ func (a *app) serveCmd() *cobra.Command {
 	var warm, warmRunsc int
 	var diskOvercommit bool
 	var e2bTemplates []string
+	var life serveLifecycle
 	var max maxFlags
 	var ioBps, maxIOBps string
 	var ioIops, maxIOIops, fileBudget int64
@@ -623,6 +624,9 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 			}
 			cfg.Listen, cfg.Warm = listen, map[string]int{"runc": warm, "runsc": warmRunsc}
 			cfg.DiskOvercommit = diskOvercommit
+			if err := life.apply(&cfg); err != nil {
+				return err
+			}
 			if diskReserve != "" {
 				if cfg.DiskReserve, err = parseSize(diskReserve); err != nil || cfg.DiskReserve <= 0 {
 					return fmt.Errorf("--disk-reserve %q: want a positive size, e.g. 1G", diskReserve)
@@ -676,6 +680,7 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 	cmd.Flags().StringVar(&diskReserve, "disk-reserve", "", "space of the data filesystem no drive may take, kept for the database, logs and layers (default 2% of it, at least 256M, at most 4G)")
 	cmd.Flags().StringArrayVar(&e2bTemplates, "e2b-template", nil, "map an E2B template name to a moat template, NAME=TEMPLATE (repeatable; default base=debian)")
 	max.register(cmd, "every sandbox (the host's capacity bounds them in any case)")
+	life.register(cmd)
 	cmd.Flags().StringVar(&ioBps, "io-bps", "", "default drive throttle of a sandbox in bytes/s (reads and writes each; default 16M; 0: none)")
 	cmd.Flags().Int64Var(&ioIops, "io-iops", 0, "default drive throttle of a sandbox in requests/s (reads and writes each; default 400; 0: none)")
 	cmd.Flags().StringVar(&maxIOBps, "max-io-bps", "", "largest --io-bps a sandbox may ask for (0: none)")

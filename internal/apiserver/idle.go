@@ -1,10 +1,13 @@
 package apiserver
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/sandbox"
 )
 
@@ -56,4 +59,36 @@ func e2bLifecycleOptions(opts *sandbox.CreateOptions, req e2bCreateRequest) {
 	off := time.Duration(0)
 	opts.Idle = &off
 	opts.AutoResume = req.AutoResume != nil && req.AutoResume.Enabled
+}
+
+// Archives lists the drive archives written before sandboxes unused past their period
+// were deleted.
+type Archives interface {
+	Archives(ctx context.Context) ([]v1.Archive, error)
+}
+
+// SetArchives serves GET /v1/archives from a.
+func (s *Server) SetArchives(a Archives) { s.archives = a }
+
+func (s *Server) idleRoutes() []route {
+	return []route{{"GET /v1/archives", s.listArchives}}
+}
+
+// listArchives answers the drive archives. They hold the files of deleted sandboxes of
+// every owner, so only the operator may list them.
+func (s *Server) listArchives(w http.ResponseWriter, r *http.Request) {
+	if !sandbox.CallerFrom(r.Context()).Operator {
+		writeError(w, fmt.Errorf("drive archives are listed on the daemon's unix socket only: %w", errdefs.ErrPermissionDenied))
+		return
+	}
+	out := []v1.Archive{}
+	if s.archives != nil {
+		list, err := s.archives.Archives(r.Context())
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		out = append(out, list...)
+	}
+	writeJSON(w, http.StatusOK, out)
 }

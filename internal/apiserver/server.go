@@ -102,6 +102,9 @@ type Server struct {
 	// workspaces serves diff and export (workspace.go); nil: not available.
 	workspaces Workspaces
 	changes    Changes // change records of git pushes (SetChanges); nil: none
+
+	// archives lists the drive archives of sandboxes deleted unused (SetArchives); nil: none.
+	archives Archives
 }
 
 // route is one entry of the route table.
@@ -175,6 +178,7 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 	}
 	routes = append(routes, s.workspaceRoutes()...)
 	routes = append(routes, s.changeRoutes()...)
+	routes = append(routes, s.idleRoutes()...)
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, route{"GET /health", s.health})
 	for _, r := range routes {

@@ -332,6 +332,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		},
 	})
 	d.api.SetChanges(d.Egress)
+	d.api.SetArchives(archives{stor})
 	return d, nil
 }
 

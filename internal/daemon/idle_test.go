@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -204,6 +205,10 @@ func TestDeleteUnusedArchive(t *testing.T) {
 			if !found || !link {
 				t.Fatalf("the archive lacks the file or the link: %v", keys(files))
 			}
+			list, err := e.c.Archives(context.Background())
+			if err != nil || !slices.ContainsFunc(list, func(a v1.Archive) bool { return a.ID == sb.ID && a.Path == path && a.Bytes > 0 }) {
+				t.Errorf("moat archive ls: %+v %v, want %s", list, err, path)
+			}
 			entries, _ := os.ReadDir(filepath.Join(e.dataDir, "archives"))
 			for _, en := range entries {
 				if !strings.HasSuffix(en.Name(), ".tar.zst") {
@@ -285,6 +290,9 @@ func TestIdleResumeE2B(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := sdk.NewHTTP("http://"+addr, key.Key)
+	if _, err := a.Archives(ctx); err == nil {
+		t.Errorf("an API key listed the drive archives (files of every owner's deleted sandboxes)")
+	}
 	for _, rt := range runtimesUnderTest(t) {
 		e.run(rt, func(t *testing.T, e *env) {
 			sb, err := a.Create(ctx, v1.CreateSandboxRequest{Runtime: rt, MemoryBytes: 512 << 20, DiskBytes: 256 << 20, IdleSeconds: secs(2)})

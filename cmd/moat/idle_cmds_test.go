@@ -1,0 +1,79 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/daemon"
+)
+
+func TestParseDays(t *testing.T) {
+	cases := []struct {
+		in   string
+		want time.Duration
+		bad  bool
+	}{
+		{"7d", 7 * 24 * time.Hour, false},
+		{"0", 0, false},
+		{"90", 90 * time.Second, false},
+		{"5m", 5 * time.Minute, false},
+		{"1h30m", 90 * time.Minute, false},
+		{"-1d", 0, true},
+		{"xd", 0, true},
+		{"1w", 0, true},
+		{"-5m", 0, true},
+	}
+	for _, c := range cases {
+		got, err := parseDays(c.in)
+		if (err != nil) != c.bad || !c.bad && got != c.want {
+			t.Errorf("parseDays(%q) = %s, %v; want %s (bad %v)", c.in, got, err, c.want, c.bad)
+		}
+	}
+}
+
+func TestLifecycleFlags(t *testing.T) {
+	var req v1.CreateSandboxRequest
+	f := lifecycleFlags{idle: "0", deleteAfter: "2d", archive: true}
+	if err := f.apply(&req); err != nil {
+		t.Fatal(err)
+	}
+	if req.IdleSeconds == nil || *req.IdleSeconds != 0 || req.DeleteAfterSeconds == nil || *req.DeleteAfterSeconds != 2*86400 || !req.Archive {
+		t.Fatalf("request %+v", req)
+	}
+	req = v1.CreateSandboxRequest{}
+	if err := (&lifecycleFlags{}).apply(&req); err != nil || req.IdleSeconds != nil || req.DeleteAfterSeconds != nil {
+		t.Fatalf("no flags: %+v %v (want the daemon's defaults: nil)", req, err)
+	}
+	if err := (&lifecycleFlags{deleteAfter: "0", archive: true}).apply(&req); err == nil {
+		t.Errorf("--archive with --delete-after 0 was accepted")
+	}
+	if err := (&lifecycleFlags{idle: "soon"}).apply(&req); err == nil {
+		t.Errorf("--idle soon was accepted")
+	}
+}
+
+func TestLifecycleColumns(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	in := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	sb := v1.Sandbox{State: "running", Lifecycle: v1.Lifecycle{LastUsedAt: now.Add(-90 * time.Second), IdleStopAt: in(210 * time.Second), DeleteAt: in(7 * 24 * time.Hour), Archive: true}}
+	last, idle, del := lifecycleColumns(sb, now)
+	if last != "1m ago" || idle != "in 3m" || del != "in 7d (archive)" {
+		t.Errorf("running: %q %q %q", last, idle, del)
+	}
+	sb = v1.Sandbox{State: "stopped", Lifecycle: v1.Lifecycle{LastUsedAt: now.Add(-3 * time.Hour), StopReason: "idle"}}
+	if _, idle, del := lifecycleColumns(sb, now); idle != "idle-stopped" || del != "-" {
+		t.Errorf("idle-stopped, no deletion: %q %q", idle, del)
+	}
+}
+
+func TestServeLifecycle(t *testing.T) {
+	f := serveLifecycle{idle: "0", deleteAfter: "30d"}
+	var c daemon.Config
+	if err := f.apply(&c); err != nil {
+		t.Fatal(err)
+	}
+	if c.DefaultIdle >= 0 || c.DefaultDeleteAfter != 30*24*time.Hour {
+		t.Errorf("serve --idle 0 --delete-after 30d: idle %s, delete %s (want off: negative, and 30 days)", c.DefaultIdle, c.DefaultDeleteAfter)
+	}
+}
