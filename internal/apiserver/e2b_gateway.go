@@ -1,7 +1,6 @@
 package apiserver
 
 import (
-	"context"
 	"net/http"
 	"time"
 
@@ -19,27 +18,18 @@ func (s *Server) e2bGateway(w http.ResponseWriter, r *http.Request) {
 		writeGone(w, id, "moat forwards only envd (port "+envdPort+"), not port "+p)
 		return
 	}
-	// A sandbox stopped for idleness (or by its timeout, with autoResume) starts again on
-	// a request; a health probe (the SDK's isRunning) is not one.
-	acquire := s.sandboxes.Acquire
-	if r.URL.Path == "/health" {
-		acquire = func(ctx context.Context, id string) (*sandbox.Sandbox, func(), error) {
-			sb, err := s.sandboxes.Get(ctx, id)
-			return sb, func() {}, err
-		}
-	}
-	sb, release, err := acquire(r.Context(), id)
+	sb, err := s.sandboxes.Get(r.Context(), id)
 	if err != nil || sb.Warm {
 		writeGone(w, id, "no such sandbox")
 		return
 	}
-	defer release()
-	if sb.State != sandbox.StateRunning {
+	if sb.State != sandbox.StateRunning && !sandbox.Resumable(sb) {
 		writeGone(w, id, "it is "+string(sb.State))
 		return
 	}
 	// moat-init checks the token too; checking it here first keeps requests without it
-	// from costing the daemon anything (an RPC body is read whole before forwarding).
+	// from costing the daemon anything (an RPC body is read whole before forwarding), and
+	// from starting a sandbox stopped for idleness.
 	if r.URL.Path != "/health" && !envdauth.NewToken(sb.AccessToken).Equal(r.Header.Get("X-Access-Token")) {
 		const msg = "invalid or missing access token (X-Access-Token)"
 		if r.URL.Path == "/files" {
@@ -48,6 +38,20 @@ func (s *Server) e2bGateway(w http.ResponseWriter, r *http.Request) {
 			// An RPC: a Connect error, as moat-init itself would answer.
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"code": "unauthenticated", "message": msg})
 		}
+		return
+	}
+	// A sandbox stopped for idleness (or by its timeout, with autoResume) starts again on
+	// an authenticated request; a health probe (the SDK's isRunning) is not one.
+	if r.URL.Path != "/health" {
+		var release func()
+		if sb, release, err = s.sandboxes.Acquire(r.Context(), id); err != nil {
+			writeGone(w, id, "it could not be resumed: "+err.Error())
+			return
+		}
+		defer release()
+	}
+	if sb.State != sandbox.StateRunning {
+		writeGone(w, id, "it is "+string(sb.State))
 		return
 	}
 	s.forward(w, r, envdDest{id: sb.ID, rest: r.URL.Path, e2b: true})

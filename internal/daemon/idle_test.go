@@ -306,6 +306,19 @@ func TestIdleResumeE2B(t *testing.T) {
 			home := strings.TrimSpace(e.mustSh(sb.ID, `echo via-gateway > ~/g.txt && echo $HOME`))
 			e.waitIdleStopped(sb.ID, 15*time.Second)
 
+			// Without its access token, a request does not wake it.
+			bad, _ := http.NewRequest("GET", "http://"+addr+"/files?path="+url.QueryEscape(home+"/g.txt"), nil)
+			bad.Header.Set("E2b-Sandbox-Id", sb.ID)
+			bad.Header.Set("X-Access-Token", strings.Repeat("0", len(rec.AccessToken)))
+			if resp, err := http.DefaultClient.Do(bad); err != nil || resp.StatusCode != 401 {
+				t.Fatalf("a gateway request with a wrong token: %v %v, want 401", resp, err)
+			} else {
+				resp.Body.Close()
+			}
+			if got, _ := e.c.Get(ctx, sb.ID); got.State != "stopped" {
+				t.Fatalf("a request with a wrong token resumed the sandbox: %s", got.State)
+			}
+
 			req, _ := http.NewRequest("GET", "http://"+addr+"/files?path="+url.QueryEscape(home+"/g.txt"), nil)
 			req.Header.Set("E2b-Sandbox-Id", sb.ID)
 			req.Header.Set("X-Access-Token", rec.AccessToken)

@@ -191,7 +191,6 @@ type activity struct {
 	open  int       // envd streams open now
 	cpuNs uint64    // CPU counter at cpuAt (cpuAt zero: no reading yet)
 	cpuAt time.Time
-	saved time.Time // the LastUsedAt last written to the record
 }
 
 func (m *Manager) activityOf(id string) *activity {
@@ -441,7 +440,8 @@ func (m *Manager) idleAct(ctx context.Context, id string, _ IdleAction) error {
 		detail := fmt.Sprintf("unused for %s (period %s)", unused, sb.DeleteAfter)
 		if sb.Archive {
 			if sb.State != StateStopped {
-				if sb, err = m.stopFor(ctx, sb, "", ""); err != nil {
+				// As an idle stop: should the archive fail, a call still brings it back.
+				if _, err = m.stopFor(ctx, sb, "", StopIdle); err != nil {
 					return err
 				}
 			}
