@@ -72,6 +72,8 @@ func lifecycleColumns(sb v1.Sandbox, now time.Time) (last, idle, del string) {
 		idle = "in " + ago(sb.IdleStopAt.Sub(now))
 	} else if sb.State == "stopped" && sb.StopReason == "idle" {
 		idle = "idle-stopped"
+	} else if sb.State == "paused" && sb.StopReason == "idle" {
+		idle = "idle-frozen"
 	}
 	if sb.DeleteAt != nil {
 		del = "in " + ago(sb.DeleteAt.Sub(now))
@@ -96,18 +98,18 @@ func ago(d time.Duration) string {
 	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
 }
 
-// resumeRatios is bench's ratio column of the resume row: to the raw runtime's p50, then
+// resumeRatios is bench's ratio column of a resume row: to the raw runtime's p50, then
 // to the warm and the cold create of the same run.
-func resumeRatios(r bench.RuntimeResult) string {
+func resumeRatios(raw, l bench.Latency, warm *bench.Latency, cold bench.Latency) string {
 	s := "-"
-	if r.Raw.P50 > 0 {
-		s = fmt.Sprintf("%.2f", r.Resume.P50/r.Raw.P50)
+	if raw.P50 > 0 {
+		s = fmt.Sprintf("%.2f", l.P50/raw.P50)
 	}
-	if r.ResumeToWarm > 0 {
-		s += fmt.Sprintf(" (%.2f× warm create)", r.ResumeToWarm)
+	if warm != nil && warm.P50 > 0 {
+		s += fmt.Sprintf(" (%.2f× warm create)", l.P50/warm.P50)
 	}
-	if r.ResumeToCold > 0 {
-		s += fmt.Sprintf(" (%.2f× cold create)", r.ResumeToCold)
+	if cold.P50 > 0 {
+		s += fmt.Sprintf(" (%.2f× cold create)", l.P50/cold.P50)
 	}
 	return s
 }
@@ -151,11 +153,12 @@ func (a *app) archiveCmd() *cobra.Command {
 }
 
 // serveLifecycle are serve's defaults of the idle and unused periods.
-type serveLifecycle struct{ idle, deleteAfter string }
+type serveLifecycle struct{ idle, deleteAfter, freeze string }
 
 func (f *serveLifecycle) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.idle, "idle", "", "idle period of sandboxes whose create names none (default 5m; 0: no idle stop)")
 	cmd.Flags().StringVar(&f.deleteAfter, "delete-after", "", "unused period after which sandboxes whose create names none are deleted (default 7d; 0: never)")
+	cmd.Flags().StringVar(&f.freeze, "idle-freeze", "", "how long an idle sandbox stays frozen (memory kept, resumed in milliseconds) before it is stopped (memory freed; default 10m; 0: stopped at once)")
 }
 
 // apply sets cfg's defaults; 0 becomes "off" (negative in daemon.Config).
@@ -163,7 +166,7 @@ func (f *serveLifecycle) apply(cfg *daemon.Config) error {
 	for _, x := range []struct {
 		flag, val string
 		to        *time.Duration
-	}{{"idle", f.idle, &cfg.DefaultIdle}, {"delete-after", f.deleteAfter, &cfg.DefaultDeleteAfter}} {
+	}{{"idle", f.idle, &cfg.DefaultIdle}, {"delete-after", f.deleteAfter, &cfg.DefaultDeleteAfter}, {"idle-freeze", f.freeze, &cfg.IdleFreeze}} {
 		if x.val == "" {
 			continue
 		}

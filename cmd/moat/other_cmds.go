@@ -226,7 +226,9 @@ func (a *app) benchDaemon(ctx context.Context, name string, warm map[string]int,
 	sock := filepath.Join(run, "moat.sock")
 	_, stopDaemon, err := daemon.Start(ctx, daemon.Config{DataDir: data, RunDir: run, Socket: sock, Warm: warm, IDBase: idBase, Log: a.logger(os.Stderr),
 		// The upstream of the connection-load figure, a server of the bench on loopback.
-		EgressHosts: egress.Hosts{benchHoldName: {netip.MustParseAddr("127.0.0.1")}}})
+		EgressHosts: egress.Hosts{benchHoldName: {netip.MustParseAddr("127.0.0.1")}},
+		// Idle sandboxes frozen for 2 s, then stopped: the resume figures time both.
+		IdleFreeze: bench.IdleFreeze})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -492,7 +494,10 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 					fmt.Fprintf(tw, "%s\tmoat API, warm pool\t%.1f ms\t%.1f ms\t%.2f\t%d\n", r.Runtime, r.Warm.P50, r.Warm.P99, r.WarmRatio, r.Warm.N)
 				}
 				if r.Resume != nil {
-					fmt.Fprintf(tw, "%s\texec after idle stop (resume)\t%.1f ms\t%.1f ms\t%s\t%d\n", r.Runtime, r.Resume.P50, r.Resume.P99, resumeRatios(r), r.Resume.N)
+					fmt.Fprintf(tw, "%s\texec after idle stop (resume)\t%.1f ms\t%.1f ms\t%s\t%d\n", r.Runtime, r.Resume.P50, r.Resume.P99, resumeRatios(r.Raw, *r.Resume, r.Warm, r.API), r.Resume.N)
+				}
+				if r.Thaw != nil {
+					fmt.Fprintf(tw, "%s\texec after idle freeze (thaw)\t%.1f ms\t%.1f ms\t%s\t%d\n", r.Runtime, r.Thaw.P50, r.Thaw.P99, resumeRatios(r.Raw, *r.Thaw, r.Warm, r.API), r.Thaw.N)
 				}
 			}
 			tw.Flush()

@@ -73,7 +73,10 @@ type RuntimeResult struct {
 	Resume       *Latency `json:"resume_after_idle_stop,omitempty"`
 	ResumeToWarm float64  `json:"resume_to_warm_ratio_p50,omitempty"`
 	ResumeToCold float64  `json:"resume_to_cold_ratio_p50,omitempty"`
-	Error        string   `json:"error,omitempty"`
+	// Thaw is the same for a sandbox frozen for idleness (the first idle stage).
+	Thaw       *Latency `json:"resume_after_idle_freeze,omitempty"`
+	ThawToWarm float64  `json:"thaw_to_warm_ratio_p50,omitempty"`
+	Error      string   `json:"error,omitempty"`
 }
 
 // Result is the whole report.

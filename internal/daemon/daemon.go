@@ -104,7 +104,10 @@ type Config struct {
 	// negative: off). See sandbox/idle.go.
 	DefaultIdle        time.Duration
 	DefaultDeleteAfter time.Duration
-	Log                *slog.Logger
+	// IdleFreeze is how long an idle sandbox stays frozen before it is stopped
+	// (--idle-freeze; 0: 10 min, negative: stopped at once).
+	IdleFreeze time.Duration
+	Log        *slog.Logger
 }
 
 // Daemon is a running moat daemon.
@@ -300,7 +303,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Warm:          cfg.Warm,
 		IDBase:        cfg.IDBase,
 		Secrets:       sec,
-		DefaultIdle:   cfg.DefaultIdle, DefaultDeleteAfter: cfg.DefaultDeleteAfter,
+		DefaultIdle:   cfg.DefaultIdle, DefaultDeleteAfter: cfg.DefaultDeleteAfter, IdleFreeze: cfg.IdleFreeze,
 	}, st, runtimes, stor, net, d.Egress, ns, d.log.With("component", "sandbox"))
 	// Closed after background work (reverse order): a deletion still closes its own.
 	d.addCloser("init logs", func() error { d.Manager.CloseLogs(); return nil })

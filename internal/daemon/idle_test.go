@@ -26,6 +26,9 @@ import (
 
 func secs(n int64) *int64 { return &n }
 
+// noFreeze makes idle sandboxes stop at once, without the freeze stage.
+func noFreeze(c *daemon.Config) { c.IdleFreeze = -1 }
+
 // waitIdleStopped waits for sandbox id to be stopped for idleness and returns its record.
 func (e *env) waitIdleStopped(id string, within time.Duration) *v1.Sandbox {
 	e.t.Helper()
@@ -72,7 +75,7 @@ func eventKinds(t *testing.T, c *sdk.Client, id, kind string) int {
 // four concurrent execs each start it again and get the right answer with no error (one
 // start for the four); a sandbox a person stopped does not resume on a call.
 func TestIdleStopResume(t *testing.T) {
-	e := newEnv(t)
+	e := newEnvWith(t, noFreeze)
 	ctx := context.Background()
 	for _, rt := range runtimesUnderTest(t) {
 		e.run(rt, func(t *testing.T, e *env) {
@@ -263,12 +266,12 @@ func keys[V any](m map[string]V) []string {
 // TestIdleRestart: a daemon restart keeps an idle-stopped sandbox's settings and state,
 // and the next exec starts it again.
 func TestIdleRestart(t *testing.T) {
-	e := newEnv(t)
+	e := newEnvWith(t, noFreeze)
 	sb := e.create(v1.CreateSandboxRequest{Runtime: "runc", IdleSeconds: secs(2), DeleteAfterSeconds: secs(3600), Archive: true})
 	e.mustSh(sb.ID, `echo before-restart > ~/r.txt`)
 	e.waitIdleStopped(sb.ID, 15*time.Second)
 	e.stop()
-	e.start(filepath.Join(testutil.Binaries(t), "moat-init"), nil)
+	e.start(filepath.Join(testutil.Binaries(t), "moat-init"), noFreeze)
 	got, err := e.c.Get(context.Background(), sb.ID)
 	if err != nil || got.State != "stopped" || got.StopReason != "idle" || got.IdleSeconds != 2 || got.DeleteAfterSeconds != 3600 || !got.Archive {
 		t.Fatalf("after a restart: %+v %v", got, err)
@@ -283,7 +286,7 @@ func TestIdleRestart(t *testing.T) {
 // connect (201, then running), each answering as from a running sandbox.
 func TestIdleResumeE2B(t *testing.T) {
 	addr := freeLoopbackAddr(t)
-	e := newEnvWith(t, func(c *daemon.Config) { c.Listen = addr })
+	e := newEnvWith(t, func(c *daemon.Config) { c.Listen, c.IdleFreeze = addr, -1 })
 	ctx := context.Background()
 	key, err := e.c.CreateAPIKey(ctx)
 	if err != nil {
@@ -347,6 +350,42 @@ func TestIdleResumeE2B(t *testing.T) {
 			}
 			if out := e.mustSh(sb.ID, `cat ~/g.txt`); out != "via-gateway\n" {
 				t.Fatalf("after connect: %q", out)
+			}
+		})
+	}
+}
+
+// TestIdleFreezeThenStop: with a 3 s freeze period, an idle sandbox is first frozen
+// (paused, stop_reason idle): an exec thaws it and a background process started before
+// is still there; idle again, it is frozen, then stopped 3 s later (its processes gone),
+// and an exec starts it again with its files.
+func TestIdleFreezeThenStop(t *testing.T) {
+	e := newEnvWith(t, func(c *daemon.Config) { c.IdleFreeze = 3 * time.Second })
+	ctx := context.Background()
+	for _, rt := range runtimesUnderTest(t) {
+		e.run(rt, func(t *testing.T, e *env) {
+			sb := e.create(v1.CreateSandboxRequest{Runtime: rt, IdleSeconds: secs(2)})
+			e.mustSh(sb.ID, `echo frozen-or-not > ~/f.txt; nohup sleep 1000 >/dev/null 2>&1 &`)
+			// Whether the sleep runs (by command line: a new start reuses small pids).
+			const sleeping = `n=0; for p in /proc/[0-9]*; do case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in "sleep 1000 "*) n=$((n+1));; esac; done; echo sleeping=$n; `
+			frozen := func() {
+				t.Helper()
+				testutil.WaitFor(t, 15*time.Second, "the sandbox to be frozen for idleness", func() bool {
+					got, _ := e.c.Get(ctx, sb.ID)
+					return got != nil && got.State == "paused" && got.StopReason == "idle"
+				})
+			}
+			frozen()
+			if eventKinds(t, e.c, sb.ID, "idle_freeze") != 1 {
+				t.Errorf("want one idle_freeze event")
+			}
+			if out := e.mustSh(sb.ID, sleeping+`cat ~/f.txt`); out != "sleeping=1\nfrozen-or-not\n" {
+				t.Fatalf("exec after the idle freeze: %q (the background sleep must survive a thaw)", out)
+			}
+			frozen()
+			e.waitIdleStopped(sb.ID, 15*time.Second)
+			if out := e.mustSh(sb.ID, sleeping+`cat ~/f.txt`); out != "sleeping=0\nfrozen-or-not\n" {
+				t.Fatalf("exec after the idle stop: %q", out)
 			}
 		})
 	}

@@ -23,9 +23,12 @@ import (
 //     looks of the sweep (its cgroup's cumulative CPU counter, as the metrics read it), so
 //     a build or a busy loop running in the background keeps it.
 //
-// A sandbox idle for its period is stopped (processes end, the drive stays; StopIdle is
-// recorded with an "idle_stop" event). Frozen (paused) sandboxes are left alone: their
-// owner chose to keep their memory. Whatever its state, a sandbox not used for its unused
+// A sandbox idle for its period is first frozen (its processes stay in memory and use no
+// CPU; StopIdle with an "idle_freeze" event), so that the next call thaws it in
+// milliseconds; frozen for the daemon's freeze period too (Config.IdleFreeze, default
+// DefaultIdleFreeze), it is stopped (processes end, memory is freed, the drive stays;
+// "idle_stop"). With no freeze period it is stopped at once. Sandboxes a person or their
+// timeout paused are left alone: their owner chose to keep their memory. Whatever its state, a sandbox not used for its unused
 // period (Sandbox.DeleteAfter) is deleted, its drive written first to
 // <data>/archives/<id>.tar.zst when Sandbox.Archive is set ("unused_delete" event).
 //
@@ -39,6 +42,7 @@ const (
 	// none (Config overrides them per daemon).
 	DefaultIdle        = 5 * time.Minute
 	DefaultDeleteAfter = 7 * 24 * time.Hour
+	DefaultIdleFreeze  = 10 * time.Minute
 	// Who stopped or paused a sandbox (Sandbox.StopReason); "" is a person (or anything
 	// else: a failed start, a dead container).
 	StopIdle    = "idle"
@@ -89,14 +93,12 @@ func orDefault(asked *time.Duration, daemon, builtin time.Duration) time.Duratio
 	return builtin
 }
 
-// Resumable says whether a call to sb starts (or thaws) it on its own: stopped for
-// idleness, or stopped or paused by its timeout when it was made with AutoResume.
+// Resumable says whether a call to sb starts (or thaws) it on its own: stopped or frozen
+// for idleness, or stopped or paused by its timeout when it was made with AutoResume.
 func Resumable(sb *Sandbox) bool {
 	switch sb.State {
-	case StateStopped:
+	case StateStopped, StatePaused:
 		return sb.StopReason == StopIdle || sb.AutoResume && sb.StopReason == StopTimeout
-	case StatePaused:
-		return sb.AutoResume && sb.StopReason == StopTimeout
 	}
 	return false
 }
@@ -106,29 +108,33 @@ type IdleAction int
 
 const (
 	IdleKeep IdleAction = iota
+	IdleFreeze
 	IdleStop
 	IdleDelete
 )
 
 func (a IdleAction) String() string {
-	return [...]string{"keep", "stop", "delete"}[a]
+	return [...]string{"keep", "freeze", "stop", "delete"}[a]
 }
 
 // IdleInput is what DecideIdle looks at.
 type IdleInput struct {
 	State       State
+	StopReason  string // who paused or stopped it (Sandbox.StopReason)
 	Warm        bool
 	IdleAfter   time.Duration // 0: never idle-stopped
 	DeleteAfter time.Duration // 0: never deleted for disuse
 	LastUsed    time.Time     // the latest activity (API call, stream end, CPU use, create)
 	Open        int           // envd streams open now
+	Freeze      time.Duration // how long an idle sandbox stays frozen before it is stopped (0: not frozen)
 	Now         time.Time
 }
 
 // DecideIdle is the idle sweep's decision for one sandbox. A sandbox with an open stream,
 // a warm one and one being created or deleted are kept. One unused for DeleteAfter is
-// deleted (whatever its state); a running one unused for IdleAfter is stopped. It is
-// pure.
+// deleted (whatever its state). A running one unused for IdleAfter is frozen, or stopped
+// when there is no freeze period; one frozen for idleness and unused for IdleAfter +
+// Freeze is stopped. It is pure.
 func DecideIdle(in IdleInput) IdleAction {
 	if in.Warm || in.Open > 0 {
 		return IdleKeep
@@ -142,7 +148,15 @@ func DecideIdle(in IdleInput) IdleAction {
 	if in.DeleteAfter > 0 && unused >= in.DeleteAfter {
 		return IdleDelete
 	}
-	if in.State == StateRunning && in.IdleAfter > 0 && unused >= in.IdleAfter {
+	if in.IdleAfter <= 0 {
+		return IdleKeep
+	}
+	switch {
+	case in.State == StateRunning && unused >= in.IdleAfter && in.Freeze > 0:
+		return IdleFreeze
+	case in.State == StateRunning && unused >= in.IdleAfter:
+		return IdleStop
+	case in.State == StatePaused && in.StopReason == StopIdle && unused >= in.IdleAfter+in.Freeze:
 		return IdleStop
 	}
 	return IdleKeep
@@ -291,7 +305,8 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *Sandbox, count func() func
 	return sb, release, nil
 }
 
-// thawLocked thaws a sandbox its timeout paused and gives it its timeout again.
+// thawLocked thaws a sandbox frozen for idleness or paused by its timeout; the latter
+// gets its timeout again (the pause cleared its deadline).
 func (m *Manager) thawLocked(ctx context.Context, sb *Sandbox) (*Sandbox, error) {
 	rt := m.runtimes[sb.Runtime]
 	if rt == nil {
@@ -302,7 +317,7 @@ func (m *Manager) thawLocked(ctx context.Context, sb *Sandbox) (*Sandbox, error)
 	}
 	return m.store.Update(ctx, sb.ID, func(s *Sandbox) error {
 		s.State, s.StopReason = StateRunning, ""
-		if s.Timeout > 0 {
+		if s.Timeout > 0 && s.ExpiresAt == nil {
 			exp := time.Now().UTC().Add(s.Timeout)
 			s.ExpiresAt = &exp
 		}
@@ -360,7 +375,20 @@ func (m *Manager) idleInput(sb *Sandbox, a *activity, now time.Time) IdleInput {
 	}
 	open := a.open
 	a.mu.Unlock()
-	return IdleInput{State: sb.State, Warm: sb.Warm, IdleAfter: sb.IdleAfter, DeleteAfter: sb.DeleteAfter, LastUsed: last, Open: open, Now: now}
+	return IdleInput{State: sb.State, StopReason: sb.StopReason, Warm: sb.Warm, IdleAfter: sb.IdleAfter, DeleteAfter: sb.DeleteAfter,
+		LastUsed: last, Open: open, Freeze: m.idleFreeze(), Now: now}
+}
+
+// idleFreeze is the daemon's freeze period (0: none).
+func (m *Manager) idleFreeze() time.Duration {
+	switch f := m.cfg.IdleFreeze; {
+	case f < 0:
+		return 0
+	case f == 0:
+		return DefaultIdleFreeze
+	default:
+		return f
+	}
 }
 
 // sampleCPU reads a running sandbox's CPU counter and counts CPU use since the last
@@ -429,6 +457,23 @@ func (m *Manager) idleAct(ctx context.Context, id string, _ IdleAction) error {
 	in := m.idleInput(sb, a, m.now())
 	unused := in.Now.Sub(in.LastUsed).Round(time.Second)
 	switch DecideIdle(in) {
+	case IdleFreeze:
+		rt := m.runtimes[sb.Runtime]
+		if rt == nil {
+			return fmt.Errorf("runtime %s unavailable: %w", sb.Runtime, errdefs.ErrUnavailable)
+		}
+		m.log.Info("freezing idle sandbox", "sandbox", id, "unused", unused)
+		if err := rt.Pause(ctx, id); err != nil {
+			return fmt.Errorf("freezing idle sandbox: %w", err)
+		}
+		if _, err := m.store.Update(ctx, id, func(s *Sandbox) error {
+			s.State, s.StopReason = StatePaused, StopIdle
+			return nil
+		}); err != nil {
+			return err
+		}
+		m.saveLastUsed(ctx, id, in.LastUsed)
+		return m.store.AddEvent(ctx, id, "idle_freeze", fmt.Sprintf("no activity for %s (idle period %s): frozen; the next call thaws it; stopped after %s more", unused, sb.IdleAfter, in.Freeze))
 	case IdleStop:
 		m.log.Info("stopping idle sandbox", "sandbox", id, "unused", unused)
 		if _, err := m.stopFor(ctx, sb, "", StopIdle); err != nil {

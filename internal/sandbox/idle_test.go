@@ -20,7 +20,7 @@ func TestDecideIdle(t *testing.T) {
 		{"idle period reached", with(func(i *IdleInput) { i.LastUsed = ago(5 * time.Minute) }), IdleStop},
 		{"idle, but a stream is open", with(func(i *IdleInput) { i.LastUsed = ago(time.Hour); i.Open = 1 }), IdleKeep},
 		{"idle stop off", with(func(i *IdleInput) { i.LastUsed = ago(time.Hour); i.IdleAfter = 0 }), IdleKeep},
-		{"paused is not idle-stopped", with(func(i *IdleInput) { i.LastUsed = ago(time.Hour); i.State = StatePaused }), IdleKeep},
+		{"paused by a person is not idle-stopped", with(func(i *IdleInput) { i.LastUsed = ago(time.Hour); i.State = StatePaused }), IdleKeep},
 		{"stopped is not stopped again", with(func(i *IdleInput) { i.LastUsed = ago(time.Hour); i.State = StateStopped }), IdleKeep},
 		{"warm sandboxes are the pool's", with(func(i *IdleInput) { i.LastUsed = ago(30 * 24 * time.Hour); i.Warm = true }), IdleKeep},
 		{"creating", with(func(i *IdleInput) { i.LastUsed = ago(30 * 24 * time.Hour); i.State = StateCreating }), IdleKeep},
@@ -31,6 +31,29 @@ func TestDecideIdle(t *testing.T) {
 		{"unused, but a stream is open", with(func(i *IdleInput) { i.LastUsed = ago(8 * 24 * time.Hour); i.Open = 2 }), IdleKeep},
 		{"deletion off", with(func(i *IdleInput) { i.LastUsed = ago(80 * 24 * time.Hour); i.State = StateStopped; i.DeleteAfter = 0 }), IdleKeep},
 		{"last use in the future (clock step)", with(func(i *IdleInput) { i.LastUsed = now.Add(time.Hour) }), IdleKeep},
+		// With a freeze period: frozen first, stopped after it.
+		{"idle with a freeze period: frozen", with(func(i *IdleInput) { i.LastUsed = ago(5 * time.Minute); i.Freeze = 10 * time.Minute }), IdleFreeze},
+		{"frozen for idleness, freeze period not over", with(func(i *IdleInput) {
+			i.LastUsed, i.Freeze, i.State, i.StopReason = ago(15*time.Minute-time.Second), 10*time.Minute, StatePaused, StopIdle
+		}), IdleKeep},
+		{"frozen for idleness, freeze period over: stopped", with(func(i *IdleInput) {
+			i.LastUsed, i.Freeze, i.State, i.StopReason = ago(15*time.Minute), 10*time.Minute, StatePaused, StopIdle
+		}), IdleStop},
+		{"frozen for idleness, no freeze period (daemon changed): stopped", with(func(i *IdleInput) {
+			i.LastUsed, i.State, i.StopReason = ago(5*time.Minute), StatePaused, StopIdle
+		}), IdleStop},
+		{"paused by a person is never idle-stopped", with(func(i *IdleInput) {
+			i.LastUsed, i.Freeze, i.State = ago(time.Hour), 10*time.Minute, StatePaused
+		}), IdleKeep},
+		{"paused by its timeout is never idle-stopped", with(func(i *IdleInput) {
+			i.LastUsed, i.State, i.StopReason = ago(time.Hour), StatePaused, StopTimeout
+		}), IdleKeep},
+		{"frozen for idleness, idle stop turned off", with(func(i *IdleInput) {
+			i.LastUsed, i.State, i.StopReason, i.IdleAfter = ago(time.Hour), StatePaused, StopIdle, 0
+		}), IdleKeep},
+		{"frozen with a stream open (thawing)", with(func(i *IdleInput) {
+			i.LastUsed, i.State, i.StopReason, i.Open = ago(time.Hour), StatePaused, StopIdle, 1
+		}), IdleKeep},
 	}
 	for _, c := range cases {
 		if got := DecideIdle(c.in); got != c.want {
@@ -74,8 +97,8 @@ func TestResumable(t *testing.T) {
 		{StateStopped, StopTimeout, false, false}, // the timeout ends it unless autoResume
 		{StateStopped, StopTimeout, true, true},
 		{StatePaused, StopTimeout, true, true},
-		{StatePaused, "", true, false}, // paused by a person
-		{StatePaused, StopIdle, false, false},
+		{StatePaused, "", true, false},       // paused by a person
+		{StatePaused, StopIdle, false, true}, // frozen for idleness
 		{StateRunning, StopIdle, true, false},
 		{StateDeleting, StopIdle, true, false},
 	}

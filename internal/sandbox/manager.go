@@ -81,6 +81,9 @@ type Config struct {
 	DefaultIdle        time.Duration
 	DefaultDeleteAfter time.Duration
 	Now                func() time.Time
+	// IdleFreeze is how long an idle sandbox stays frozen before it is stopped (0:
+	// DefaultIdleFreeze; negative: no freeze, stopped at once).
+	IdleFreeze time.Duration
 }
 
 // Manager drives sandboxes through their lifecycle. It is safe for concurrent use; operations
