@@ -131,7 +131,7 @@ func Run(ctx context.Context, c *sdk.Client, o Options) (*Result, error) {
 				r.WarmRatio = l.P50 / r.Raw.P50
 			}
 		}
-		if r.Error == "" {
+		if r.API.N > 0 { // independent of the warm figure (its pool may not fit the disk)
 			resumeFigures(ctx, c, o, rt, &r)
 		}
 		res.Runtimes = append(res.Runtimes, r)

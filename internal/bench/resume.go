@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/moatdev/moat/sdk"
@@ -72,14 +73,14 @@ func resumeFigures(ctx context.Context, c *sdk.Client, o Options, rt string, r *
 	o.Progress(fmt.Sprintf("%s: %d × exec → first output in a sandbox frozen for idleness (thaw)", rt, o.Runs))
 	thaw, err := resumeAfterIdle(ctx, c, o, rt, "paused")
 	if err != nil {
-		r.Error = "resume after idle freeze: " + err.Error()
+		r.Error = strings.TrimPrefix(r.Error+"; resume after idle freeze: "+err.Error(), "; ")
 		return
 	}
 	r.Thaw = &thaw
 	o.Progress(fmt.Sprintf("%s: %d × exec → first output in a sandbox stopped for idleness (start)", rt, o.Runs))
 	l, err := resumeAfterIdle(ctx, c, o, rt, "stopped")
 	if err != nil {
-		r.Error = "resume after idle stop: " + err.Error()
+		r.Error = strings.TrimPrefix(r.Error+"; resume after idle stop: "+err.Error(), "; ")
 		return
 	}
 	r.Resume = &l
