@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -86,11 +87,15 @@ func TestIdleStopResume(t *testing.T) {
 			home := strings.TrimSpace(e.mustSh(sb.ID, `echo kept > ~/idle.txt && echo $HOME`))
 
 			// An open exec stream keeps it (the exec uses no CPU).
-			done := make(chan result, 1)
-			go func() { done <- e.sh(sb.ID, "", "sleep 5; echo slept") }()
+			done := make(chan string, 1)
+			go func() {
+				var out bytes.Buffer
+				_, err := e.c.Exec(ctx, sb.ID, sdk.ExecRequest{Cmd: "/bin/bash", Args: []string{"-c", "sleep 5; echo slept"}, Stdout: &out})
+				done <- fmt.Sprint(out.String(), err)
+			}()
 			e.staysRunning(sb.ID, 4500*time.Millisecond, "an exec stream was open")
-			if r := <-done; r.stdout != "slept\n" {
-				t.Fatalf("the long exec: %+v", r)
+			if r := <-done; r != "slept\n<nil>" {
+				t.Fatalf("the long exec: %q", r)
 			}
 
 			// A background process burning CPU keeps it (no stream open).
