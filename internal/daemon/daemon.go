@@ -313,6 +313,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		if err := stor.Cleanup(ctx); err != nil {
 			d.log.Warn("cleaning storage", "err", err)
 		}
+		if err := stor.CleanupArchives(); err != nil {
+			d.log.Warn("cleaning interrupted drive archives", "err", err)
+		}
 		if err := d.Manager.Reconcile(ctx); err != nil {
 			return nil, fmt.Errorf("reconciling sandboxes: %w", err)
 		}

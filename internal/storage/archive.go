@@ -242,3 +242,37 @@ func (s *Store) Archives() ([]ArchivedDrive, error) {
 	}
 	return out, nil
 }
+
+// CleanupArchives removes what an archive interrupted by a crash left in the archives
+// directory: the read-only mount of a drive (.mnt-<id>, unmounted, so that the drive can
+// be mounted again when its sandbox starts) and partial archives (.tmp-*). Complete
+// archives stay. For daemon start, before any sandbox starts.
+func (s *Store) CleanupArchives() error {
+	dir := filepath.Join(s.dir, ArchiveDir)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		switch {
+		case strings.HasPrefix(e.Name(), ".mnt-"):
+			if err := linux.UnmountAll(p); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		case strings.HasPrefix(e.Name(), ".tmp-") && e.Type().IsRegular():
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
