@@ -268,21 +268,29 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
-// TestIdleRestart: a daemon restart keeps an idle-stopped sandbox's settings and state,
-// and the next exec starts it again.
+// TestIdleRestart: a daemon restart keeps idle-stopped sandboxes' settings and state (runc
+// and runsc), and the next exec starts each again with its files.
 func TestIdleRestart(t *testing.T) {
 	e := newEnvWith(t, noFreeze)
-	sb := e.create(v1.CreateSandboxRequest{Runtime: "runc", IdleSeconds: secs(2), DeleteAfterSeconds: secs(3600), Archive: true})
-	e.mustSh(sb.ID, `echo before-restart > ~/r.txt`)
-	e.waitIdleStopped(sb.ID, 15*time.Second)
+	var ids []string
+	for _, rt := range runtimesUnderTest(t) {
+		sb := e.create(v1.CreateSandboxRequest{Runtime: rt, IdleSeconds: secs(2), DeleteAfterSeconds: secs(3600), Archive: true})
+		e.mustSh(sb.ID, `echo before-restart > ~/r.txt`)
+		ids = append(ids, sb.ID)
+	}
+	for _, id := range ids {
+		e.waitIdleStopped(id, 15*time.Second)
+	}
 	e.stop()
 	e.start(filepath.Join(testutil.Binaries(t), "moat-init"), noFreeze)
-	got, err := e.c.Get(context.Background(), sb.ID)
-	if err != nil || got.State != "stopped" || got.StopReason != "idle" || got.IdleSeconds != 2 || got.DeleteAfterSeconds != 3600 || !got.Archive {
-		t.Fatalf("after a restart: %+v %v", got, err)
-	}
-	if out := e.mustSh(sb.ID, `cat ~/r.txt`); out != "before-restart\n" {
-		t.Fatalf("exec after a restart: %q", out)
+	for _, id := range ids {
+		got, err := e.c.Get(context.Background(), id)
+		if err != nil || got.State != "stopped" || got.StopReason != "idle" || got.IdleSeconds != 2 || got.DeleteAfterSeconds != 3600 || !got.Archive {
+			t.Fatalf("after a restart: %+v %v", got, err)
+		}
+		if out := e.mustSh(id, `cat ~/r.txt`); out != "before-restart\n" {
+			t.Fatalf("%s: exec after a restart: %q", got.Runtime, out)
+		}
 	}
 }
 
