@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,5 +77,38 @@ func TestServeLifecycle(t *testing.T) {
 	}
 	if c.DefaultIdle >= 0 || c.DefaultDeleteAfter != 30*24*time.Hour {
 		t.Errorf("serve --idle 0 --delete-after 30d: idle %s, delete %s (want off: negative, and 30 days)", c.DefaultIdle, c.DefaultDeleteAfter)
+	}
+}
+
+// TestCLIIdle: create's lifecycle flags reach the record (create --json, ls --json), ls
+// shows the LAST USE / IDLE STOP / DELETE columns, archive ls answers, and bad values are
+// refused before anything is created.
+func TestCLIIdle(t *testing.T) {
+	c := newCLI(t)
+	out, errOut, code := c.run("", "create", "--memory", "256M", "--disk", "128M", "--idle", "90s", "--delete-after", "2d", "--archive", "--json")
+	var sb v1.Sandbox
+	if err := json.Unmarshal([]byte(out), &sb); code != 0 || err != nil {
+		t.Fatalf("create: %d %v %s", code, err, errOut)
+	}
+	if sb.IdleSeconds != 90 || sb.DeleteAfterSeconds != 2*86400 || !sb.Archive || sb.IdleStopAt == nil || sb.DeleteAt == nil {
+		t.Fatalf("create --json lifecycle: %+v", sb.Lifecycle)
+	}
+	out, _, _ = c.run("", "ls")
+	if !strings.Contains(out, "LAST USE") || !strings.Contains(out, "IDLE STOP") || !strings.Contains(out, "(archive)") || !strings.Contains(out, "in 1m") {
+		t.Errorf("ls:\n%s", out)
+	}
+	if out, e, code := c.run("", "archive", "ls", "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("archive ls --json: %d %q %s", code, out, e)
+	}
+	for _, args := range [][]string{
+		{"create", "--idle", "soon"},
+		{"create", "--delete-after", "0", "--archive"},
+	} {
+		if _, _, code := c.run("", args...); code == 0 {
+			t.Errorf("%v was accepted", args)
+		}
+	}
+	if _, _, code := c.run("", "rm", sb.ID); code != 0 {
+		t.Errorf("rm")
 	}
 }
