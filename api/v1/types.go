@@ -34,6 +34,14 @@ type CreateSandboxRequest struct {
 	// paths (its refs are allowed and it fast-forwards): "refuse" (default) or "hold" —
 	// keep it for a person to approve (POST …/changes/{cid}/approve) or deny.
 	GitProtected string `json:"git_protected,omitempty"`
+	// Lifecycle (idle stop, resume, deletion when unused; docs/api.md). IdleSeconds: stop
+	// the sandbox after this long without activity (nil: the daemon's default, 300; 0:
+	// never). DeleteAfterSeconds: delete it after this long unused, whatever its state
+	// (nil: the daemon's default, 7 days; 0: never). Archive: write its drive to
+	// <data>/archives/<id>.tar.zst before that deletion.
+	IdleSeconds        *int64 `json:"idle_seconds,omitempty"`
+	DeleteAfterSeconds *int64 `json:"delete_after_seconds,omitempty"`
+	Archive            bool   `json:"archive,omitempty"`
 }
 
 // Credential binds a stored secret (moat secret set) to hosts. Without Header the sandbox
@@ -101,6 +109,7 @@ type Sandbox struct {
 	// limit was reached), over all its runs; LastOOMAt is when the latest was seen.
 	OOMKills  uint64     `json:"oom_kills,omitempty"`
 	LastOOMAt *time.Time `json:"last_oom_at,omitempty"`
+	Lifecycle
 }
 
 // Limits are a sandbox's resource limits. Nofile is each process' RLIMIT_NOFILE, chosen

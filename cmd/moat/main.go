@@ -93,7 +93,7 @@ limits, an overlay root with no host mounts, and no network path out.`,
 	root.PersistentFlags().StringArrayVar(&a.gitProtected, "git-protected", nil, "repository path glob (anchored, ** across directories) a sandbox's git push may not touch, besides .github/workflows/**, .gitlab-ci.yml, .circleci/**, CODEOWNERS and .moat/**; repeatable (serve and the in-process daemon)")
 	root.PersistentFlags().StringVar(&a.egressCA, "egress-ca", "", "PEM file of extra CA certificates the egress proxy trusts upstream when it injects credentials")
 	root.AddCommand(
-		a.serveCmd(), a.runCmd(), a.createCmd(), a.execCmd(), a.lsCmd(), a.inspectCmd(),
+		a.serveCmd(), a.runCmd(), a.createCmd(), a.execCmd(), a.lsCmd(), a.inspectCmd(), a.archiveCmd(),
 		a.lifecycleCmd("stop", "Stop a sandbox's processes; its drive is kept"),
 		a.lifecycleCmd("start", "Start a stopped sandbox again with its drive"),
 		a.lifecycleCmd("pause", "Freeze a sandbox's processes in memory"),

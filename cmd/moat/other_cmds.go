@@ -250,7 +250,9 @@ func (a *app) benchDaemonListen(ctx context.Context, name string, warm map[strin
 	d, stopDaemon, err := daemon.Start(ctx, daemon.Config{DataDir: data, RunDir: run, Socket: sock, Warm: warm, IDBase: idBase, Log: a.logger(os.Stderr), DrivePool: drivePool,
 		Listen: listen, E2BTemplates: e2bTemplates, DefaultLimits: limits,
 		// The upstream of the connection-load figure, a server of the bench on loopback.
-		EgressHosts: egress.Hosts{benchHoldName: {netip.MustParseAddr("127.0.0.1")}}})
+		EgressHosts: egress.Hosts{benchHoldName: {netip.MustParseAddr("127.0.0.1")}},
+		// Idle sandboxes frozen for 2 s, then stopped: the resume figures time both.
+		IdleFreeze: bench.IdleFreeze})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -544,6 +546,12 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 				fmt.Fprintf(tw, "%s\tmoat API, cold create\t%.1f ms\t%.1f ms\t%.2f\t%d\n", r.Runtime, r.API.P50, r.API.P99, r.Ratio, r.API.N)
 				if r.Warm != nil {
 					fmt.Fprintf(tw, "%s\tmoat API, warm pool\t%.1f ms\t%.1f ms\t%.2f\t%d\n", r.Runtime, r.Warm.P50, r.Warm.P99, r.WarmRatio, r.Warm.N)
+				}
+				if r.Resume != nil {
+					fmt.Fprintf(tw, "%s\texec after idle stop (resume)\t%.1f ms\t%.1f ms\t%s\t%d\n", r.Runtime, r.Resume.P50, r.Resume.P99, resumeRatios(r.Raw, *r.Resume, r.Warm, r.API), r.Resume.N)
+				}
+				if r.Thaw != nil {
+					fmt.Fprintf(tw, "%s\texec after idle freeze (thaw)\t%.1f ms\t%.1f ms\t%s\t%d\n", r.Runtime, r.Thaw.P50, r.Thaw.P99, resumeRatios(r.Raw, *r.Thaw, r.Warm, r.API), r.Thaw.N)
 				}
 			}
 			tw.Flush()

@@ -36,6 +36,7 @@ type sandboxFlags struct {
 	github                        githubFlags
 	agentBranchPrefix             string
 	gitHold                       bool
+	lifecycle                     lifecycleFlags
 }
 
 // githubFlags bind a GitHub App key (moat secret set --github-app) with a task's scope.
@@ -67,6 +68,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.agentBranchPrefix, "agent-branch-prefix", "", "the only branches git pushes from the sandbox may create or update, e.g. agent/fix-login/ (default: agent/<sandbox id>/); no tags, deletions or other refs")
 	fl.BoolVar(&f.gitHold, "git-hold", false, "hold a git push that touches protected paths (CI workflows, CODEOWNERS, .moat/**, --git-protected) for a person to `moat change approve` or deny, instead of refusing it")
 	fl.StringSliceVar(&f.github.perms, "github-permission", nil, "PERMISSION=LEVEL for the --github-token, e.g. contents=write,pull_requests=write (default contents=read)")
+	f.lifecycle.register(cmd)
 }
 
 // request validates the flags before anything is created.
@@ -138,6 +140,9 @@ func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Durati
 	req.AgentBranchPrefix = f.agentBranchPrefix
 	if f.gitHold {
 		req.GitProtected = "hold"
+	}
+	if err := f.lifecycle.apply(&req); err != nil {
+		return req, 0, err
 	}
 	return req, timeout, nil
 }
@@ -405,10 +410,12 @@ func (a *app) lsCmd() *cobra.Command {
 				return printJSON(list)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tRUNTIME\tTEMPLATE\tCREATED\tNOTE")
+			fmt.Fprintln(tw, "ID\tSTATE\tRUNTIME\tTEMPLATE\tCREATED\tLAST USE\tIDLE STOP\tDELETE\tNOTE")
+			now := time.Now()
 			for _, sb := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(sb.ID), termSafe(sb.State), termSafe(sb.Runtime), termSafe(sb.Template),
-					sb.CreatedAt.Local().Format("2006-01-02 15:04:05"), termSafe(sb.Error))
+				last, idle, del := lifecycleColumns(sb, now)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(sb.ID), termSafe(sb.State), termSafe(sb.Runtime), termSafe(sb.Template),
+					sb.CreatedAt.Local().Format("2006-01-02 15:04:05"), last, idle, del, termSafe(sb.Error))
 			}
 			return tw.Flush()
 		},
@@ -605,6 +612,7 @@ func (a *app) serveCmd() *cobra.Command {
 	var warmRunsc int
 	var diskOvercommit bool
 	var e2bTemplates []string
+	var life serveLifecycle
 	var max maxFlags
 	var ioBps, maxIOBps string
 	var ioIops, maxIOIops, fileBudget int64
@@ -632,6 +640,9 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 				return err
 			}
 			cfg.DiskOvercommit = diskOvercommit
+			if err := life.apply(&cfg); err != nil {
+				return err
+			}
 			if diskReserve != "" {
 				if cfg.DiskReserve, err = parseSize(diskReserve); err != nil || cfg.DiskReserve <= 0 {
 					return fmt.Errorf("--disk-reserve %q: want a positive size, e.g. 1G", diskReserve)
@@ -691,6 +702,7 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 	cmd.Flags().StringVar(&diskReserve, "disk-reserve", "", "space of the data filesystem no drive may take, kept for the database, logs and layers (default 2% of it, at least 256M, at most 4G)")
 	cmd.Flags().StringArrayVar(&e2bTemplates, "e2b-template", nil, "map an E2B template name to a moat template, NAME=TEMPLATE (repeatable; default base=debian)")
 	max.register(cmd, "every sandbox (the host's capacity bounds them in any case)")
+	life.register(cmd)
 	cmd.Flags().StringVar(&ioBps, "io-bps", "", "default drive throttle of a sandbox in bytes/s (reads and writes each; default 16M; 0: none)")
 	cmd.Flags().Int64Var(&ioIops, "io-iops", 0, "default drive throttle of a sandbox in requests/s (reads and writes each; default 400; 0: none)")
 	cmd.Flags().StringVar(&maxIOBps, "max-io-bps", "", "largest --io-bps a sandbox may ask for (0: none)")

@@ -237,8 +237,6 @@ func (s *Server) e2bOptions(ctx context.Context, req e2bCreateRequest) (sandbox.
 		return sandbox.CreateOptions{}, bad("iam", "IAM tokens are not supported by moat (use moat's credential brokering)")
 	case len(req.VolumeMounts) > 0 && string(req.VolumeMounts) != "null" && string(req.VolumeMounts) != "[]":
 		return sandbox.CreateOptions{}, bad("volumeMounts", "volumes are not supported by moat yet")
-	case req.AutoResume != nil && req.AutoResume.Enabled:
-		return sandbox.CreateOptions{}, bad("autoResume", "resuming on traffic is not supported by moat; resume with Sandbox.connect()")
 	}
 	timeout := s.e2b.DefaultTimeout
 	if req.Timeout != nil {
@@ -267,10 +265,12 @@ func (s *Server) e2bOptions(ctx context.Context, req e2bCreateRequest) (sandbox.
 		return sandbox.CreateOptions{}, err
 	}
 	md := req.Metadata
-	return sandbox.CreateOptions{
+	opts := sandbox.CreateOptions{
 		Template: moatTmpl, TemplateAlias: tmpl, Env: req.EnvVars, Metadata: md,
 		Timeout: timeout, OnTimeout: onTimeout, Policy: pol,
-	}, nil
+	}
+	e2bLifecycleOptions(&opts, req)
+	return opts, nil
 }
 
 // e2bPolicy maps E2B's network options onto an egress policy. Without either, the
@@ -463,7 +463,7 @@ func (s *Server) e2bGet(w http.ResponseWriter, r *http.Request) {
 			d.Network = &e2bNetworkIn{AllowOut: rules.Allow, DenyOut: rules.Deny}
 		}
 	}
-	d.Lifecycle.OnTimeout = "kill"
+	d.Lifecycle.OnTimeout, d.Lifecycle.AutoResume = "kill", sb.AutoResume
 	if sb.OnTimeout == sandbox.OnTimeoutPause || sb.OnTimeout == sandbox.OnTimeoutStop {
 		d.Lifecycle.OnTimeout = "pause"
 	}

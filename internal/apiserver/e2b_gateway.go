@@ -23,12 +23,13 @@ func (s *Server) e2bGateway(w http.ResponseWriter, r *http.Request) {
 		writeGone(w, id, "no such sandbox")
 		return
 	}
-	if sb.State != sandbox.StateRunning {
+	if sb.State != sandbox.StateRunning && !sandbox.Resumable(sb) {
 		writeGone(w, id, "it is "+string(sb.State))
 		return
 	}
 	// moat-init checks the token too; checking it here first keeps requests without it
-	// from costing the daemon anything (an RPC body is read whole before forwarding).
+	// from costing the daemon anything (an RPC body is read whole before forwarding), and
+	// from starting a sandbox stopped for idleness.
 	if r.URL.Path != "/health" && !envdauth.NewToken(sb.AccessToken).Equal(r.Header.Get("X-Access-Token")) {
 		const msg = "invalid or missing access token (X-Access-Token)"
 		if r.URL.Path == "/files" {
@@ -37,6 +38,20 @@ func (s *Server) e2bGateway(w http.ResponseWriter, r *http.Request) {
 			// An RPC: a Connect error, as moat-init itself would answer.
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"code": "unauthenticated", "message": msg})
 		}
+		return
+	}
+	// A sandbox stopped for idleness (or by its timeout, with autoResume) starts again on
+	// an authenticated request; a health probe (the SDK's isRunning) is not one.
+	if r.URL.Path != "/health" {
+		var release func()
+		if sb, release, err = s.sandboxes.Acquire(r.Context(), id); err != nil {
+			writeGone(w, id, "it could not be resumed: "+err.Error())
+			return
+		}
+		defer release()
+	}
+	if sb.State != sandbox.StateRunning {
+		writeGone(w, id, "it is "+string(sb.State))
 		return
 	}
 	s.forward(w, r, envdDest{id: sb.ID, rest: r.URL.Path, e2b: true})
@@ -60,7 +75,7 @@ func (s *Server) e2bSignedFiles(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	for _, sb := range list {
-		if sb.State != sandbox.StateRunning || sb.AccessToken == "" {
+		if sb.State != sandbox.StateRunning && !sandbox.Resumable(sb) || sb.AccessToken == "" {
 			continue
 		}
 		tok := envdauth.NewToken(sb.AccessToken)
@@ -69,6 +84,11 @@ func (s *Server) e2bSignedFiles(w http.ResponseWriter, r *http.Request) {
 			cand = []string{"", sb.User}
 		}
 		if tok.VerifySignature(q.Get("signature"), q.Get("path"), op, cand, q.Get("signature_expiration"), now) == nil {
+			cur, release, err := s.sandboxes.Acquire(r.Context(), sb.ID)
+			if err != nil || cur.State != sandbox.StateRunning {
+				break
+			}
+			defer release()
 			s.forward(w, r, envdDest{id: sb.ID, rest: "/files", e2b: true})
 			return
 		}

@@ -45,6 +45,9 @@ type Sandboxes interface {
 	// Metrics samples a running sandbox's CPU, memory and drive use.
 	Metrics(ctx context.Context, id string) (sandbox.Metric, error)
 	EnvdTransport() http.RoundTripper
+	// Touch and Acquire record use of a sandbox (idle.go).
+	Touch(id string)
+	Acquire(ctx context.Context, id string) (*sandbox.Sandbox, func(), error)
 }
 
 // Templates is the template surface the API needs.
@@ -100,6 +103,9 @@ type Server struct {
 	workspaces Workspaces
 	changes    Changes   // change records of git pushes (SetChanges); nil: none
 	snaps      Snapshots // snapshots, restore and fork (SetSnapshots); nil: none
+
+	// archives lists the drive archives of sandboxes deleted unused (SetArchives); nil: none.
+	archives Archives
 }
 
 // route is one entry of the route table.
@@ -174,6 +180,7 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 	routes = append(routes, s.workspaceRoutes()...)
 	routes = append(routes, s.changeRoutes()...)
 	routes = append(routes, s.snapshotRoutes()...)
+	routes = append(routes, s.idleRoutes()...)
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, route{"GET /health", s.health})
 	for _, r := range routes {
@@ -268,6 +275,7 @@ func (s *Server) owned(h http.HandlerFunc, native bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		c := sandbox.CallerFrom(r.Context())
 		if c.Operator {
+			s.touch(r)
 			h(w, r)
 			return
 		}
@@ -280,6 +288,7 @@ func (s *Server) owned(h http.HandlerFunc, native bool) http.HandlerFunc {
 			fail(w, err)
 			return
 		}
+		s.touch(r)
 		h(w, r)
 	}
 }
@@ -326,6 +335,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		AgentBranchPrefix: req.AgentBranchPrefix,
 		GitProtected:      req.GitProtected,
 		FromSnapshot:      req.FromSnapshot,
+		Idle:              seconds(req.IdleSeconds),
+		DeleteAfter:       seconds(req.DeleteAfterSeconds),
+		Archive:           req.Archive,
 	})
 	if err != nil {
 		writeError(w, err)
@@ -407,11 +419,12 @@ type envdDest struct {
 // envd forwards /v1/sandboxes/{id}/envd/<rest> to the sandbox's moat-init, adding the
 // sandbox's access token. Only running sandboxes are reachable.
 func (s *Server) envd(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.sandboxes.Get(r.Context(), r.PathValue("id"))
+	sb, release, err := s.sandboxes.Acquire(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer release()
 	if sb.State != sandbox.StateRunning {
 		writeError(w, fmt.Errorf("sandbox %s is %s, not running: %w", sb.ID, sb.State, errdefs.ErrConflict))
 		return
@@ -633,6 +646,7 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 		Snapshot: sb.Snapshot, ForkOf: sb.ForkOf,
 		Limits: v1.Limits{MemoryBytes: sb.Limits.MemoryBytes, CPUs: sb.Limits.CPUs, Pids: sb.Limits.Pids, DiskBytes: sb.Limits.DiskBytes,
 			Nofile: sb.Limits.Nofile, IOBps: sb.Limits.IOBps, IOIops: sb.Limits.IOIops},
+		Lifecycle: toAPILifecycle(sb),
 	}
 	if sb.Runtime != "runsc" {
 		out.HostUID = sb.HostIDs().Host

@@ -74,7 +74,15 @@ type RuntimeResult struct {
 	// ratio to the same raw baseline.
 	Warm      *Latency `json:"warm_api_create_to_first_output,omitempty"`
 	WarmRatio float64  `json:"warm_ratio_p50,omitempty"`
-	Error     string   `json:"error,omitempty"`
+	// Resume is an exec's first output in a sandbox stopped for idleness (resume.go),
+	// with its p50 ratios to the warm and the cold create of the same run.
+	Resume       *Latency `json:"resume_after_idle_stop,omitempty"`
+	ResumeToWarm float64  `json:"resume_to_warm_ratio_p50,omitempty"`
+	ResumeToCold float64  `json:"resume_to_cold_ratio_p50,omitempty"`
+	// Thaw is the same for a sandbox frozen for idleness (the first idle stage).
+	Thaw       *Latency `json:"resume_after_idle_freeze,omitempty"`
+	ThawToWarm float64  `json:"thaw_to_warm_ratio_p50,omitempty"`
+	Error      string   `json:"error,omitempty"`
 }
 
 // Result is the whole report.
@@ -134,6 +142,9 @@ func Run(ctx context.Context, c *sdk.Client, o Options) (*Result, error) {
 			if r.Raw.P50 > 0 {
 				r.WarmRatio = l.P50 / r.Raw.P50
 			}
+		}
+		if r.API.N > 0 { // independent of the warm figure (its pool may not fit the disk)
+			resumeFigures(ctx, c, o, rt, &r)
 		}
 		res.Runtimes = append(res.Runtimes, r)
 	}

@@ -105,7 +105,15 @@ type Config struct {
 	APIIdleTimeout     time.Duration
 	// E2BTemplates maps E2B template names to moat templates (default: base → debian).
 	E2BTemplates map[string]string
-	Log          *slog.Logger
+	// DefaultIdle and DefaultDeleteAfter are the idle period and the unused period of
+	// sandboxes whose create names none (--idle, --delete-after; 0: 5 min and 7 days,
+	// negative: off). See sandbox/idle.go.
+	DefaultIdle        time.Duration
+	DefaultDeleteAfter time.Duration
+	// IdleFreeze is how long an idle sandbox stays frozen before it is stopped
+	// (--idle-freeze; 0: 10 min, negative: stopped at once).
+	IdleFreeze time.Duration
+	Log        *slog.Logger
 }
 
 // Daemon is a running moat daemon.
@@ -311,6 +319,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Warm:          cfg.Warm,
 		IDBase:        cfg.IDBase,
 		Secrets:       sec,
+		DefaultIdle:   cfg.DefaultIdle, DefaultDeleteAfter: cfg.DefaultDeleteAfter, IdleFreeze: cfg.IdleFreeze,
 	}, st, runtimes, stor, net, d.Egress, ns, d.log.With("component", "sandbox"))
 	d.Manager.SetHook(failpoint)
 	// Closed after background work (reverse order): a deletion still closes its own.
@@ -320,6 +329,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if exclusive {
 		if err := stor.Cleanup(ctx); err != nil {
 			d.log.Warn("cleaning storage", "err", err)
+		}
+		if err := stor.CleanupArchives(); err != nil {
+			d.log.Warn("cleaning interrupted drive archives", "err", err)
 		}
 		if err := d.Manager.Reconcile(ctx); err != nil {
 			return nil, fmt.Errorf("reconciling sandboxes: %w", err)
@@ -347,6 +359,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	})
 	d.api.SetChanges(d.Egress)
 	d.api.SetSnapshots(d.Manager)
+	d.api.SetArchives(archives{stor})
 	return d, nil
 }
 
@@ -465,6 +478,7 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 		case now := <-tick.C:
 			d.Manager.Expire(ctx, now)
 			d.Manager.WatchOOM(ctx)
+			d.Manager.Idle(ctx)
 			if now.Sub(lastSweep) >= sweep {
 				lastSweep = now
 				d.Manager.Sweep(ctx)

@@ -76,6 +76,15 @@ type Config struct {
 	// Secrets tells the scopes of stored secrets, which credential bindings must stay
 	// within (scope.go); nil: bindings are refused.
 	Secrets Secrets
+	// DefaultIdle and DefaultDeleteAfter are the idle period and unused period of a
+	// sandbox whose create names none (0: DefaultIdle/DefaultDeleteAfter of idle.go;
+	// negative: off). Now is the clock of the idle sweep (nil: time.Now).
+	DefaultIdle        time.Duration
+	DefaultDeleteAfter time.Duration
+	Now                func() time.Time
+	// IdleFreeze is how long an idle sandbox stays frozen before it is stopped (0:
+	// DefaultIdleFreeze; negative: no freeze, stopped at once).
+	IdleFreeze time.Duration
 }
 
 // Manager drives sandboxes through their lifecycle. It is safe for concurrent use; operations
@@ -107,6 +116,8 @@ type Manager struct {
 	// its record names it; the layer GC holds it exclusively (snapshot.go).
 	layerGC sync.RWMutex
 	hook    func(point string) // failpoint of tests (SetHook, snapshot.go); nil: none
+	// act is each sandbox's activity since this daemon started (idle.go).
+	act sync.Map // id → *activity
 }
 
 // NewManager wires a Manager. runtimes maps runtime names ("runc", "runsc", …) to drivers;
@@ -165,6 +176,12 @@ type CreateOptions struct {
 	// FromSnapshot makes the sandbox's filesystem a copy-free clone of this snapshot
 	// (snapshot.go); template and repository are the snapshot's.
 	FromSnapshot string `json:"from_snapshot,omitempty"`
+	// Idle and DeleteAfter: nil takes the daemon's default (Config.DefaultIdle,
+	// DefaultDeleteAfter), 0 turns it off. Archive and AutoResume: see Sandbox (idle.go).
+	Idle        *time.Duration `json:"idle,omitempty"`
+	DeleteAfter *time.Duration `json:"delete_after,omitempty"`
+	Archive     bool           `json:"archive,omitempty"`
+	AutoResume  bool           `json:"auto_resume,omitempty"`
 }
 
 var (
@@ -218,6 +235,9 @@ func (m *Manager) validate(ctx context.Context, opts *CreateOptions) error {
 		return fmt.Errorf("on-timeout %q: want stop, delete or pause: %w", opts.OnTimeout, errdefs.ErrInvalidArgument)
 	}
 	if err := validateCredentials(opts.Credentials); err != nil {
+		return err
+	}
+	if err := validateLifecycle(opts); err != nil {
 		return err
 	}
 	if opts.AgentBranchPrefix != "" {
@@ -332,6 +352,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool, use
 		exp := now.Add(opts.Timeout)
 		sb.ExpiresAt, sb.Timeout = &exp, opts.Timeout
 	}
+	m.setLifecycle(sb, opts, now)
 	if err := m.store.Insert(ctx, sb); err != nil {
 		return nil, err
 	}
@@ -709,6 +730,11 @@ func (m *Manager) Stop(ctx context.Context, id string) (*Sandbox, error) {
 }
 
 func (m *Manager) stopLocked(ctx context.Context, sb *Sandbox, reason string) (*Sandbox, error) {
+	return m.stopFor(ctx, sb, reason, "")
+}
+
+// stopFor is stopLocked recording who stopped the sandbox (Sandbox.StopReason).
+func (m *Manager) stopFor(ctx context.Context, sb *Sandbox, reason, by string) (*Sandbox, error) {
 	downErr := m.down(sb.ID, sb.Runtime)
 	if downErr != nil {
 		m.log.Error("stopping sandbox", "sandbox", sb.ID, "err", downErr)
@@ -716,6 +742,7 @@ func (m *Manager) stopLocked(ctx context.Context, sb *Sandbox, reason string) (*
 	return m.store.Update(context.WithoutCancel(ctx), sb.ID, func(s *Sandbox) error {
 		s.State = StateStopped
 		s.Error = reason
+		s.StopReason = by
 		if downErr != nil {
 			s.Error = strings.TrimSpace(reason + " teardown: " + downErr.Error())
 		}
@@ -811,7 +838,7 @@ func (m *Manager) freeze(ctx context.Context, id string, to State) (*Sandbox, er
 	if err := op(ctx, id); err != nil {
 		return nil, fmt.Errorf("%s sandbox %s: %w", map[State]string{StatePaused: "pausing", StateRunning: "resuming"}[to], id, err)
 	}
-	return m.store.Update(ctx, id, func(s *Sandbox) error { s.State = to; return nil })
+	return m.store.Update(ctx, id, func(s *Sandbox) error { s.State, s.StopReason = to, ""; return nil })
 }
 
 // Delete removes a sandbox. The record turns "deleting" at once; the teardown (container,
@@ -1167,11 +1194,11 @@ func (m *Manager) expire(ctx context.Context, id string, now time.Time) {
 			if s.State != StateRunning && s.State != StatePaused {
 				return fmt.Errorf("sandbox %s became %s: %w", id, s.State, errdefs.ErrConflict)
 			}
-			s.State, s.ExpiresAt = StatePaused, nil
+			s.State, s.ExpiresAt, s.StopReason = StatePaused, nil, StopTimeout
 			return nil
 		})
 	default:
-		_, _ = m.stopLocked(ctx, cur, "timeout reached")
+		_, _ = m.stopFor(ctx, cur, "timeout reached", StopTimeout)
 	}
 	unlock()
 }

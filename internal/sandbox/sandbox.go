@@ -115,6 +115,21 @@ type Sandbox struct {
 	// parent's), ForkOf the sandbox it was forked from: the snapshot tree (snapshot.go).
 	Snapshot string `json:"snapshot,omitempty"`
 	ForkOf   string `json:"fork_of,omitempty"`
+	// Idle stop, transparent resume and deletion when unused (idle.go). IdleAfter: a
+	// running sandbox with no activity for this long is stopped (0: never). DeleteAfter:
+	// a sandbox unused for this long is deleted, whatever its state (0: never); Archive
+	// writes its drive to <data>/archives/<id>.tar.zst first. AutoResume (E2B's) lets a
+	// sandbox its timeout stopped or paused resume on the next call too. LastUsedAt is
+	// the latest activity the daemon recorded (at most idleFlush old while it runs).
+	// StopReason says who stopped or paused it last: StopIdle, StopTimeout, or "" (a
+	// person, or anything else); only StopIdle (and StopTimeout with AutoResume) resume
+	// on their own.
+	IdleAfter   time.Duration `json:"idle_after,omitempty"`
+	DeleteAfter time.Duration `json:"delete_after,omitempty"`
+	Archive     bool          `json:"archive,omitempty"`
+	AutoResume  bool          `json:"auto_resume,omitempty"`
+	LastUsedAt  *time.Time    `json:"last_used_at,omitempty"`
+	StopReason  string        `json:"stop_reason,omitempty"`
 
 	// AccessToken authenticates the daemon to the sandbox's moat-init. It is never
 	// sent to API clients of the native API.

@@ -198,6 +198,10 @@ func TestE2BSDK(t *testing.T) {
 	for i, f := range files {
 		files[i] = filepath.Base(f)
 	}
+	if only := os.Getenv("MOAT_E2B_FILES"); only != "" {
+		// MOAT_E2B_FILES=a.test.mjs,b.test.mjs runs only those files.
+		files = slices.DeleteFunc(files, func(f string) bool { return !slices.Contains(strings.Split(only, ","), f) })
+	}
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
