@@ -73,6 +73,9 @@ func newGitGateRig(tb testing.TB) *gitGateRig {
 	}
 	g.objects = &GitObjects{
 		SpoolDir: spool,
+		// As the daemon sets it (egress/gitquarantine.go): an allowed push's reports are
+		// made after the exchange.
+		Reported: func(string, map[string]*safegit.ChangeReport, string) {},
 		Quarantine: func(ctx context.Context, _ string) (*safegit.Quarantine, error) {
 			if _, err := os.Stat(qdir); err == nil {
 				return safegit.Open(qdir, safegit.Options{})

@@ -168,9 +168,10 @@ func (s *session) gate(w http.ResponseWriter, r *http.Request, ex *exchange) boo
 		d = od.d
 		ev.Objects, ev.Hits = true, od.hits
 		if d.Allow && g.Objects.Reported != nil {
-			// Reported once the push is on its way: the report is not on its path.
+			// Reported once the remote has answered the push: the report is not on its
+			// path, nor competing with it for the CPU.
 			ev.ReportsLater = true
-			defer s.reportLater(ev.ChangeID, od)
+			ex.after = func() { s.reportLater(ev.ChangeID, od) }
 		} else {
 			ev.Reports, ev.ReportErr = s.reports(r.Context(), od)
 		}

@@ -394,6 +394,9 @@ type exchange struct {
 	sent  atomic.Bool
 	// advert: the request asks for a push advertisement, whose answer is filtered.
 	advert bool
+	// after, if set, runs once the exchange is over (the answer written): work that must
+	// not share the host's CPU with the request it concerns (an allowed push's reports).
+	after func()
 }
 
 type exchangeKey struct{}
@@ -402,6 +405,9 @@ func (s *session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ex := &exchange{values: make([]string, len(s.inj)), scrub: newReplacer()}
 	rw := &responseWriter{ResponseWriter: w, ex: ex}
 	defer func() {
+		if ex.after != nil {
+			ex.after()
+		}
 		u := Use{Scheme: s.scheme, Host: s.host, Method: r.Method, Path: r.URL.Path, Status: rw.status}
 		if len(ex.injected) > 0 && ex.sent.Load() {
 			u.Secret, u.Injected = strings.Join(ex.injected, ","), true
