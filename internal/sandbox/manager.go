@@ -368,6 +368,12 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool, use
 		m.destroy(sb.ID)
 		return nil, err
 	}
+	return m.provisioned(ctx, sb)
+}
+
+// provisioned records that the new sandbox sb is up: running, no longer Provisioning (an
+// interrupted create is then a stopped sandbox, not a half-made one to remove).
+func (m *Manager) provisioned(ctx context.Context, sb *Sandbox) (*Sandbox, error) {
 	return m.store.Update(ctx, sb.ID, func(s *Sandbox) error {
 		if err := checkTransition(s.ID, s.State, StateRunning); err != nil {
 			return err

@@ -301,15 +301,7 @@ func (m *Manager) createFrom(ctx context.Context, opts CreateOptions, sn *Snapsh
 		m.destroy(sb.ID)
 		return nil, err
 	}
-	return m.store.Update(ctx, sb.ID, func(s *Sandbox) error {
-		if err := checkTransition(s.ID, s.State, StateRunning); err != nil {
-			return err
-		}
-		s.State = StateRunning
-		s.User = sb.User
-		s.Provisioning = false
-		return nil
-	})
+	return m.provisioned(ctx, sb)
 }
 
 // SetHook sets the failpoint hook, called at named points of snapshot and fork operations
