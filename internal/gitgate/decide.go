@@ -127,6 +127,12 @@ func (p *Policy) Decide(req *Request, ff FastForward) Decision {
 		d.Verdicts[i] = v
 		d.Allow = d.Allow && v.Allow
 	}
+	return allOrNothing(d)
+}
+
+// allOrNothing returns d with every allowed verdict refused (rule all-or-nothing) when
+// another one is refused: a push lands whole or not at all.
+func allOrNothing(d Decision) Decision {
 	if d.Allow {
 		return d
 	}
@@ -177,16 +183,7 @@ func WithProtected(d Decision, hits map[string][]Hit) Decision {
 		out.Verdicts[i] = v
 		out.Allow = out.Allow && v.Allow
 	}
-	if out.Allow {
-		return out
-	}
-	for i, v := range out.Verdicts {
-		if v.Allow {
-			out.Verdicts[i] = Verdict{Command: v.Command, Rule: RuleAllOrNothing,
-				Reason: "refused because another ref in this push was refused"}
-		}
-	}
-	return out
+	return allOrNothing(out)
 }
 
 func protectedReason(h []Hit) string {
