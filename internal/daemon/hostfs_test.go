@@ -222,7 +222,14 @@ func importSetuidImage(t *testing.T, e *env, tmpl string) {
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
+	importLayerImage(t, e, tmpl, "suid", buf.Bytes())
+}
+
+// importLayerImage imports, as template tmpl, an image (example.test/REPO) whose one layer
+// is the tar stream layer.
+func importLayerImage(t *testing.T, e *env, tmpl, repo string, layerTar []byte) {
+	t.Helper()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layerTar)), nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,12 +237,12 @@ func importSetuidImage(t *testing.T, e *env, tmpl string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(t.TempDir(), "suid.tar")
-	tag, _ := name.NewTag("example.test/suid:" + strconv.Itoa(os.Getpid()))
+	p := filepath.Join(t.TempDir(), repo+".tar")
+	tag, _ := name.NewTag("example.test/" + repo + ":" + strconv.Itoa(os.Getpid()))
 	if err := tarball.WriteToFile(p, tag, img); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.c.TemplateOp(context.Background(), "import", v1.TemplateRequest{Name: tmpl, Path: p}, nil); err != nil {
-		t.Fatalf("importing the image: %v", err)
+		t.Fatalf("importing the %s image: %v", repo, err)
 	}
 }

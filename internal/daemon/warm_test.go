@@ -70,23 +70,7 @@ func TestWarmMatchesCold(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	view := func(e *env, id, user string) string {
-		r := e.sh(id, user, sandboxView)
-		if r.code != 0 {
-			t.Fatalf("view of %s as %q: %+v", id, user, r)
-		}
-		// Per-sandbox values: the sandbox's ID (the CA's subject names it).
-		return strings.ReplaceAll(r.stdout, id, "<id>")
-	}
-	for _, user := range []string{"", "root"} {
-		p, c := view(warmEnv, pooled.ID, user), view(coldEnv, cold.ID, user)
-		if p != c {
-			t.Errorf("as %q, the pooled sandbox differs from a cold one:\n%s", user, lineDiff(c, p))
-		}
-		if !strings.Contains(c, "SSL_CERT_FILE=/etc/moat/ca-bundle.pem") || !strings.Contains(c, "bundle = system + CA") {
-			t.Errorf("the cold sandbox has no trust set-up (the comparison proves nothing):\n%s", c)
-		}
-	}
+	sameView(t, warmEnv, pooled.ID, coldEnv, cold.ID, "SSL_CERT_FILE=/etc/moat/ca-bundle.pem", "bundle = system + CA")
 
 	// HTTPS to the inspected host, through moat's TLS termination.
 	base := fmt.Sprintf("https://api.test:%d/allowed/", port)
@@ -156,27 +140,38 @@ func TestWarmMatchesColdTemplate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			view := func(e *env, id, user string) string {
-				r := e.sh(id, user, sandboxView)
-				if r.code != 0 {
-					t.Fatalf("view of %s as %q: %+v", id, user, r)
-				}
-				return strings.ReplaceAll(r.stdout, id, "<id>")
-			}
-			for _, user := range []string{"", "root"} {
-				p, c := view(warmEnv, pooled.ID, user), view(coldEnv, cold.ID, user)
-				if p != c {
-					t.Errorf("as %q, the pooled sandbox differs from a cold one:\n%s", user, lineDiff(c, p))
-				}
-				if !strings.Contains(c, "SSL_CERT_FILE=/etc/moat/ca-bundle.pem") || !strings.Contains(c, "OWNER=me") || !strings.Contains(c, "== /etc/hosts") {
-					t.Errorf("the cold sandbox's view is missing its set-up (the comparison proves nothing):\n%s", c)
-				}
-			}
+			sameView(t, warmEnv, pooled.ID, coldEnv, cold.ID, "SSL_CERT_FILE=/etc/moat/ca-bundle.pem", "OWNER=me", "== /etc/hosts")
 			for _, e := range []*env{warmEnv, coldEnv} {
 				for _, id := range []string{pooled.ID, cold.ID} {
 					_ = e.c.Delete(context.Background(), id)
 				}
 			}
 		})
+	}
+}
+
+// sameView fails t unless pooled sandbox pid (in pe) and cold sandbox cid (in ce) show the
+// same sandboxView as the default user and as root (each one's own ID replaced), and the
+// cold one's view holds every want (else the comparison would prove nothing).
+func sameView(t *testing.T, pe *env, pid string, ce *env, cid string, want ...string) {
+	t.Helper()
+	view := func(e *env, id, user string) string {
+		r := e.sh(id, user, sandboxView)
+		if r.code != 0 {
+			t.Fatalf("view of %s as %q: %+v", id, user, r)
+		}
+		// Per-sandbox values: the sandbox's ID (the CA's subject names it).
+		return strings.ReplaceAll(r.stdout, id, "<id>")
+	}
+	for _, user := range []string{"", "root"} {
+		p, c := view(pe, pid, user), view(ce, cid, user)
+		if p != c {
+			t.Errorf("as %q, the pooled sandbox differs from a cold one:\n%s", user, lineDiff(c, p))
+		}
+		for _, w := range want {
+			if !strings.Contains(c, w) {
+				t.Errorf("the cold sandbox's view has no %q (the comparison proves nothing):\n%s", w, c)
+			}
+		}
 	}
 }

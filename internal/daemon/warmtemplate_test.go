@@ -4,21 +4,14 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
@@ -122,22 +115,7 @@ func importToolsImage(t *testing.T, e *env, tmpl, version string) {
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "tools.tar")
-	tag, _ := name.NewTag("example.test/tools:" + strconv.Itoa(os.Getpid()))
-	if err := tarball.WriteToFile(p, tag, img); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.c.TemplateOp(context.Background(), "import", v1.TemplateRequest{Name: tmpl, Path: p}, nil); err != nil {
-		t.Fatalf("importing the tools image: %v", err)
-	}
+	importLayerImage(t, e, tmpl, "tools", buf.Bytes())
 }
 
 // poolStat is the counters of the pool of rt and tmpl.
