@@ -5,7 +5,7 @@ GO ?= go
 BIN := bin
 GOFLAGS_BUILD := -trimpath
 
-.PHONY: all deps build demo test test-short bench fuzz vet clean
+.PHONY: all deps build demo test test-short bench fuzz vet lint clean
 
 all: build
 
@@ -14,13 +14,14 @@ all: build
 # python3, procps, iproute2, sudo and curl are programs the tests and the demo run inside sandboxes of
 # the default template (which shows the host's /usr); the demo makes its stand-in API's
 # certificate with openssl.
-DEB_TOOLS := runc crun runsc mkfs.ext4 mkfs.xfs git debootstrap nft python3 ps ip losetup sudo curl openssl
+# protoc regenerates api/envd for the lint gate's check that generated code is current.
+DEB_TOOLS := runc crun runsc mkfs.ext4 mkfs.xfs git debootstrap nft python3 ps ip losetup sudo curl openssl protoc
 deps:
 	@missing=; for t in $(DEB_TOOLS); do command -v $$t >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    runc crun runsc e2fsprogs xfsprogs git debootstrap nftables util-linux ca-certificates \
-	    python3 procps iproute2 sudo curl openssl >/dev/null; \
+	    python3 procps iproute2 sudo curl openssl protobuf-compiler >/dev/null; \
 	fi
 	$(GO) mod download
 	@# The E2B conformance tests drive the real e2b npm package (pinned in its lockfile).
@@ -40,9 +41,19 @@ demo: build
 vet: deps
 	$(GO) vet ./...
 
+# The lint gate: gofmt, vet, staticcheck, dead code (deadcode -test), and api/envd equal to
+# what api/generate.sh makes. Its tools are pinned here and built from the Go module proxy.
+LINT_TOOLS := honnef.co/go/tools/cmd/staticcheck@v0.8.2 golang.org/x/tools/cmd/deadcode@v0.52.0 \
+	google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12 connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
+lint: deps
+	@mkdir -p $(BIN)/tools; for t in $(LINT_TOOLS); do \
+	  n=$${t%@*}; n=$${n##*/}; v=$${t##*@}; \
+	  [ -x $(BIN)/tools/$$n ] && [ "$$(cat $(BIN)/tools/$$n.version 2>/dev/null)" = "$$v" ] && continue; \
+	  GOBIN=$(CURDIR)/$(BIN)/tools $(GO) install $$t && echo $$v > $(BIN)/tools/$$n.version || exit 1; done
+	TOOLS=$(BIN)/tools ./scripts/lint.sh
+
 # The whole suite, as root, with real runtimes, namespaces, overlayfs and SQLite.
-test: build
-	$(GO) vet ./...
+test: build lint
 	MOAT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 40m -p 2 ./...
 
 test-short: build

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates the Go code for the envd protos under api/envd.
+# Regenerates the Go code for the envd protos under api/envd. With an argument, writes the
+# files under that directory instead (scripts/lint.sh compares them with the committed ones).
 #
 # Needs protoc (Debian: apt-get install -y protobuf-compiler) and the Go
 # plugins, pinned to the versions in go.mod:
@@ -7,6 +8,7 @@
 #   go install connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
 set -euo pipefail
 
+out=${1:-.}
 cd "$(dirname "$0")/.."
 export PATH="$PATH:$(go env GOPATH)/bin"
 
@@ -17,6 +19,6 @@ done
 # -I api/envd keeps the file names E2B uses (process/process.proto, ...).
 protoc \
 	-I api/envd \
-	--go_out=. --go_opt=module=github.com/moatdev/moat \
-	--connect-go_out=. --connect-go_opt=module=github.com/moatdev/moat \
+	--go_out="$out" --go_opt=module=github.com/moatdev/moat \
+	--connect-go_out="$out" --connect-go_opt=module=github.com/moatdev/moat \
 	process/process.proto filesystem/filesystem.proto

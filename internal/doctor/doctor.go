@@ -14,9 +14,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/moatdev/moat/internal/netns"
-
 	"github.com/moatdev/moat/internal/linux"
+	"github.com/moatdev/moat/internal/netns"
+	"github.com/moatdev/moat/internal/runtime"
 )
 
 // Check is one finding.
@@ -186,18 +186,14 @@ func idmapCheck() Check {
 }
 
 func cgroupCheck() []Check {
-	var st unix.Statfs_t
-	if err := unix.Statfs("/sys/fs/cgroup", &st); err != nil {
-		return []Check{{Name: "cgroups", Detail: err.Error()}}
+	mode := runtime.DetectCgroupMode()
+	switch mode {
+	case runtime.CgroupUnknown:
+		return []Check{{Name: "cgroups", Detail: "no cgroup filesystem at /sys/fs/cgroup"}}
+	case runtime.CgroupUnified:
+		return []Check{{Name: "cgroups", OK: true, Detail: mode.String()}}
 	}
-	if st.Type == unix.CGROUP2_SUPER_MAGIC {
-		return []Check{{Name: "cgroups", OK: true, Detail: "v2 (unified)"}}
-	}
-	detail := "v1"
-	if _, err := os.Stat("/sys/fs/cgroup/unified/cgroup.controllers"); err == nil {
-		detail = "hybrid: v1 controllers with a v2 mount at /sys/fs/cgroup/unified"
-	}
-	out := []Check{{Name: "cgroups", OK: true, Detail: detail,
+	out := []Check{{Name: "cgroups", OK: true, Detail: mode.String(),
 		Fix: "boot with systemd.unified_cgroup_hierarchy=1 for cgroup v2 (crun needs it on this host)"}}
 	_, err := os.Stat("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
 	out = append(out, Check{Name: "memory+swap accounting", OK: err == nil || noSwap(),

@@ -108,22 +108,10 @@ type Option func(*Server)
 // move both through time together.
 func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = now } }
 
-// WithAppID sets the App ID the Server expects as App JWT issuer; default DefaultAppID.
-func WithAppID(id string) Option { return func(s *Server) { s.appID = id } }
-
-// WithInstallationID sets the App's one installation; default DefaultInstallationID.
-func WithInstallationID(id int64) Option { return func(s *Server) { s.inst = id } }
-
 // WithRepositories sets the repositories (names without owner) the installation reaches;
 // default a, b and c.
 func WithRepositories(names ...string) Option {
 	return func(s *Server) { s.repos = slices.Clone(names) }
-}
-
-// WithPermissions sets the installation's permissions; default contents:write,
-// pull_requests:write and issues:read.
-func WithPermissions(perms map[string]string) Option {
-	return func(s *Server) { s.perms = maps.Clone(perms) }
 }
 
 // New starts a fake GitHub on a loopback port, closed when the test ends. Requests that
