@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -148,16 +149,37 @@ func (a *app) archiveCmd() *cobra.Command {
 		},
 	}
 	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.AddCommand(ls)
+	rm := &cobra.Command{
+		Use:   "rm SANDBOX...",
+		Short: "Remove the drive archives of deleted sandboxes",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			var errs []error
+			for _, id := range args {
+				if err := c.DeleteArchive(cmd.Context(), id); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", id, err))
+					continue
+				}
+				fmt.Println(id)
+			}
+			return errors.Join(errs...)
+		},
+	}
+	cmd.AddCommand(ls, rm)
 	return cmd
 }
 
 // serveLifecycle are serve's defaults of the idle and unused periods.
-type serveLifecycle struct{ idle, deleteAfter, freeze string }
+type serveLifecycle struct{ idle, deleteAfter, freeze, archiveKeep string }
 
 func (f *serveLifecycle) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.idle, "idle", "", "idle period of sandboxes whose create names none (default 5m; 0: no idle stop)")
 	cmd.Flags().StringVar(&f.deleteAfter, "delete-after", "", "unused period after which sandboxes whose create names none are deleted (default 7d; 0: never)")
+	cmd.Flags().StringVar(&f.archiveKeep, "archive-keep", "", "how long drive archives (--archive) are kept before they are removed (default 0: for ever; moat archive rm removes one)")
 	cmd.Flags().StringVar(&f.freeze, "idle-freeze", "", "how long an idle sandbox stays frozen (memory kept, resumed in milliseconds) before it is stopped (memory freed; default 10m; 0: stopped at once)")
 }
 
@@ -178,6 +200,13 @@ func (f *serveLifecycle) apply(cfg *daemon.Config) error {
 			d = -1
 		}
 		*x.to = d
+	}
+	if f.archiveKeep != "" {
+		d, err := parseDays(f.archiveKeep)
+		if err != nil {
+			return fmt.Errorf("--archive-keep: %w", err)
+		}
+		cfg.ArchiveKeep = d // 0: for ever
 	}
 	return nil
 }

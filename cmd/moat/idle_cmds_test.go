@@ -70,13 +70,16 @@ func TestLifecycleColumns(t *testing.T) {
 }
 
 func TestServeLifecycle(t *testing.T) {
-	f := serveLifecycle{idle: "0", deleteAfter: "30d"}
+	f := serveLifecycle{idle: "0", deleteAfter: "30d", archiveKeep: "90d"}
 	var c daemon.Config
 	if err := f.apply(&c); err != nil {
 		t.Fatal(err)
 	}
-	if c.DefaultIdle >= 0 || c.DefaultDeleteAfter != 30*24*time.Hour {
-		t.Errorf("serve --idle 0 --delete-after 30d: idle %s, delete %s (want off: negative, and 30 days)", c.DefaultIdle, c.DefaultDeleteAfter)
+	if c.DefaultIdle >= 0 || c.DefaultDeleteAfter != 30*24*time.Hour || c.ArchiveKeep != 90*24*time.Hour {
+		t.Errorf("serve --idle 0 --delete-after 30d --archive-keep 90d: idle %s, delete %s, keep %s (want off: negative, 30 and 90 days)", c.DefaultIdle, c.DefaultDeleteAfter, c.ArchiveKeep)
+	}
+	if err := (&serveLifecycle{archiveKeep: "-1d"}).apply(&c); err == nil {
+		t.Error("--archive-keep -1d accepted")
 	}
 }
 
@@ -99,6 +102,9 @@ func TestCLIIdle(t *testing.T) {
 	}
 	if out, e, code := c.run("", "archive", "ls", "--json"); code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Errorf("archive ls --json: %d %q %s", code, out, e)
+	}
+	if _, e, code := c.run("", "archive", "rm", "sb-000000000001"); code == 0 || !strings.Contains(e, "no drive archive of sandbox sb-000000000001") {
+		t.Errorf("archive rm of a missing archive: %d %s", code, e)
 	}
 	for _, args := range [][]string{
 		{"create", "--idle", "soon"},

@@ -61,17 +61,36 @@ func e2bLifecycleOptions(opts *sandbox.CreateOptions, req e2bCreateRequest) {
 	opts.AutoResume = req.AutoResume != nil && req.AutoResume.Enabled
 }
 
-// Archives lists the drive archives written before sandboxes unused past their period
-// were deleted.
+// Archives lists and removes the drive archives written before sandboxes unused past
+// their period were deleted.
 type Archives interface {
 	Archives(ctx context.Context) ([]v1.Archive, error)
+	// DeleteArchive removes the archive of deleted sandbox id (errdefs.ErrNotFound: none).
+	DeleteArchive(ctx context.Context, id string) error
 }
 
-// SetArchives serves GET /v1/archives from a.
+// SetArchives serves GET /v1/archives and DELETE /v1/archives/{id} from a.
 func (s *Server) SetArchives(a Archives) { s.archives = a }
 
 func (s *Server) idleRoutes() []route {
-	return []route{{"GET /v1/archives", s.listArchives}}
+	return []route{{"GET /v1/archives", s.listArchives}, {"DELETE /v1/archives/{id}", s.deleteArchive}}
+}
+
+// deleteArchive removes one drive archive: operator only, as listing.
+func (s *Server) deleteArchive(w http.ResponseWriter, r *http.Request) {
+	if !sandbox.CallerFrom(r.Context()).Operator {
+		writeError(w, fmt.Errorf("drive archives are removed on the daemon's unix socket only: %w", errdefs.ErrPermissionDenied))
+		return
+	}
+	if s.archives == nil {
+		writeError(w, fmt.Errorf("no drive archive of sandbox %s: %w", r.PathValue("id"), errdefs.ErrNotFound))
+		return
+	}
+	if err := s.archives.DeleteArchive(r.Context(), r.PathValue("id")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // listArchives answers the drive archives. They hold the files of deleted sandboxes of

@@ -113,7 +113,9 @@ type Config struct {
 	// IdleFreeze is how long an idle sandbox stays frozen before it is stopped
 	// (--idle-freeze; 0: 10 min, negative: stopped at once).
 	IdleFreeze time.Duration
-	Log        *slog.Logger
+	// ArchiveKeep is how long drive archives are kept (--archive-keep; 0: for ever).
+	ArchiveKeep time.Duration
+	Log         *slog.Logger
 }
 
 // Daemon is a running moat daemon.
@@ -128,6 +130,8 @@ type Daemon struct {
 	lock    *os.File
 	servers []*http.Server
 	wg      sync.WaitGroup
+	// archives are the drive archives (listed, removed, expired after cfg.ArchiveKeep).
+	archives archives
 }
 
 type namedCloser struct {
@@ -359,7 +363,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	})
 	d.api.SetChanges(d.Egress)
 	d.api.SetSnapshots(d.Manager)
-	d.api.SetArchives(archives{stor})
+	d.archives = archives{s: stor, st: st, log: d.log.With("component", "archives")}
+	d.api.SetArchives(d.archives)
 	return d, nil
 }
 
@@ -482,6 +487,7 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 			if now.Sub(lastSweep) >= sweep {
 				lastSweep = now
 				d.Manager.Sweep(ctx)
+				d.archives.expire(ctx, now, d.cfg.ArchiveKeep)
 			}
 		}
 	}

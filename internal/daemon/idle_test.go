@@ -21,6 +21,7 @@ import (
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
+	"github.com/moatdev/moat/internal/store"
 	"github.com/moatdev/moat/internal/testutil"
 	"github.com/moatdev/moat/sdk"
 )
@@ -223,7 +224,47 @@ func TestDeleteUnusedArchive(t *testing.T) {
 					t.Errorf("archives directory holds %s: a temporary file or mount point was left", en.Name())
 				}
 			}
+			if err := e.c.DeleteArchive(context.Background(), sb.ID); err != nil {
+				t.Fatalf("moat archive rm: %v", err)
+			}
+			if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the removed archive remains: %v", err)
+			}
+			if err := e.c.DeleteArchive(context.Background(), sb.ID); !isNotFound(err) {
+				t.Errorf("removing it again: %v, want not found", err)
+			}
 		})
+	}
+}
+
+// TestArchiveKeep: with --archive-keep, the daemon's sweep removes archives older than
+// that period, keeps newer ones, and records the removal in the sandbox's events.
+func TestArchiveKeep(t *testing.T) {
+	e := newEnvWith(t, func(c *daemon.Config) { c.ArchiveKeep, c.SweepInterval = time.Hour, time.Second })
+	dir := filepath.Join(e.dataDir, "archives")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old, recent := filepath.Join(dir, "sb-0000000000a1.tar.zst"), filepath.Join(dir, "sb-0000000000a2.tar.zst")
+	for _, p := range []string{old, recent} {
+		if err := os.WriteFile(p, []byte("archive"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	past := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(old, past, past); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the old archive to expire", func() bool {
+		_, err := os.Stat(old)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	if _, err := os.Stat(recent); err != nil {
+		t.Errorf("the recent archive was removed: %v", err)
+	}
+	evs, err := e.d.Store.Events(context.Background(), "sb-0000000000a1")
+	if err != nil || !slices.ContainsFunc(evs, func(ev store.Event) bool { return ev.Kind == "archive_removed" }) {
+		t.Errorf("no archive_removed event: %+v %v", evs, err)
 	}
 }
 
@@ -308,6 +349,9 @@ func TestIdleResumeE2B(t *testing.T) {
 	a := sdk.NewHTTP("http://"+addr, key.Key)
 	if _, err := a.Archives(ctx); err == nil {
 		t.Errorf("an API key listed the drive archives (files of every owner's deleted sandboxes)")
+	}
+	if err := a.DeleteArchive(ctx, "sb-000000000001"); !errors.Is(err, sdk.ErrPermissionDenied) {
+		t.Errorf("an API key removing a drive archive: %v, want refused", err)
 	}
 	for _, rt := range runtimesUnderTest(t) {
 		e.run(rt, func(t *testing.T, e *env) {

@@ -75,6 +75,10 @@ func (s *Store) ArchiveDrive(ctx context.Context, id string) (path string, err e
 		syscall.MS_RDONLY|syscall.MS_NODEV|syscall.MS_NOSUID|syscall.MS_NOEXEC|syscall.MS_NOATIME, ""); err != nil {
 		return "", fmt.Errorf("mounting drive of sandbox %s read-only: %w", id, err)
 	}
+	what := "an archive of sandbox " + id + "'s drive"
+	if err := s.roomForLayer(what); err != nil {
+		return "", err
+	}
 	final := s.ArchivePath(id)
 	tmp := filepath.Join(dir, ".tmp-"+id+"-"+randHex(4))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -88,7 +92,9 @@ func (s *Store) ArchiveDrive(ctx context.Context, id string) (path string, err e
 			_ = os.Remove(tmp)
 		}
 	}()
-	if err := writeTarZst(ctx, f, mnt); err != nil {
+	// The archive may not take the reserve either: it is looked at again as it grows.
+	rw := &roomWriter{w: f, room: func() error { return s.roomForLayer(what) }}
+	if err := writeTarZst(ctx, rw, mnt); err != nil {
 		return "", fmt.Errorf("archiving drive of sandbox %s: %w", id, err)
 	}
 	if err := f.Sync(); err != nil {
@@ -106,6 +112,28 @@ func (s *Store) ArchiveDrive(ctx context.Context, id string) (path string, err e
 		d.Close()
 	}
 	return final, nil
+}
+
+// roomCheckEvery is how many bytes a roomWriter writes between two looks at the space.
+const roomCheckEvery = 16 << 20
+
+// roomWriter writes to w and calls room after each roomCheckEvery bytes, failing the write
+// with its error: an archive stops before it eats into the data filesystem's reserve.
+type roomWriter struct {
+	w       io.Writer
+	room    func() error
+	written int64
+}
+
+func (rw *roomWriter) Write(p []byte) (int, error) {
+	if rw.written/roomCheckEvery != (rw.written+int64(len(p)))/roomCheckEvery {
+		if err := rw.room(); err != nil {
+			return 0, err
+		}
+	}
+	n, err := rw.w.Write(p)
+	rw.written += int64(n)
+	return n, err
 }
 
 // mountedDevice says whether block device dev is mounted anywhere (mountinfo's source).
@@ -241,6 +269,39 @@ func (s *Store) Archives() ([]ArchivedDrive, error) {
 		out = append(out, ArchivedDrive{ID: id, Path: filepath.Join(dir, e.Name()), Bytes: fi.Size(), Time: fi.ModTime().UTC()})
 	}
 	return out, nil
+}
+
+// DeleteArchive removes sandbox id's drive archive (ErrNotFound when there is none).
+func (s *Store) DeleteArchive(id string) error {
+	if err := validSandboxID(id); err != nil {
+		return err
+	}
+	err := os.Remove(s.ArchivePath(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("no drive archive of sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	return err
+}
+
+// ExpireArchives removes the drive archives written before cutoff and returns them.
+func (s *Store) ExpireArchives(cutoff time.Time) ([]ArchivedDrive, error) {
+	list, err := s.Archives()
+	if err != nil {
+		return nil, err
+	}
+	var gone []ArchivedDrive
+	var errs []error
+	for _, x := range list {
+		if !x.Time.Before(cutoff) {
+			continue
+		}
+		if err := os.Remove(x.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		gone = append(gone, x)
+	}
+	return gone, errors.Join(errs...)
 }
 
 // CleanupArchives removes what an archive interrupted by a crash left in the archives
