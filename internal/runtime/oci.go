@@ -416,7 +416,7 @@ func (o *OCI) Stop(ctx context.Context, id string) error {
 		if st.Status == "paused" {
 			// Frozen processes die only once thawed, and runsc cannot delete a paused
 			// container (it panics on the paused => stopped transition).
-			if _, err := o.control(ctx, id, resumeOpts{}.args(id)); err != nil {
+			if err := o.Resume(ctx, id); err != nil {
 				o.log.Debug("resume for kill", "id", id, "err", err)
 			}
 		}
@@ -523,6 +523,12 @@ func (o *OCI) Running(ctx context.Context, id string) (bool, error) {
 // kernel walks them): runc then thaws it again and fails with "unable to freeze". That is
 // transient, so Pause tries again a few times before it gives up.
 func (o *OCI) Pause(ctx context.Context, id string) error {
+	if f, ok := freezerOf(id); ok {
+		if err := f.freeze(); err != nil {
+			return fmt.Errorf("pausing container %s: %w", id, err)
+		}
+		return nil
+	}
 	var err error
 	for attempt := 0; attempt < pauseAttempts; attempt++ {
 		if attempt > 0 {
@@ -551,6 +557,16 @@ func freezeMissed(err error) bool { return strings.Contains(err.Error(), "unable
 
 // Resume thaws a paused container. Unknown containers are ErrNotFound.
 func (o *OCI) Resume(ctx context.Context, id string) error {
+	if f, ok := freezerOf(id); ok {
+		if frozen, err := f.frozen(); err == nil && frozen {
+			if err := f.thaw(); err != nil {
+				return fmt.Errorf("resuming container %s: %w", id, err)
+			}
+			return nil
+		}
+	}
+	// Not frozen by its cgroup: paused by the runtime itself (an older moat paused runsc
+	// with `runsc pause`), or not paused at all (the runtime says so).
 	if _, err := o.control(ctx, id, resumeOpts{}.args(id)); err != nil {
 		return fmt.Errorf("resuming container %s: %w", id, err)
 	}
@@ -576,6 +592,14 @@ func (o *OCI) State(ctx context.Context, id string) (State, error) {
 }
 
 func (o *OCI) state(ctx context.Context, id string) (State, error) {
+	if o.name == "runsc" {
+		// runsc cannot answer about a sandbox whose processes are frozen (it waits for them).
+		if f, ok := freezerOf(id); ok {
+			if frozen, err := f.frozen(); err == nil && frozen {
+				return State{ID: id, Status: "paused"}, nil
+			}
+		}
+	}
 	out, err := o.control(ctx, id, stateOpts{}.args(id))
 	if err != nil {
 		return State{}, err

@@ -640,11 +640,23 @@ func TestRunscContainer(t *testing.T) {
 		if st, _ := o.State(ctx, id); st.Status != "paused" {
 			t.Errorf("after Pause: %s", st.Status)
 		}
+		if DetectCgroupMode() != CgroupUnified {
+			if got := readTrim(t, cgroupFile("freezer", id, "freezer.state")); got != "FROZEN" {
+				t.Errorf("freezer.state after Pause = %s", got)
+			}
+		}
+		if ok, err := o2.Running(ctx, id); !ok || err != nil {
+			t.Errorf("Running of the paused sandbox from a fresh driver = %v, %v", ok, err)
+		}
 		if err := o.Resume(ctx, id); err != nil {
 			t.Errorf("Resume: %v", err)
 		}
 		if st, _ := o.State(ctx, id); st.Status != "running" {
 			t.Errorf("after Resume: %s", st.Status)
+		}
+		// Stop from paused: the frozen sandbox is thawed and killed, not waited on.
+		if err := o.Pause(ctx, id); err != nil {
+			t.Errorf("second Pause: %v", err)
 		}
 	}
 
