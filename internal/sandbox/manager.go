@@ -99,7 +99,7 @@ type Manager struct {
 	ns       Namespaces
 	log      *slog.Logger
 
-	locks sync.Map          // id → *sync.Mutex
+	locks idLocks           // one mutex per sandbox id (idlock.go)
 	logs  sync.Map          // id → *initlog.Log of a running sandbox
 	pools map[PoolKey]*pool // warm pools (pool.go)
 	// poolSlot is held while a pool builds; creating counts Creates and Starts in flight
@@ -911,7 +911,6 @@ func (m *Manager) finishDelete(sb *Sandbox) {
 		m.retryDelete(sb)
 		return
 	}
-	m.locks.Delete(sb.ID)
 	if sb.RepoLayer != nil {
 		m.collectLayers(context.Background()) // its repository layer may be unused now (snapshot.go)
 	}
@@ -933,7 +932,6 @@ func (m *Manager) retryDelete(sb *Sandbox) {
 			err := m.remove(sb)
 			unlock()
 			if err == nil {
-				m.locks.Delete(sb.ID)
 				m.log.Info("deleted sandbox after retrying", "sandbox", sb.ID, "attempts", attempt+1)
 				return
 			}
@@ -1233,12 +1231,7 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) (*
 func (m *Manager) EnvdTransport() http.RoundTripper { return m.envd }
 
 // lock serializes operations on one sandbox within this process.
-func (m *Manager) lock(id string) func() {
-	v, _ := m.locks.LoadOrStore(id, &sync.Mutex{})
-	mu := v.(*sync.Mutex)
-	mu.Lock()
-	return mu.Unlock
-}
+func (m *Manager) lock(id string) func() { return m.locks.lock(id) }
 
 func newID() string {
 	var b [6]byte
