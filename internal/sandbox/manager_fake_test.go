@@ -203,8 +203,8 @@ func (e fakeEgress) Attach(id string, spec policy.Spec, creds []sandbox.Credenti
 	return "", nil
 }
 func (e fakeEgress) SetPolicy(string, policy.Spec) (int, error) { return 0, nil }
-func (e fakeEgress) Detach(id string)                          { e.w.set(e.w.egress, id, false) }
-func (e fakeEgress) Forget(string)                             {}
+func (e fakeEgress) Detach(id string)                           { e.w.set(e.w.egress, id, false) }
+func (e fakeEgress) Forget(string)                              {}
 
 type fakeNS struct{ w *world }
 
