@@ -96,6 +96,9 @@ type Result struct {
 	IdleN          int     `json:"idle_n"`
 	BurstPerSecond float64 `json:"burst_creates_per_second"`
 	BurstN         int     `json:"burst_n"`
+	// BurstWarmPerSecond is the same burst served by a warm pool as large as it (cmd/moat
+	// bench --burst-warm).
+	BurstWarmPerSecond float64 `json:"burst_warm_creates_per_second,omitempty"`
 	// E2BCreate is POST /sandboxes (E2B's Sandbox.create()) on the warm daemon, for
 	// E2BTemplate, served by its warm pool.
 	E2BCreate   *Latency `json:"e2b_create,omitempty"`
@@ -400,16 +403,39 @@ func idle(ctx context.Context, c *sdk.Client, o Options, res *Result) error {
 
 func burst(ctx context.Context, c *sdk.Client, o Options, res *Result) error {
 	settle(ctx, c)
+	rate, err := burstOf(ctx, c, o.Burst, smallSandbox)
+	if err != nil {
+		return err
+	}
+	res.BurstN, res.BurstPerSecond = o.Burst, rate
+	return nil
+}
+
+// BurstWarm is the burst figure against a daemon whose warm pool holds n sandboxes of the
+// default kind: once ready says the pool is full (waited for up to two minutes, untimed),
+// n default creates at once; their rate per second.
+func BurstWarm(ctx context.Context, c *sdk.Client, n int, ready func() bool) (float64, error) {
+	for deadline := time.Now().Add(2 * time.Minute); !ready(); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("the warm pool did not fill to %d within two minutes", n)
+		}
+	}
+	return burstOf(ctx, c, n, v1.CreateSandboxRequest{})
+}
+
+// burstOf makes n sandboxes of req at once and returns creates per second; it deletes
+// them after (untimed).
+func burstOf(ctx context.Context, c *sdk.Client, n int, req v1.CreateSandboxRequest) (float64, error) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var ids []string
 	var firstErr error
 	start := time.Now()
-	for range o.Burst {
+	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sb, err := c.Create(ctx, smallSandbox)
+			sb, err := c.Create(ctx, req)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -427,11 +453,9 @@ func burst(ctx context.Context, c *sdk.Client, o Options, res *Result) error {
 		_ = c.Delete(context.WithoutCancel(ctx), id)
 	}
 	if firstErr != nil {
-		return firstErr
+		return 0, firstErr
 	}
-	res.BurstN = o.Burst
-	res.BurstPerSecond = float64(o.Burst) / elapsed.Seconds()
-	return nil
+	return float64(n) / elapsed.Seconds(), nil
 }
 
 // memUsed is the host memory in use, KiB, after dropping clean caches: MemTotal minus
