@@ -40,8 +40,13 @@ func (c *Client) Restore(ctx context.Context, id, snap string) (*v1.Sandbox, err
 
 // Fork makes count new sandboxes from sandbox id's current state.
 func (c *Client) Fork(ctx context.Context, id string, count int) (*v1.ForkReport, error) {
+	return c.ForkWith(ctx, id, v1.ForkRequest{Count: count})
+}
+
+// ForkWith makes the forks req asks for (Lazy: stopped, each started by its first use).
+func (c *Client) ForkWith(ctx context.Context, id string, req v1.ForkRequest) (*v1.ForkReport, error) {
 	var rep v1.ForkReport
-	if err := c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/fork", v1.ForkRequest{Count: count}, &rep); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/fork", req, &rep); err != nil {
 		return nil, err
 	}
 	return &rep, nil

@@ -33,8 +33,10 @@ type RestoreRequest struct {
 }
 
 // ForkRequest asks POST /v1/sandboxes/{id}/fork for Count new sandboxes (default 1).
+// Lazy makes them stopped (stop_reason idle), each started by its first use.
 type ForkRequest struct {
-	Count int `json:"count,omitempty"`
+	Count int  `json:"count,omitempty"`
+	Lazy  bool `json:"lazy,omitempty"`
 }
 
 // ForkReport is the answer of a fork: the new sandboxes and what they inherited from the

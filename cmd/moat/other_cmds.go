@@ -591,6 +591,8 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 				fmt.Printf("snapshot (%s, %s): p50 %.1f ms empty workspace, %.1f ms with %d MiB (ratio %.2f); fork ×1 (includes starting it): p50 %.1f ms empty, %.1f ms with %d MiB (ratio %.2f); cold create of the same sandbox p50 %.1f ms\n",
 					sr.Runtime, sr.Method, sr.SnapEmpty.P50, sr.SnapFull.P50, sr.WorkspaceMiB, sr.SnapRatio,
 					sr.ForkEmpty.P50, sr.ForkFull.P50, sr.WorkspaceMiB, sr.ForkRatio, sr.Create.P50)
+				fmt.Printf("fork --lazy ×1 (made stopped): p50 %.1f ms empty, %.1f ms with %d MiB (ratio %.2f); its first exec (the start) p50 %.1f ms\n",
+					sr.LazyEmpty.P50, sr.LazyFull.P50, sr.WorkspaceMiB, sr.LazyRatio, sr.LazyFirstUse.P50)
 			}
 			if cl := res.ConnLoad; cl != nil {
 				fmt.Printf("API latency: ls p50/p99 %.1f/%.1f ms idle, %.1f/%.1f ms with %d sandboxes at their connection caps (%d tried each, %d held, daemon %d fds); ratio p50 %.2f, p99 %.2f\n",

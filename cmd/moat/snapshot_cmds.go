@@ -178,24 +178,28 @@ The snapshot must be of the same template and drive size.`,
 }
 
 func (a *app) forkCmd() *cobra.Command {
-	var asJSON bool
+	var asJSON, lazy bool
 	var count int
 	cmd := &cobra.Command{
-		Use:   "fork ID [--count N]",
+		Use:   "fork ID [--count N] [--lazy]",
 		Short: "Make N new sandboxes from a sandbox's current state; prints what they inherited and got anew",
 		Long: `fork clones the sandbox's filesystem (copy-free with the drive pool) into N new sandboxes.
 Each inherits the filesystem, template, runtime, user, environment, limits, egress policy with
 its phase, credential bindings, timeout and metadata; each gets its own sandbox id, host uid
 range, network namespace, envd access token, interception CA, credential placeholders, GitHub
 App tokens, /etc/machine-id and random seed. Bindings are checked against the caller again: a
-fork gets no secret its caller may not bind. The parent keeps running.`,
+fork gets no secret its caller may not bind. The parent keeps running.
+
+With --lazy the forks are made stopped (as after an idle stop) and each starts on its first
+exec, file call, shell or connect: the fork returns in milliseconds, and only the forks used
+pay a start.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
-			rep, err := c.Fork(cmd.Context(), args[0], count)
+			rep, err := c.ForkWith(cmd.Context(), args[0], v1.ForkRequest{Count: count, Lazy: lazy})
 			if err != nil {
 				return err
 			}
@@ -207,6 +211,7 @@ fork gets no secret its caller may not bind. The parent keeps running.`,
 		},
 	}
 	cmd.Flags().IntVar(&count, "count", 1, "how many forks (1-32)")
+	cmd.Flags().BoolVar(&lazy, "lazy", false, "make the forks stopped; each starts on its first use")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
 }

@@ -20,7 +20,7 @@ type Snapshots interface {
 	GetSnapshot(ctx context.Context, id string) (*sandbox.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, id string) error
 	Restore(ctx context.Context, id, snap string) (*sandbox.Sandbox, error)
-	Fork(ctx context.Context, id string, count int) (*sandbox.ForkReport, error)
+	Fork(ctx context.Context, id string, o sandbox.ForkOptions) (*sandbox.ForkReport, error)
 }
 
 // SetSnapshots enables the snapshot routes (before the server is used).
@@ -149,7 +149,7 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t0 := time.Now()
-	rep, err := s.snaps.Fork(r.Context(), r.PathValue("id"), req.Count)
+	rep, err := s.snaps.Fork(r.Context(), r.PathValue("id"), sandbox.ForkOptions{Count: req.Count, Lazy: req.Lazy})
 	if err != nil {
 		writeError(w, err)
 		return

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,6 +23,12 @@ type SnapshotResult struct {
 	ForkEmpty    Latency `json:"fork_empty"`
 	ForkFull     Latency `json:"fork_full"`
 	ForkRatio    float64 `json:"fork_ratio_p50"` // full / empty
+	// LazyEmpty and LazyFull are `fork --lazy` (made stopped, started by its first use):
+	// the call itself, and FirstUse the first exec's output after it (the start).
+	LazyEmpty    Latency `json:"fork_lazy_empty"`
+	LazyFull     Latency `json:"fork_lazy_full"`
+	LazyRatio    float64 `json:"fork_lazy_ratio_p50"` // full / empty
+	LazyFirstUse Latency `json:"fork_lazy_first_exec"`
 	// Create is a cold create (to running) of the same sandbox: what a fork adds to its
 	// snapshot.
 	Create Latency `json:"create_baseline"`
@@ -44,10 +51,11 @@ func Snapshots(ctx context.Context, c *sdk.Client, rt string, runs, workspaceMiB
 		_ = c.Delete(ctx, sb.ID)
 	}
 	res.Create = summarize(creates)
-	measure := func(fill int) (snap, fork Latency, err error) {
+	var firstUses []time.Duration
+	measure := func(fill int) (snap, fork, lazy Latency, err error) {
 		sb, err := c.Create(ctx, req)
 		if err != nil {
-			return snap, fork, err
+			return snap, fork, lazy, err
 		}
 		defer func() { _ = c.Delete(context.WithoutCancel(ctx), sb.ID) }()
 		if fill > 0 {
@@ -56,7 +64,7 @@ func Snapshots(ctx context.Context, c *sdk.Client, rt string, runs, workspaceMiB
 			code, err := c.Exec(ctx, sb.ID, sdk.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c",
 				fmt.Sprintf("mkdir -p ~/ws && head -c %dM /dev/urandom > ~/ws/blob && sync", fill)}, Stdout: &out, Stderr: &errb})
 			if err != nil || code != 0 {
-				return snap, fork, fmt.Errorf("filling the workspace: %v (exit %d) %s", err, code, errb.String())
+				return snap, fork, lazy, fmt.Errorf("filling the workspace: %v (exit %d) %s", err, code, errb.String())
 			}
 		}
 		var snaps, forks []time.Duration
@@ -64,34 +72,52 @@ func Snapshots(ctx context.Context, c *sdk.Client, rt string, runs, workspaceMiB
 			t0 := time.Now()
 			sn, err := c.Snapshot(ctx, sb.ID, "")
 			if err != nil {
-				return snap, fork, err
+				return snap, fork, lazy, err
 			}
 			snaps = append(snaps, time.Since(t0))
 			res.Method = sn.Method
 			if err := c.DeleteSnapshot(ctx, sn.ID); err != nil {
-				return snap, fork, err
+				return snap, fork, lazy, err
 			}
 		}
 		for range runs {
 			t0 := time.Now()
 			rep, err := c.Fork(ctx, sb.ID, 1)
 			if err != nil {
-				return snap, fork, err
+				return snap, fork, lazy, err
 			}
 			forks = append(forks, time.Since(t0))
 			for _, f := range rep.Forks {
-				_ = c.Delete(ctx, f.ID)
+				deleted(ctx, c, f.ID)
 			}
 		}
-		return summarize(snaps), summarize(forks), nil
+		var lazies []time.Duration
+		for range runs {
+			t0 := time.Now()
+			rep, err := c.ForkWith(ctx, sb.ID, v1.ForkRequest{Count: 1, Lazy: true})
+			if err != nil {
+				return snap, fork, lazy, err
+			}
+			lazies = append(lazies, time.Since(t0))
+			for _, f := range rep.Forks {
+				t1 := time.Now()
+				var out, errb limited
+				if code, err := c.Exec(ctx, f.ID, sdk.ExecRequest{Cmd: "/bin/true", Stdout: &out, Stderr: &errb}); err != nil || code != 0 {
+					return snap, fork, lazy, fmt.Errorf("first exec in a lazy fork: %v (exit %d) %s", err, code, errb.String())
+				}
+				firstUses = append(firstUses, time.Since(t1))
+				deleted(ctx, c, f.ID)
+			}
+		}
+		return summarize(snaps), summarize(forks), summarize(lazies), nil
 	}
 	var err error
 	progress(fmt.Sprintf("snapshots: %d × snapshot and fork of a %s sandbox with an empty workspace", runs, rt))
-	if res.SnapEmpty, res.ForkEmpty, err = measure(0); err != nil {
+	if res.SnapEmpty, res.ForkEmpty, res.LazyEmpty, err = measure(0); err != nil {
 		return res, err
 	}
 	progress(fmt.Sprintf("snapshots: %d × snapshot and fork of a %s sandbox with %d MiB in its workspace", runs, rt, workspaceMiB))
-	if res.SnapFull, res.ForkFull, err = measure(workspaceMiB); err != nil {
+	if res.SnapFull, res.ForkFull, res.LazyFull, err = measure(workspaceMiB); err != nil {
 		return res, err
 	}
 	if res.SnapEmpty.P50 > 0 {
@@ -100,7 +126,24 @@ func Snapshots(ctx context.Context, c *sdk.Client, rt string, runs, workspaceMiB
 	if res.ForkEmpty.P50 > 0 {
 		res.ForkRatio = res.ForkFull.P50 / res.ForkEmpty.P50
 	}
+	if res.LazyEmpty.P50 > 0 {
+		res.LazyRatio = res.LazyFull.P50 / res.LazyEmpty.P50
+	}
+	res.LazyFirstUse = summarize(firstUses)
 	return res, nil
+}
+
+// deleted deletes sandbox id and waits (up to a minute) until its teardown, which runs in
+// the daemon's background, is over: the next timed call must not share the machine with it.
+func deleted(ctx context.Context, c *sdk.Client, id string) {
+	if err := c.Delete(ctx, id); err != nil {
+		return
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := c.Get(ctx, id); errors.Is(err, sdk.ErrNotFound) {
+			return
+		}
+	}
 }
 
 // limited keeps the first 4 KiB written to it.

@@ -203,6 +203,15 @@ func TestForkIdentity(t *testing.T) {
 			if len(rep.Forks) != 3 || rep.Parent != parent.ID || len(rep.Inherited) == 0 || len(rep.Renewed) == 0 {
 				t.Fatalf("fork report: %+v", rep)
 			}
+			// A lazy fork is made stopped and started by its first use (the checks below).
+			lazy, err := e.c.ForkWith(ctx, parent.ID, v1.ForkRequest{Count: 1, Lazy: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f := lazy.Forks; len(f) != 1 || f[0].State != "stopped" || f[0].StopReason != "idle" {
+				t.Fatalf("lazy fork: %+v", lazy.Forks)
+			}
+			rep.Forks = append(rep.Forks, lazy.Forks...)
 			pp, phosts := readPosture(t, e, parent.ID)
 			seen := map[string]string{}
 			unique := func(kind, v string) {

@@ -247,14 +247,21 @@ func (m *Manager) createFromSnapshot(ctx context.Context, opts CreateOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	return m.createFrom(ctx, fromSnapshot(opts, sn), sn, "")
+	return m.createFrom(ctx, fromSnapshot(opts, sn), sn, "", false)
 }
 
 // createFrom is Create with the drive cloned from sn; fork names the parent of a fork.
-func (m *Manager) createFrom(ctx context.Context, opts CreateOptions, sn *Snapshot, fork string) (*Sandbox, error) {
+// Lazy leaves the new sandbox stopped as if for idleness, so that its first use starts it
+// (Acquire): the call then costs a clone and a record, not a start.
+func (m *Manager) createFrom(ctx context.Context, opts CreateOptions, sn *Snapshot, fork string, lazy bool) (*Sandbox, error) {
 	ss, err := m.snapshots()
 	if err != nil {
 		return nil, err
+	}
+	t0 := time.Now()
+	step := func(name string) {
+		m.log.Debug("create-from step", "snapshot", sn.ID, "step", name, "took", time.Since(t0))
+		t0 = time.Now()
 	}
 	if err := m.validate(ctx, &opts); err != nil {
 		return nil, err
@@ -286,17 +293,36 @@ func (m *Manager) createFrom(ctx context.Context, opts CreateOptions, sn *Snapsh
 		exp := now.Add(opts.Timeout)
 		sb.ExpiresAt, sb.Timeout = &exp, opts.Timeout
 	}
+	m.setLifecycle(sb, opts, now) // idle and unused periods, as Create does
 	if err := m.store.Insert(ctx, sb); err != nil {
 		return nil, err
 	}
 	unlock := m.lock(sb.ID)
 	defer unlock()
+	step("validate+insert")
 	m.at("create-from-inserted")
 	if _, err := ss.CreateDriveFrom(ctx, sb.ID, sn.ID); err != nil {
 		m.destroy(sb.ID)
 		return nil, fmt.Errorf("creating drive from snapshot %s: %w", sn.ID, err)
 	}
+	step("drive clone")
 	m.at("create-from-drive")
+	if lazy {
+		defer step("recorded")
+		made, err := m.store.Update(ctx, sb.ID, func(s *Sandbox) error {
+			if err := checkTransition(s.ID, s.State, StateStopped); err != nil {
+				return err
+			}
+			s.State, s.StopReason, s.Provisioning = StateStopped, StopIdle, false
+			return nil
+		})
+		if err != nil {
+			m.destroy(sb.ID)
+			return nil, err
+		}
+		_ = m.store.AddEvent(ctx, sb.ID, "fork_lazy", "made stopped: its first call starts it")
+		return made, nil
+	}
 	if err := m.up(ctx, sb, tmpl, extra); err != nil {
 		m.destroy(sb.ID)
 		return nil, err
@@ -409,12 +435,22 @@ func forkOptions(p *Sandbox) CreateOptions {
 // MaxFork is the most forks one call makes.
 const MaxFork = 32
 
+// ForkOptions are a fork's choices: how many (1 to MaxFork), and whether they are made
+// stopped, to start on their first use (Lazy: the fork itself then costs a clone and a
+// record per fork; the first exec, file call or connect pays the start, as after an idle
+// stop).
+type ForkOptions struct {
+	Count int  `json:"count"`
+	Lazy  bool `json:"lazy,omitempty"`
+}
+
 // Fork makes count new sandboxes from sandbox id's current filesystem: each inherits the
 // parent's settings (ForkInherits) and gets an identity of its own (ForkRenews). The parent
 // keeps running (its drive is frozen only for the clone). Bindings are checked against the
 // caller again: a fork gets no secret its caller may not bind now. On error, forks already
 // made are deleted.
-func (m *Manager) Fork(ctx context.Context, id string, count int) (*ForkReport, error) {
+func (m *Manager) Fork(ctx context.Context, id string, o ForkOptions) (*ForkReport, error) {
+	count := o.Count
 	if count < 1 || count > MaxFork {
 		return nil, fmt.Errorf("fork count %d: must be 1 to %d: %w", count, MaxFork, errdefs.ErrInvalidArgument)
 	}
@@ -428,7 +464,9 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) (*ForkReport, 
 		unlock()
 		return nil, err
 	}
+	t0 := time.Now()
 	sn, err := m.snapshotLocked(ctx, id, "fork of "+id, true)
+	m.log.Debug("fork step", "sandbox", id, "step", "snapshot", "took", time.Since(t0))
 	unlock()
 	if err != nil {
 		return nil, err
@@ -442,7 +480,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) (*ForkReport, 
 	rep := &ForkReport{Parent: id, Inherited: ForkInherits, Renewed: ForkRenews}
 	for range count {
 		// Options of its own for each fork: validate fills in each one's placeholders.
-		child, err := m.createFrom(ctx, forkOptions(parent), sn, id)
+		child, err := m.createFrom(ctx, forkOptions(parent), sn, id, o.Lazy)
 		if err != nil {
 			for _, c := range rep.Forks {
 				_ = m.Delete(context.WithoutCancel(ctx), c.ID)
