@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -79,7 +78,7 @@ func e2bNotImplemented(what string) http.HandlerFunc {
 
 // e2bRoutes are the E2B control-plane routes (added to the one route table in New).
 func (s *Server) e2bRoutes() []route {
-	return []route{
+	return append(s.e2bSnapshotRoutes(), []route{
 		{"POST /sandboxes", s.e2bCreate},
 		{"POST /v2/sandboxes", s.e2bCreate},
 		{"GET /sandboxes", s.e2bList(false)},
@@ -94,9 +93,6 @@ func (s *Server) e2bRoutes() []route {
 		{"GET /sandboxes/{id}/metrics", s.e2bMetrics},
 		{"PUT /sandboxes/{id}/network", s.e2bNetwork},
 		{"POST /sandboxes/{id}/refreshes", s.e2bRefresh},
-		{"POST /sandboxes/{id}/snapshots", e2bNotImplemented("snapshots")},
-		{"GET /snapshots", e2bNotImplemented("snapshots")},
-		{"POST /sandboxes/{id}/fork", e2bNotImplemented("fork")},
 		{"GET /sandboxes/{id}/logs", e2bNotImplemented("sandbox logs")},
 		{"GET /v2/sandboxes/{id}/logs", e2bNotImplemented("sandbox logs")},
 		{"GET /sandboxes/metrics", e2bNotImplemented("metrics of many sandboxes")},
@@ -110,7 +106,7 @@ func (s *Server) e2bRoutes() []route {
 		{"/volumes", e2bNotImplemented("volumes")},
 		{"/volumes/", e2bNotImplemented("volumes")},
 		{"/teams", e2bNotImplemented("teams")},
-	}
+	}...)
 }
 
 // e2bCreateRequest is the body of POST /v2/sandboxes. Fields moat does not enforce are
@@ -249,7 +245,7 @@ func (s *Server) e2bOptions(ctx context.Context, req e2bCreateRequest) (sandbox.
 		}
 	}
 	tmpl := cmp.Or(req.TemplateID, "base")
-	moatTmpl, err := s.e2bTemplate(ctx, tmpl)
+	src, err := s.e2bSource(ctx, tmpl) // a template or a snapshot (e2b_snapshot.go)
 	if err != nil {
 		return sandbox.CreateOptions{}, err
 	}
@@ -266,8 +262,12 @@ func (s *Server) e2bOptions(ctx context.Context, req e2bCreateRequest) (sandbox.
 	}
 	md := req.Metadata
 	opts := sandbox.CreateOptions{
-		Template: moatTmpl, TemplateAlias: tmpl, Env: req.EnvVars, Metadata: md,
+		Template: src.Template, TemplateAlias: tmpl, Env: req.EnvVars, Metadata: md,
 		Timeout: timeout, OnTimeout: onTimeout, Policy: pol,
+	}
+	if src.Snapshot != nil {
+		// Template, drive and (unless the request names one) policy are the snapshot's.
+		opts.Template, opts.TemplateAlias, opts.FromSnapshot = "", "", src.Snapshot.ID
 	}
 	e2bLifecycleOptions(&opts, req)
 	return opts, nil
@@ -322,29 +322,6 @@ func e2bPolicy(internet *bool, n *e2bNetwork) (*policy.Spec, error) {
 		return nil, fmt.Errorf("network: %w", err)
 	}
 	return &spec, nil
-}
-
-// e2bTemplate resolves an E2B template name: the configured alias, else a moat template
-// of that name. A template being built on first use answers 503 with its progress.
-func (s *Server) e2bTemplate(ctx context.Context, name string) (string, error) {
-	target, aliased := s.e2b.Templates[name]
-	if !aliased {
-		target = name
-	}
-	list, err := s.templates.List(ctx)
-	if err != nil {
-		return "", err
-	}
-	for _, t := range list {
-		if t.Name == target {
-			return target, nil
-		}
-	}
-	if aliased && target == "debian" {
-		return "", s.builds.start(s, target)
-	}
-	known := slices.Sorted(maps.Keys(s.e2b.Templates))
-	return "", fmt.Errorf("template %q not found (E2B names: %s; moat templates: `moat template ls`): %w", name, strings.Join(known, ", "), errdefs.ErrNotFound)
 }
 
 // builds runs first-use template builds in the background, one per template.
