@@ -499,7 +499,13 @@ func (s *Server) e2bRefresh(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if d <= 0 {
-		d = cmp.Or(sb.Timeout, s.e2b.DefaultTimeout)
+		d = sb.Timeout
+	}
+	if d <= 0 {
+		// A sandbox that never had a timeout (a native one) keeps none: a keep-alive
+		// without a duration gives it no deadline.
+		w.WriteHeader(http.StatusNoContent)
+		return
 	}
 	if _, err := s.sandboxes.SetTimeout(r.Context(), id, d); err != nil {
 		writeE2BError(w, err)
@@ -582,16 +588,7 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
 		writeE2BError(w, err)
 		return
 	}
-	d := cmp.Or(sb.Timeout, s.e2b.DefaultTimeout)
-	if asked > 0 {
-		d = asked
-	}
-	// A resumed sandbox gets a deadline; a running one's only ever moves later, and one
-	// without a deadline (a native sandbox) gets one only when the request names it.
-	extend := status == http.StatusCreated ||
-		sb.ExpiresAt != nil && time.Now().Add(d).After(*sb.ExpiresAt) ||
-		sb.ExpiresAt == nil && req.Timeout != nil
-	if extend {
+	if d, extend := e2bConnectDeadline(status == http.StatusCreated, sb.ExpiresAt, sb.Timeout, asked, time.Now()); extend {
 		if _, err = s.sandboxes.SetTimeout(r.Context(), id, d); err != nil {
 			writeE2BError(w, err)
 			return
@@ -620,11 +617,22 @@ func (s *Server) e2bMetrics(w http.ResponseWriter, r *http.Request) {
 		DiskUsed      int64     `json:"diskUsed"`
 		DiskTotal     int64     `json:"diskTotal"`
 	}
+	start, end, err := metricsRange(r.URL.Query().Get)
+	if err != nil {
+		writeE2BError(w, err)
+		return
+	}
 	out := []metric{}
-	if sb.State == sandbox.StateRunning {
+	// moat keeps no history: the answer is one sample taken now, when now is in the
+	// requested range (start/end: Unix seconds, e2b_compat.go).
+	if sb.State == sandbox.StateRunning && inRange(time.Now(), start, end) {
 		m, err := s.sandboxes.Metrics(r.Context(), id)
 		if err != nil {
 			writeE2BError(w, err)
+			return
+		}
+		if !inRange(m.Time, start, end) {
+			writeJSON(w, http.StatusOK, out)
 			return
 		}
 		out = append(out, metric{
@@ -665,8 +673,8 @@ func (s *Server) e2bNetwork(w http.ResponseWriter, r *http.Request) {
 }
 
 // e2bList serves GET /v2/sandboxes (and the older GET /sandboxes, which lists running
-// sandboxes without paging): metadata and state filters, limit and nextToken paging with
-// X-Next-Token.
+// sandboxes without paging): metadata, state, startedAfter and template filters, newest
+// first unless order=asc, limit and nextToken paging with X-Next-Token.
 func (s *Server) e2bList(v2 bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
@@ -698,6 +706,11 @@ func (s *Server) e2bList(v2 bool) http.HandlerFunc {
 			}
 			limit = n
 		}
+		f, err := parseE2BListFilter(q.Get)
+		if err != nil {
+			writeE2BError(w, err)
+			return
+		}
 		list, err := s.visible(r.Context())
 		if err != nil {
 			writeE2BError(w, err)
@@ -705,15 +718,15 @@ func (s *Server) e2bList(v2 bool) http.HandlerFunc {
 		}
 		out := []e2bListed{}
 		for _, sb := range list {
-			if st := e2bState(sb.State); st != "" && states[st] && metadataMatches(sb.Metadata, want) {
+			if st := e2bState(sb.State); st != "" && states[st] && metadataMatches(sb.Metadata, want) && f.matches(sb) {
 				out = append(out, toE2BListed(sb))
 			}
 		}
 		slices.SortStableFunc(out, func(a, b e2bListed) int {
 			return cmp.Or(a.StartedAt.Compare(b.StartedAt), strings.Compare(a.SandboxID, b.SandboxID))
 		})
-		if q.Get("order") == "desc" {
-			slices.Reverse(out)
+		if f.desc {
+			slices.Reverse(out) // E2B's default: newest first
 		}
 		if !v2 {
 			writeJSON(w, http.StatusOK, out)
@@ -727,7 +740,7 @@ func (s *Server) e2bList(v2 bool) http.HandlerFunc {
 				writeE2BError(w, err)
 				return
 			}
-			desc := q.Get("order") == "desc"
+			desc := f.desc
 			i := slices.IndexFunc(out, func(x e2bListed) bool {
 				c := cmp.Or(x.StartedAt.Compare(at), strings.Compare(x.SandboxID, id))
 				return c > 0 && !desc || c < 0 && desc
