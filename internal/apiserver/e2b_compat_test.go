@@ -103,3 +103,32 @@ func TestMetricsRange(t *testing.T) {
 		}
 	}
 }
+
+// FuzzE2BQueries: the list filter and the metrics range read client strings without panic,
+// refusing only as invalid arguments; an accepted range is ordered and an accepted
+// startedAfter is a real time.
+func FuzzE2BQueries(f *testing.F) {
+	f.Add("desc", "2026-12-01T12:00:00.123Z", "base", "100", "200")
+	f.Add("asc", "", "", "", "")
+	f.Add("x", "2026-13-01T00:00:00Z", "", "-1", "1e3")
+	f.Add("", "2026-12-01T12:00:00+01:00", "snap-x", "99999999999999999999", "0")
+	f.Fuzz(func(t *testing.T, order, after, tmpl, start, end string) {
+		lf, err := parseE2BListFilter(query("order", order, "startedAfter", after, "template", tmpl))
+		if err != nil && !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Fatalf("list filter error %v is not invalid argument", err)
+		}
+		if err == nil && (lf.template != tmpl || after == "" && !lf.startedAfter.IsZero()) {
+			t.Fatalf("list filter %+v from %q %q", lf, after, tmpl)
+		}
+		s, e, err := metricsRange(query("start", start, "end", end))
+		if err != nil {
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Fatalf("metrics range error %v is not invalid argument", err)
+			}
+			return
+		}
+		if !s.IsZero() && !e.IsZero() && e.Before(s) {
+			t.Fatalf("accepted range %v..%v ends before it starts", s, e)
+		}
+	})
+}
