@@ -122,13 +122,26 @@ func (s *Server) e2bSource(ctx context.Context, name string) (e2bSource, error) 
 	for _, t := range list {
 		names = append(names, t.Name)
 	}
+	// Snapshot records are read only when the name may be one: an ID alone (snap-…), the
+	// list only when no template has the name. A create of a template (the common one, from
+	// the warm pool) reads none.
 	var snaps []*sandbox.Snapshot
-	if s.snaps != nil {
-		if snaps, err = s.snaps.ListSnapshots(ctx); err != nil && !errors.Is(err, errdefs.ErrNotImplemented) {
+	if s.snaps != nil && strings.HasPrefix(name, "snap-") {
+		sn, err := s.snaps.GetSnapshot(ctx, name)
+		switch {
+		case err == nil && !sn.Fork:
+			snaps = []*sandbox.Snapshot{sn}
+		case err != nil && !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, errdefs.ErrInvalidArgument) && !errors.Is(err, errdefs.ErrNotImplemented):
 			return e2bSource{}, err
 		}
 	}
 	src, ok := e2bResolve(name, s.e2b.Templates, names, snaps)
+	if !ok && s.snaps != nil {
+		if snaps, err = s.snaps.ListSnapshots(ctx); err != nil && !errors.Is(err, errdefs.ErrNotImplemented) {
+			return e2bSource{}, err
+		}
+		src, ok = e2bResolve(name, s.e2b.Templates, names, snaps)
+	}
 	switch {
 	case !ok:
 		known := strings.Join(slices.Sorted(maps.Keys(s.e2b.Templates)), ", ")

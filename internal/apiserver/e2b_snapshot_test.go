@@ -1,11 +1,14 @@
 package apiserver
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/sandbox"
 )
@@ -252,4 +255,76 @@ func FuzzParseListToken(f *testing.F) {
 			t.Fatalf("round trip of %q: %v %q %v", tok, at2, id2, err)
 		}
 	})
+}
+
+// fixedTemplates lists names and builds nothing.
+type fixedTemplates struct{ buildingTemplates }
+
+func (f *fixedTemplates) List(context.Context) ([]v1.Template, error) {
+	return []v1.Template{{Name: "host"}, {Name: "debian"}}, nil
+}
+
+// countingSnaps is a Snapshots of one caller's records that counts the reads.
+type countingSnaps struct {
+	Snapshots
+	list  []*sandbox.Snapshot
+	lists int
+	gets  int
+}
+
+func (c *countingSnaps) ListSnapshots(context.Context) ([]*sandbox.Snapshot, error) {
+	c.lists++
+	var out []*sandbox.Snapshot
+	for _, sn := range c.list {
+		if !sn.Fork { // as the manager's: a fork's transient snapshot is never listed
+			out = append(out, sn)
+		}
+	}
+	return out, nil
+}
+
+func (c *countingSnaps) GetSnapshot(_ context.Context, id string) (*sandbox.Snapshot, error) {
+	c.gets++
+	for _, sn := range c.list {
+		if sn.ID == id {
+			return sn, nil
+		}
+	}
+	return nil, fmt.Errorf("snapshot %s: %w", id, errdefs.ErrNotFound)
+}
+
+// e2bSource reads snapshot records only when the name may be a snapshot: none for a
+// template name (the warm-pool create stays free of snapshot I/O), one record for an ID,
+// the list only when no template has the name.
+func TestE2BSourceReads(t *testing.T) {
+	snaps := &countingSnaps{list: []*sandbox.Snapshot{snap("snap-0123", "work", "sb-1", 0), snap("snap-fork", "", "sb-1", 0)}}
+	snaps.list[1].Fork = true
+	s := &Server{templates: &fixedTemplates{}, snaps: snaps, e2b: E2BConfig{Templates: map[string]string{"base": "debian"}}}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name              string
+		template, snap    string
+		notFound          bool
+		wantGets, wantLst int
+	}{
+		{"base", "debian", "", false, 0, 0},
+		{"host", "host", "", false, 0, 0},
+		{"snap-0123", "", "snap-0123", false, 1, 0},
+		{"work", "", "snap-0123", false, 0, 1},
+		{"snap-fork", "", "", true, 1, 1}, // a fork's transient snapshot is never a source
+		{"nothing", "", "", true, 0, 1},
+	} {
+		snaps.gets, snaps.lists = 0, 0
+		src, err := s.e2bSource(ctx, tc.name)
+		got := ""
+		if src.Snapshot != nil {
+			got = src.Snapshot.ID
+		}
+		if tc.notFound != errors.Is(err, errdefs.ErrNotFound) || src.Template != tc.template || got != tc.snap {
+			t.Errorf("e2bSource(%q) = {%q %q} %v", tc.name, src.Template, got, err)
+		}
+		if snaps.gets != tc.wantGets || snaps.lists != tc.wantLst {
+			t.Errorf("e2bSource(%q) read %d records and %d lists, want %d and %d", tc.name, snaps.gets, snaps.lists, tc.wantGets, tc.wantLst)
+		}
+	}
 }
