@@ -214,6 +214,26 @@ func TestFilesMetadata(t *testing.T) {
 	if st.GetMetadata()["color"] != "blue" {
 		t.Errorf("metadata %v", st.GetMetadata())
 	}
+	// An overwrite's metadata replaces the file's; one without metadata leaves none.
+	for _, tc := range []struct {
+		hdr  map[string]string
+		want map[string]string
+	}{
+		{map[string]string{"X-Metadata-Shape": "round"}, map[string]string{"shape": "round"}},
+		{nil, nil},
+	} {
+		hdr := map[string]string{"Content-Type": "application/octet-stream"}
+		for k, v := range tc.hdr {
+			hdr[k] = v
+		}
+		resp, body := in.filesRequest(t, http.MethodPost, url.Values{"path": {dir + "/m.txt"}}, in.token, bytes.NewReader([]byte("n")), hdr)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("overwrite: %d %s", resp.StatusCode, body)
+		}
+		if got := statEntry(t, in, dir+"/m.txt").GetMetadata(); len(got) != len(tc.want) || got["shape"] != tc.want["shape"] {
+			t.Errorf("after an overwrite with %v: metadata %v, want %v", tc.hdr, got, tc.want)
+		}
+	}
 }
 
 func TestSignedURLs(t *testing.T) {

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -79,7 +78,7 @@ func e2bNotImplemented(what string) http.HandlerFunc {
 
 // e2bRoutes are the E2B control-plane routes (added to the one route table in New).
 func (s *Server) e2bRoutes() []route {
-	return []route{
+	return append(s.e2bSnapshotRoutes(), []route{
 		{"POST /sandboxes", s.e2bCreate},
 		{"POST /v2/sandboxes", s.e2bCreate},
 		{"GET /sandboxes", s.e2bList(false)},
@@ -94,9 +93,6 @@ func (s *Server) e2bRoutes() []route {
 		{"GET /sandboxes/{id}/metrics", s.e2bMetrics},
 		{"PUT /sandboxes/{id}/network", s.e2bNetwork},
 		{"POST /sandboxes/{id}/refreshes", s.e2bRefresh},
-		{"POST /sandboxes/{id}/snapshots", e2bNotImplemented("snapshots")},
-		{"GET /snapshots", e2bNotImplemented("snapshots")},
-		{"POST /sandboxes/{id}/fork", e2bNotImplemented("fork")},
 		{"GET /sandboxes/{id}/logs", e2bNotImplemented("sandbox logs")},
 		{"GET /v2/sandboxes/{id}/logs", e2bNotImplemented("sandbox logs")},
 		{"GET /sandboxes/metrics", e2bNotImplemented("metrics of many sandboxes")},
@@ -110,7 +106,7 @@ func (s *Server) e2bRoutes() []route {
 		{"/volumes", e2bNotImplemented("volumes")},
 		{"/volumes/", e2bNotImplemented("volumes")},
 		{"/teams", e2bNotImplemented("teams")},
-	}
+	}...)
 }
 
 // e2bCreateRequest is the body of POST /v2/sandboxes. Fields moat does not enforce are
@@ -249,7 +245,7 @@ func (s *Server) e2bOptions(ctx context.Context, req e2bCreateRequest) (sandbox.
 		}
 	}
 	tmpl := cmp.Or(req.TemplateID, "base")
-	moatTmpl, err := s.e2bTemplate(ctx, tmpl)
+	src, err := s.e2bSource(ctx, tmpl) // a template or a snapshot (e2b_snapshot.go)
 	if err != nil {
 		return sandbox.CreateOptions{}, err
 	}
@@ -266,8 +262,12 @@ func (s *Server) e2bOptions(ctx context.Context, req e2bCreateRequest) (sandbox.
 	}
 	md := req.Metadata
 	opts := sandbox.CreateOptions{
-		Template: moatTmpl, TemplateAlias: tmpl, Env: req.EnvVars, Metadata: md,
+		Template: src.Template, TemplateAlias: tmpl, Env: req.EnvVars, Metadata: md,
 		Timeout: timeout, OnTimeout: onTimeout, Policy: pol,
+	}
+	if src.Snapshot != nil {
+		// Template, drive and (unless the request names one) policy are the snapshot's.
+		opts.Template, opts.TemplateAlias, opts.FromSnapshot = "", "", src.Snapshot.ID
 	}
 	e2bLifecycleOptions(&opts, req)
 	return opts, nil
@@ -322,29 +322,6 @@ func e2bPolicy(internet *bool, n *e2bNetwork) (*policy.Spec, error) {
 		return nil, fmt.Errorf("network: %w", err)
 	}
 	return &spec, nil
-}
-
-// e2bTemplate resolves an E2B template name: the configured alias, else a moat template
-// of that name. A template being built on first use answers 503 with its progress.
-func (s *Server) e2bTemplate(ctx context.Context, name string) (string, error) {
-	target, aliased := s.e2b.Templates[name]
-	if !aliased {
-		target = name
-	}
-	list, err := s.templates.List(ctx)
-	if err != nil {
-		return "", err
-	}
-	for _, t := range list {
-		if t.Name == target {
-			return target, nil
-		}
-	}
-	if aliased && target == "debian" {
-		return "", s.builds.start(s, target)
-	}
-	known := slices.Sorted(maps.Keys(s.e2b.Templates))
-	return "", fmt.Errorf("template %q not found (E2B names: %s; moat templates: `moat template ls`): %w", name, strings.Join(known, ", "), errdefs.ErrNotFound)
 }
 
 // builds runs first-use template builds in the background, one per template.
@@ -522,7 +499,13 @@ func (s *Server) e2bRefresh(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if d <= 0 {
-		d = cmp.Or(sb.Timeout, s.e2b.DefaultTimeout)
+		d = sb.Timeout
+	}
+	if d <= 0 {
+		// A sandbox that never had a timeout (a native one) keeps none: a keep-alive
+		// without a duration gives it no deadline.
+		w.WriteHeader(http.StatusNoContent)
+		return
 	}
 	if _, err := s.sandboxes.SetTimeout(r.Context(), id, d); err != nil {
 		writeE2BError(w, err)
@@ -605,16 +588,7 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
 		writeE2BError(w, err)
 		return
 	}
-	d := cmp.Or(sb.Timeout, s.e2b.DefaultTimeout)
-	if asked > 0 {
-		d = asked
-	}
-	// A resumed sandbox gets a deadline; a running one's only ever moves later, and one
-	// without a deadline (a native sandbox) gets one only when the request names it.
-	extend := status == http.StatusCreated ||
-		sb.ExpiresAt != nil && time.Now().Add(d).After(*sb.ExpiresAt) ||
-		sb.ExpiresAt == nil && req.Timeout != nil
-	if extend {
+	if d, extend := e2bConnectDeadline(status == http.StatusCreated, sb.ExpiresAt, sb.Timeout, asked, time.Now()); extend {
 		if _, err = s.sandboxes.SetTimeout(r.Context(), id, d); err != nil {
 			writeE2BError(w, err)
 			return
@@ -643,11 +617,22 @@ func (s *Server) e2bMetrics(w http.ResponseWriter, r *http.Request) {
 		DiskUsed      int64     `json:"diskUsed"`
 		DiskTotal     int64     `json:"diskTotal"`
 	}
+	start, end, err := metricsRange(r.URL.Query().Get)
+	if err != nil {
+		writeE2BError(w, err)
+		return
+	}
 	out := []metric{}
-	if sb.State == sandbox.StateRunning {
+	// moat keeps no history: the answer is one sample taken now, when now is in the
+	// requested range (start/end: Unix seconds, e2b_compat.go).
+	if sb.State == sandbox.StateRunning && inRange(time.Now(), start, end) {
 		m, err := s.sandboxes.Metrics(r.Context(), id)
 		if err != nil {
 			writeE2BError(w, err)
+			return
+		}
+		if !inRange(m.Time, start, end) {
+			writeJSON(w, http.StatusOK, out)
 			return
 		}
 		out = append(out, metric{
@@ -688,8 +673,8 @@ func (s *Server) e2bNetwork(w http.ResponseWriter, r *http.Request) {
 }
 
 // e2bList serves GET /v2/sandboxes (and the older GET /sandboxes, which lists running
-// sandboxes without paging): metadata and state filters, limit and nextToken paging with
-// X-Next-Token.
+// sandboxes without paging): metadata, state, startedAfter and template filters, newest
+// first unless order=asc, limit and nextToken paging with X-Next-Token.
 func (s *Server) e2bList(v2 bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
@@ -721,6 +706,11 @@ func (s *Server) e2bList(v2 bool) http.HandlerFunc {
 			}
 			limit = n
 		}
+		f, err := parseE2BListFilter(q.Get)
+		if err != nil {
+			writeE2BError(w, err)
+			return
+		}
 		list, err := s.visible(r.Context())
 		if err != nil {
 			writeE2BError(w, err)
@@ -728,15 +718,15 @@ func (s *Server) e2bList(v2 bool) http.HandlerFunc {
 		}
 		out := []e2bListed{}
 		for _, sb := range list {
-			if st := e2bState(sb.State); st != "" && states[st] && metadataMatches(sb.Metadata, want) {
+			if st := e2bState(sb.State); st != "" && states[st] && metadataMatches(sb.Metadata, want) && f.matches(sb) {
 				out = append(out, toE2BListed(sb))
 			}
 		}
 		slices.SortStableFunc(out, func(a, b e2bListed) int {
 			return cmp.Or(a.StartedAt.Compare(b.StartedAt), strings.Compare(a.SandboxID, b.SandboxID))
 		})
-		if q.Get("order") == "desc" {
-			slices.Reverse(out)
+		if f.desc {
+			slices.Reverse(out) // E2B's default: newest first
 		}
 		if !v2 {
 			writeJSON(w, http.StatusOK, out)
@@ -750,7 +740,7 @@ func (s *Server) e2bList(v2 bool) http.HandlerFunc {
 				writeE2BError(w, err)
 				return
 			}
-			desc := q.Get("order") == "desc"
+			desc := f.desc
 			i := slices.IndexFunc(out, func(x e2bListed) bool {
 				c := cmp.Or(x.StartedAt.Compare(at), strings.Compare(x.SandboxID, id))
 				return c > 0 && !desc || c < 0 && desc

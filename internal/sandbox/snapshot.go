@@ -425,10 +425,14 @@ func forkOptions(p *Sandbox) CreateOptions {
 		pol = &cp
 	}
 	prefix := p.AgentBranchPrefix
+	// The parent's idle and unused periods as set (0 stays off: an E2B sandbox has no idle
+	// stop, and its forks none either).
+	idle, unused := p.IdleAfter, p.DeleteAfter
 	return CreateOptions{
 		Runtime: p.Runtime, Template: p.Template, TemplateAlias: p.TemplateAlias, User: p.User,
 		Env: p.Env, Limits: p.Limits, Timeout: p.Timeout, Metadata: p.Metadata, Policy: pol,
 		OnTimeout: p.OnTimeout, Credentials: creds, AgentBranchPrefix: prefix, GitProtected: p.GitProtected,
+		Idle: &idle, DeleteAfter: &unused, Archive: p.Archive, AutoResume: p.AutoResume,
 	}
 }
 

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"testing"
+	"time"
 
 	"github.com/moatdev/moat/internal/egress/policy"
 )
@@ -49,8 +50,15 @@ func TestForkOptions(t *testing.T) {
 	p := &Sandbox{ID: "sb-parent", Runtime: "runc", Template: "host", User: "user", Env: map[string]string{"A": "1"},
 		Limits: Limits{MemoryBytes: 1 << 30, Pids: 100}, Policy: &policy.Spec{Phase: "run"}, OnTimeout: OnTimeoutPause,
 		Credentials: []Credential{{Secret: "TOKEN", Hosts: []string{"api.test"}, Placeholder: "moat-placeholder-parent"}},
-		AccessToken: "parent-token", Slot: 3, AgentBranchPrefix: "refs/heads/agent/x/", GitProtected: GitProtectedHold}
+		AccessToken: "parent-token", Slot: 3, AgentBranchPrefix: "refs/heads/agent/x/", GitProtected: GitProtectedHold,
+		IdleAfter: 0, DeleteAfter: 48 * time.Hour, AutoResume: true, Archive: true}
 	a, b := forkOptions(p), forkOptions(p)
+	// Lifecycle: the parent's periods as set, an idle period of 0 (an E2B sandbox's) kept off
+	// rather than taking the daemon's default.
+	if a.Idle == nil || *a.Idle != 0 || a.DeleteAfter == nil || *a.DeleteAfter != 48*time.Hour || !a.AutoResume || !a.Archive {
+		t.Errorf("fork lifecycle: idle %v, delete after %v, auto-resume %v, archive %v: want the parent's (0, 48h, true, true)",
+			a.Idle, a.DeleteAfter, a.AutoResume, a.Archive)
+	}
 	if a.Runtime != "runc" || a.Template != "host" || a.User != "user" || a.Limits != p.Limits || a.OnTimeout != OnTimeoutPause ||
 		a.Env["A"] != "1" || a.Policy.Phase != "run" || a.GitProtected != GitProtectedHold || a.AgentBranchPrefix != p.AgentBranchPrefix {
 		t.Errorf("fork options lost a setting: %+v", a)

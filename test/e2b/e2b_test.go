@@ -36,8 +36,9 @@ import (
 
 // daemon is one `moat serve` subprocess with its TCP listener and an API key for it.
 type daemon struct {
-	url string // http://127.0.0.1:PORT: the E2B API and the envd gateway alike
-	key string // an API key (e2b_…)
+	url   string // http://127.0.0.1:PORT: the E2B API and the envd gateway alike
+	key   string // an API key (e2b_…)
+	other string // a second API key, for tests of what one key may not see of another's
 }
 
 // suiteDir is this package's directory, where package.json and the test files are.
@@ -76,9 +77,9 @@ func requireNode(tb testing.TB) string {
 
 // startDaemon starts `moat serve` with its own data and run directories, an E2B template
 // alias base=host and warm sandboxes in its pool, waits until its TCP listener answers
-// GET /health, and creates an API key. The daemon is stopped with SIGTERM when tb ends;
-// its stderr goes to the log if tb failed.
-func startDaemon(tb testing.TB, warm int) *daemon {
+// GET /health, and creates two API keys. extra are more `moat serve` flags. The daemon is
+// stopped with SIGTERM when tb ends; its stderr goes to the log if tb failed.
+func startDaemon(tb testing.TB, warm int, extra ...string) *daemon {
 	tb.Helper()
 	testutil.RequiresRoot(tb)
 	moat := filepath.Join(testutil.Binaries(tb), "moat")
@@ -87,16 +88,17 @@ func startDaemon(tb testing.TB, warm int) *daemon {
 	_, _ = rand.Read(rnd[:])
 	runDir := "/run/moat-e2b-" + hex.EncodeToString(rnd[:])
 	sock := filepath.Join(runDir, "moat.sock")
+	data := tb.TempDir()
 	global := []string{
-		"--data", tb.TempDir(), "--run-dir", runDir, "--socket", sock,
+		"--data", data, "--run-dir", runDir, "--socket", sock,
 		"--id-base", strconv.FormatUint(uint64(testutil.IDBase(tb)), 10),
 	}
 	addr := freeAddr(tb)
 
 	logs := &syncBuffer{}
-	cmd := exec.Command(moat, append(slices.Clone(global),
-		"serve", "--listen", addr, "--warm", strconv.Itoa(warm), "--e2b-template", "base=host",
-		"--default-disk", "1G")...) // drives are allocated in full
+	args := append(slices.Clone(global), "serve", "--listen", addr, "--warm", strconv.Itoa(warm),
+		"--e2b-template", "base=host", "--default-disk", "1G") // drives are allocated in full
+	cmd := exec.Command(moat, append(args, extra...)...) // a later --default-disk wins
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("starting moat serve: %v", err)
@@ -117,6 +119,7 @@ func startDaemon(tb testing.TB, warm int) *daemon {
 			tb.Logf("moat serve output (last 64 KiB):\n%s", logs.tail(64<<10))
 		}
 		_ = os.RemoveAll(runDir)
+		unmountPool(tb, data)
 	})
 
 	base := "http://" + addr
@@ -136,17 +139,44 @@ func startDaemon(tb testing.TB, warm int) *daemon {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	var out, errb bytes.Buffer
-	key := exec.Command(moat, append(slices.Clone(global), "apikey", "create")...)
-	key.Stdout, key.Stderr = &out, &errb
-	if err := key.Run(); err != nil {
-		tb.Fatalf("moat apikey create: %v\n%s", err, errb.String())
+	newKey := func() string {
+		var out, errb bytes.Buffer
+		key := exec.Command(moat, append(slices.Clone(global), "apikey", "create")...)
+		key.Stdout, key.Stderr = &out, &errb
+		if err := key.Run(); err != nil {
+			tb.Fatalf("moat apikey create: %v\n%s", err, errb.String())
+		}
+		k := strings.TrimSpace(out.String())
+		if !strings.HasPrefix(k, "e2b_") || strings.ContainsAny(k, " \n") {
+			tb.Fatalf("moat apikey create printed %q, want the key alone (e2b_…)", out.String())
+		}
+		return k
 	}
-	k := strings.TrimSpace(out.String())
-	if !strings.HasPrefix(k, "e2b_") || strings.ContainsAny(k, " \n") {
-		tb.Fatalf("moat apikey create printed %q, want the key alone (e2b_…)", out.String())
+	return &daemon{url: base, key: newKey(), other: newKey()}
+}
+
+// unmountPool makes sure a drive pool the daemon mounted on data/drives is not left
+// mounted: the daemon unmounts it at exit when nothing uses it, but its last drives' loop
+// devices detach asynchronously (autoclear), so it can find the pool busy a moment longer.
+func unmountPool(tb testing.TB, data string) {
+	drives := filepath.Join(data, "drives")
+	mounted := func() bool {
+		b, err := os.ReadFile("/proc/self/mountinfo")
+		return err == nil && strings.Contains(string(b), " "+drives+" ")
 	}
-	return &daemon{url: base, key: k}
+	deadline := time.Now().Add(10 * time.Second)
+	for mounted() {
+		err := syscall.Unmount(drives, 0)
+		if err == nil {
+			tb.Logf("the daemon left its drive pool mounted on %s at exit; unmounted it", drives)
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Errorf("the drive pool on %s stays mounted: %v", drives, err)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func healthy(base string) bool {
@@ -181,15 +211,43 @@ func (d *daemon) nodeEnv() []string {
 		}
 	}
 	return append(env, "E2B_API_URL="+d.url, "E2B_SANDBOX_URL="+d.url, "E2B_API_KEY="+d.key,
-		"NO_COLOR=1", "FORCE_COLOR=0")
+		"MOAT_OTHER_API_KEY="+d.other, "NO_COLOR=1", "FORCE_COLOR=0")
 }
 
-// TestE2BSDK runs the node:test suite (*.test.mjs here) against a fresh daemon, one test
-// file at a time, streaming node's spec report into the test log.
+// poolFiles are the suite's files that need a daemon with a drive pool (snapshots and
+// forks clone drives): TestE2BSnapshots runs them, TestE2BSDK the others.
+var poolFiles = []string{"snapshot.test.mjs"}
+
+// TestE2BSDK runs the node:test suite (*.test.mjs here but poolFiles) against a fresh
+// daemon, one test file at a time, streaming node's spec report into the test log.
 func TestE2BSDK(t *testing.T) {
 	testutil.RequiresRoot(t)
 	node := requireNode(t)
-	d := startDaemon(t, 1)
+	files := suiteFiles(t, false)
+	if len(files) == 0 {
+		t.Skip("MOAT_E2B_FILES names none of this test's files")
+	}
+	runSuite(t, node, startDaemon(t, 1), files)
+}
+
+// TestE2BSnapshots runs poolFiles against a daemon whose drives are in a 6 GiB XFS pool
+// (`--drive-pool`, as an operator who wants copy-free snapshots runs it), 512 MiB each.
+func TestE2BSnapshots(t *testing.T) {
+	testutil.RequiresRoot(t)
+	node := requireNode(t)
+	files := suiteFiles(t, true)
+	if len(files) == 0 {
+		t.Skip("MOAT_E2B_FILES names none of this test's files")
+	}
+	if _, err := exec.LookPath("mkfs.xfs"); err != nil {
+		t.Fatal("mkfs.xfs is missing (xfsprogs; `make deps` installs it): the drive pool needs it")
+	}
+	runSuite(t, node, startDaemon(t, 1, "--drive-pool", "6G", "--default-disk", "512M"), files)
+}
+
+// suiteFiles lists the suite's test files, poolFiles or the others, narrowed by
+// MOAT_E2B_FILES=a.test.mjs,b.test.mjs when it is set.
+func suiteFiles(t *testing.T, pool bool) []string {
 	dir := suiteDir(t)
 	files, err := filepath.Glob(filepath.Join(dir, "*.test.mjs"))
 	if err != nil || len(files) == 0 {
@@ -198,11 +256,16 @@ func TestE2BSDK(t *testing.T) {
 	for i, f := range files {
 		files[i] = filepath.Base(f)
 	}
+	files = slices.DeleteFunc(files, func(f string) bool { return slices.Contains(poolFiles, f) != pool })
 	if only := os.Getenv("MOAT_E2B_FILES"); only != "" {
-		// MOAT_E2B_FILES=a.test.mjs,b.test.mjs runs only those files.
 		files = slices.DeleteFunc(files, func(f string) bool { return !slices.Contains(strings.Split(only, ","), f) })
 	}
+	return files
+}
 
+// runSuite runs node --test on files against d.
+func runSuite(t *testing.T, node string, d *daemon, files []string) {
+	dir := suiteDir(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	args := append([]string{"--test", "--test-concurrency=1", "--test-reporter=spec"}, files...)
@@ -223,7 +286,7 @@ func TestE2BSDK(t *testing.T) {
 		_, _ = io.Copy(io.Discard, pr)
 	}()
 	start := time.Now()
-	err = cmd.Run()
+	err := cmd.Run()
 	pw.Close()
 	<-lines
 	t.Logf("node --test took %s", time.Since(start).Round(time.Second))

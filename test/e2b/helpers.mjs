@@ -82,3 +82,35 @@ export async function alive(sbx, pid) {
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+// A second API key of the same daemon (the harness makes it), for what one key may not
+// see or use of another's.
+export const OTHER_API_KEY = process.env.MOAT_OTHER_API_KEY
+
+// native calls moat's native API (/v1/…) over the same listener with an API key (Bearer),
+// for what the E2B API does not show (a sandbox's runtime, lifecycle settings) or cannot
+// make (a sandbox with no timeout, another runtime). It returns {status, body}.
+export async function native(method, path, body, key = API_KEY) {
+  const res = await fetch(`${API_URL}${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${key}`, ...(body ? { 'Content-Type': 'application/json' } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  })
+  const text = await res.text()
+  let json
+  try {
+    json = text ? JSON.parse(text) : undefined
+  } catch {
+    json = text
+  }
+  return { status: res.status, body: json }
+}
+
+// nativeSandbox makes a sandbox through the native API (killed at the end like create's)
+// and returns its record.
+export async function nativeSandbox(req) {
+  const r = await native('POST', '/v1/sandboxes', req)
+  assert.equal(r.status, 201, `native create: ${JSON.stringify(r.body)}`)
+  created.add(r.body.id)
+  return r.body
+}

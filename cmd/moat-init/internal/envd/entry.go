@@ -29,7 +29,7 @@ func (s *Server) entryInfo(path string, fi os.FileInfo) *fspb.EntryInfo {
 		e.Type = fspb.FileType_FILE_TYPE_DIRECTORY
 	case fi.Mode()&os.ModeSymlink != 0:
 		e.Type = fspb.FileType_FILE_TYPE_SYMLINK
-		if target, err := os.Readlink(path); err == nil {
+		if target, ok := symlinkTarget(path); ok {
 			e.SymlinkTarget = &target
 		}
 	}

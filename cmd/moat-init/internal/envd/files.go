@@ -288,12 +288,14 @@ func (s *Server) writeFile(u *users.User, path string, src io.Reader, md map[str
 	if err != nil {
 		return uploadedEntry{}, err
 	}
+	// Missing parents are made for the user wherever they are, as E2B's envd does
+	// (compat.go); the file is written as the user.
+	if err := makeParents(filepath.Dir(resolved), credOf(u)); err != nil {
+		return uploadedEntry{}, fmt.Errorf("writing %s: %w", resolved, err)
+	}
 	err = linux.RunAs(credOf(u), func() error {
 		if fi, err := os.Stat(resolved); err == nil && fi.IsDir() {
 			return invalidArgument("path %s is a directory", resolved)
-		}
-		if err := os.MkdirAll(filepath.Dir(resolved), dirMode); err != nil {
-			return err
 		}
 		f, err := os.OpenFile(resolved, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fileMode)
 		if err != nil {
@@ -304,6 +306,11 @@ func (s *Server) writeFile(u *users.User, path string, src io.Reader, md map[str
 			err = cerr
 		}
 		if err != nil {
+			return err
+		}
+		// The file's metadata is the request's: an overwrite replaces what was there,
+		// and one without metadata leaves none (as E2B's envd).
+		if err := linux.ClearMetadata(resolved); err != nil {
 			return err
 		}
 		if len(md) > 0 {

@@ -53,6 +53,31 @@ func ReadMetadata(path string) (map[string]string, error) {
 	return md, nil
 }
 
+// ClearMetadata removes the metadata attributes of path (following symlinks); other
+// attributes stay. A filesystem without extended attributes has none to remove.
+func ClearMetadata(path string) error {
+	size, err := unix.Listxattr(path, nil)
+	if err != nil || size == 0 {
+		if err == nil || errors.Is(err, unix.ENOTSUP) {
+			return nil
+		}
+		return fmt.Errorf("listing attributes of %s: %w", path, err)
+	}
+	buf := make([]byte, size)
+	if size, err = unix.Listxattr(path, buf); err != nil {
+		return fmt.Errorf("listing attributes of %s: %w", path, err)
+	}
+	for _, name := range strings.Split(string(buf[:size]), "\x00") {
+		if !strings.HasPrefix(name, MetadataPrefix) {
+			continue
+		}
+		if err := unix.Removexattr(path, name); err != nil && !errors.Is(err, unix.ENODATA) {
+			return fmt.Errorf("removing metadata %q of %s: %w", name, path, err)
+		}
+	}
+	return nil
+}
+
 // WriteMetadata sets the metadata attributes of path (following symlinks).
 func WriteMetadata(path string, md map[string]string) error {
 	for k, v := range md {
