@@ -391,7 +391,7 @@ func (s *Server) e2bFork(w http.ResponseWriter, r *http.Request) {
 		writeE2BError(w, err)
 		return
 	}
-	rep, err := s.snaps.Fork(r.Context(), sb.ID, count)
+	rep, err := s.snaps.Fork(r.Context(), sb.ID, sandbox.ForkOptions{Count: count})
 	if err != nil {
 		writeE2BError(w, err)
 		return
