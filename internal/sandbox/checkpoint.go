@@ -88,3 +88,17 @@ func (m *Manager) Checkpoint(ctx context.Context, id, name string) (*CheckpointR
 	_ = m.store.AddEvent(context.WithoutCancel(ctx), id, "checkpoint", method+" "+sn.ID+": "+reason)
 	return &CheckpointResult{Method: method, Reason: reason, Note: CheckpointNote, Snapshot: sn, Took: time.Since(t0)}, nil
 }
+
+// MemorySupport says, for each runtime of the manager, whether it can checkpoint a
+// sandbox's memory on this host (for `moat doctor`).
+func (m *Manager) MemorySupport(ctx context.Context) map[string]MemorySupport {
+	out := make(map[string]MemorySupport, len(m.runtimes))
+	for name, rt := range m.runtimes {
+		out[name] = MemorySupportOf(ctx, rt)
+	}
+	return out
+}
+
+// MemoryRestoreBuilt reports whether moat restores sandboxes from memory images (see
+// checkpointMethod): not yet.
+const MemoryRestoreBuilt = false
