@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/bench"
+	"github.com/moatdev/moat/sdk"
 )
 
 func (a *app) checkpointCmd() *cobra.Command {
@@ -56,5 +59,34 @@ func printCheckpoint(w io.Writer, cp *v1.Checkpoint) {
 	}
 	if cp.Note != "" {
 		fmt.Fprintf(w, "note: %s\n", cp.Note)
+	}
+}
+
+// benchCheckpoints adds the checkpoint figure of each runtime to res (runs 0: none).
+func benchCheckpoints(ctx context.Context, c *sdk.Client, runtimes []string, runs int, res *bench.Result, progress func(string)) error {
+	if runs <= 0 {
+		return nil
+	}
+	for _, rt := range runtimes {
+		if rt == "" {
+			continue
+		}
+		cr, err := bench.Checkpoints(ctx, c, rt, runs, 256<<20, progress)
+		if err != nil {
+			return fmt.Errorf("checkpoint figure (%s): %w", rt, err)
+		}
+		res.Checkpoints = append(res.Checkpoints, cr)
+	}
+	return nil
+}
+
+// printBenchCheckpoints prints the checkpoint figures of moat bench.
+func printBenchCheckpoints(list []*bench.CheckpointResult) {
+	for _, cr := range list {
+		fmt.Printf("checkpoint (%s, method %s): p50 %.1f ms; restore of it p50 %.1f ms; stop+start of the same sandbox p50 %.1f ms (ratios %.2f, %.2f; %d runs)\n",
+			cr.Runtime, cr.Method, cr.Checkpoint.P50, cr.Restore.P50, cr.StopStart.P50, cr.CheckpointRatio, cr.RestoreRatio, cr.Checkpoint.N)
+		if cr.Reason != "" {
+			fmt.Printf("  memory not saved: %s\n", termSafe(cr.Reason))
+		}
 	}
 }
