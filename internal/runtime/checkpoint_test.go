@@ -99,7 +99,7 @@ func TestCheckpointArgs(t *testing.T) {
 // counterBundle writes a bundle whose process is a shell holding a token (its pid and a
 // random value, made once) and a counter in memory, writing "TOKEN COUNT" to out/c (/tmp inside) every
 // 50 ms. The root is the host's, read-only; out is bind-mounted writable at /tmp.
-func counterBundle(t *testing.T, id string) (bundle, out string) {
+func counterBundle(t testing.TB, id string) (bundle, out string) {
 	t.Helper()
 	dir := t.TempDir()
 	rootfs := filepath.Join(dir, "rootfs")
@@ -164,7 +164,7 @@ func readCounter(out string) (tok string, n int, ok bool) {
 }
 
 // waitCounter waits until the counter is above min and returns it.
-func waitCounter(t *testing.T, out string, min int) (string, int) {
+func waitCounter(t testing.TB, out string, min int) (string, int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -291,4 +291,77 @@ func TestRuncCheckpointRefused(t *testing.T) {
 	if ok, err := o.Running(context.Background(), sb.spec.ID); err != nil || !ok {
 		t.Errorf("container not running after the failed checkpoint: %v %v", ok, err)
 	}
+}
+
+// BenchmarkRunscCheckpointRestore times, for a small container (the counter shell, network
+// none: see TestRunscCheckpointRestore), runsc's checkpoint (to disk, container stopped) and
+// restore (until the counter moves again), beside `runsc run --detach` of the same bundle
+// until its counter moves: p50s of b.N rounds in the same run.
+//
+//	go test -run '^$' -bench BenchmarkRunscCheckpointRestore -benchtime 10x ./internal/runtime/
+func BenchmarkRunscCheckpointRestore(b *testing.B) {
+	requireRoot(b)
+	if _, err := Available("runsc"); err != nil {
+		b.Skip(err)
+	}
+	o, err := New("runsc", Options{Root: filepath.Join(b.TempDir(), "state"), Timeout: 60 * time.Second, ExtraFlags: []string{"--network=none"}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	logf, err := os.Create(filepath.Join(b.TempDir(), "log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer logf.Close()
+	var runs, cps, restores []time.Duration
+	var imgBytes int64
+	for i := 0; i < b.N; i++ {
+		id := "moat-ckpt-bench-" + strconv.Itoa(i)
+		bundle, out := counterBundle(b, id)
+		t0 := time.Now()
+		cmd := exec.Command(o.binary, append(o.globalArgs(), runOpts{bundle: bundle, detach: true}.args(id)...)...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Run(); err != nil {
+			b.Fatalf("runsc run: %v", err)
+		}
+		_, n := waitCounter(b, out, 0)
+		runs = append(runs, time.Since(t0))
+		img := filepath.Join(b.TempDir(), "img")
+		if err := os.Mkdir(img, 0o700); err != nil {
+			b.Fatal(err)
+		}
+		t0 = time.Now()
+		if err := o.Checkpoint(ctx, id, img, false); err != nil {
+			b.Fatal(err)
+		}
+		cps = append(cps, time.Since(t0))
+		if st, err := os.Stat(filepath.Join(img, "checkpoint.img")); err == nil {
+			imgBytes = st.Size()
+		}
+		if _, err := o.run(ctx, id, deleteOpts{force: true}.args(id)); err != nil {
+			b.Fatal(err)
+		}
+		_, stopped, _ := readCounter(out)
+		t0 = time.Now()
+		if err := o.Restore(ctx, id, bundle, img, "", logf); err != nil {
+			b.Fatal(err)
+		}
+		waitCounter(b, out, max(n, stopped))
+		restores = append(restores, time.Since(t0))
+		if err := o.Stop(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+	}
+	p50 := func(ds []time.Duration) float64 {
+		slices.Sort(ds)
+		return float64(ds[len(ds)/2].Microseconds()) / 1000
+	}
+	run, cp, rs := p50(runs), p50(cps), p50(restores)
+	b.ReportMetric(run, "run_p50_ms")
+	b.ReportMetric(cp, "checkpoint_p50_ms")
+	b.ReportMetric(rs, "restore_p50_ms")
+	b.ReportMetric(rs/run, "restore/run")
+	b.ReportMetric(float64(imgBytes)/1024, "image_KiB")
 }
