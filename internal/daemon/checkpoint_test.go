@@ -9,8 +9,10 @@ import (
 	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/doctor"
 	"github.com/moatdev/moat/internal/testutil"
+	"github.com/moatdev/moat/sdk"
 )
 
 // TestCheckpointFallback, with runc and runsc: on a host where neither runtime can
@@ -127,4 +129,48 @@ func hasEvent(evs []v1.Event, kind, detailPrefix string) bool {
 		}
 	}
 	return false
+}
+
+// TestCheckpointOwnership: an API key cannot checkpoint another key's sandbox (404, no
+// snapshot made); the owner's checkpoint is a snapshot only the owner (and the operator)
+// sees.
+func TestCheckpointOwnership(t *testing.T) {
+	addr := freeLoopbackAddr(t)
+	e := newSnapEnv(t, func(c *daemon.Config) { c.Listen = addr })
+	ctx := context.Background()
+	keyA, err := e.c.CreateAPIKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyB, err := e.c.CreateAPIKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := sdk.NewHTTP("http://"+addr, keyA.Key), sdk.NewHTTP("http://"+addr, keyB.Key)
+	sb, err := a.Create(ctx, v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Checkpoint(ctx, sb.ID, "b"); !isNotFound(err) {
+		t.Errorf("key B checkpoints key A's sandbox: %v, want not found", err)
+	}
+	if list, err := e.c.Snapshots(ctx); err != nil || len(list) != 0 {
+		t.Errorf("after key B's attempt: snapshots %+v %v", list, err)
+	}
+	cp, err := a.Checkpoint(ctx, sb.ID, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list, err := b.Snapshots(ctx); err != nil || len(list) != 0 {
+		t.Errorf("key B sees %+v (%v)", list, err)
+	}
+	if list, err := a.Snapshots(ctx); err != nil || len(list) != 1 || list[0].ID != cp.Snapshot.ID {
+		t.Errorf("key A sees %+v (%v), want its checkpoint %s", list, err, cp.Snapshot.ID)
+	}
+	if err := a.DeleteSnapshot(ctx, cp.Snapshot.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
 }
