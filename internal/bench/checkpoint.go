@@ -20,7 +20,7 @@ type CheckpointResult struct {
 	Method     string  `json:"method"`
 	Reason     string  `json:"reason,omitempty"`
 	Checkpoint Latency `json:"checkpoint"`
-	Restore    Latency `json:"restore"`   // moat restore ID SNAP: stop, drive swap, start
+	Restore    Latency `json:"restore"`    // moat restore ID SNAP: stop, drive swap, start
 	StopStart  Latency `json:"stop_start"` // baseline
 	// Ratios to the baseline, p50.
 	CheckpointRatio float64 `json:"checkpoint_ratio_p50"`

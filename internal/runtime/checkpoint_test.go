@@ -217,7 +217,9 @@ func TestRunscCheckpointRestore(t *testing.T) {
 	if err := o.Checkpoint(ctx, id, t.TempDir(), true); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("Checkpoint --leave-running under runsc: %v, want ErrUnavailable", err)
 	}
-	tok, n = waitCounter(t, out, n)
+	if tok2, _ := waitCounter(t, out, n); tok2 != tok {
+		t.Fatalf("the refused --leave-running checkpoint disturbed the container: token %q → %q", tok, tok2)
+	}
 
 	// A checkpoint that stops the container: the counter stands still.
 	img := filepath.Join(t.TempDir(), "img")
@@ -257,7 +259,7 @@ func TestRunscCheckpointRestore(t *testing.T) {
 	if tok3 != tok || n3 <= stopped {
 		t.Fatalf("restored process wrote %q %d, want token %q and a count above %d (the same shell, pid and memory)", tok3, n3, tok, stopped)
 	}
-	got, err := o.run(ctx, id, []string{"exec", id, "/bin/sh", "-c", "echo exec-ok $(cat /tmp/c | cut -d' ' -f1)"})
+	got, err := o.run(ctx, id, []string{"exec", id, "/bin/sh", "-c", "for i in 1 2 3 4 5 6 7 8 9; do t=$(cut -d' ' -f1 /tmp/c); [ -n \"$t\" ] && break; sleep 0.01; done; echo exec-ok $t"})
 	if err != nil {
 		t.Fatalf("exec after restore: %v", err)
 	}
