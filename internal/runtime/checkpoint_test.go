@@ -121,9 +121,13 @@ func counterBundle(t testing.TB, id string) (bundle, out string) {
 		Version: ociVersion,
 		Root:    &specs.Root{Path: rootfs, Readonly: true},
 		Process: &specs.Process{
-			Args: []string{"/bin/sh", "-c", `tok="$$-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"; i=0; while :; do i=$((i+1)); echo "$tok $i" > /tmp/c; sleep 0.05; done`},
-			Env:  []string{defaultPath},
-			Cwd:  "/",
+			// moat's capability set, no_new_privs, its seccomp profile and cgroup limits:
+			// what a restore must give back.
+			Capabilities:    &specs.LinuxCapabilities{Bounding: Capabilities, Effective: Capabilities, Permitted: Capabilities},
+			NoNewPrivileges: true,
+			Args:            []string{"/bin/sh", "-c", `tok="$$-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"; i=0; while :; do i=$((i+1)); echo "$tok $i" > /tmp/c; sleep 0.05; done`},
+			Env:             []string{defaultPath},
+			Cwd:             "/",
 		},
 		Hostname: "ckpt",
 		Mounts: []specs.Mount{
@@ -137,6 +141,11 @@ func counterBundle(t testing.TB, id string) (bundle, out string) {
 				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace},
 			},
 			CgroupsPath: "/moat/" + id,
+			Seccomp:     seccompProfile("runsc"),
+			Resources: &specs.LinuxResources{
+				Memory: &specs.LinuxMemory{Limit: ptr[int64](256 << 20)},
+				Pids:   &specs.LinuxPids{Limit: ptr[int64](200)},
+			},
 		},
 	}
 	bundle = filepath.Join(dir, "bundle")
@@ -213,6 +222,35 @@ func TestRunscCheckpointRestore(t *testing.T) {
 	}
 	tok, n := waitCounter(t, out, 3)
 
+	// The container's posture as its processes see it (capabilities, seccomp, no_new_privs,
+	// uid map) and the sandbox process' cgroup on the host: the same after the restore.
+	posture := func() string {
+		t.Helper()
+		got, err := o.run(ctx, id, []string{"exec", id, "/bin/sh", "-c", "grep -E '^(Cap|Seccomp|NoNewPrivs)' /proc/1/status; cat /proc/1/uid_map"})
+		if err != nil {
+			t.Fatalf("exec: %v", err)
+		}
+		st, err := o.State(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cg, _ := os.ReadFile("/proc/" + strconv.Itoa(st.Pid) + "/cgroup")
+		if !strings.Contains(string(cg), "/moat/"+id) {
+			t.Fatalf("the sandbox process %d is not in the container's cgroup: %s", st.Pid, cg)
+		}
+		if !strings.Contains(string(got), "Seccomp:\t2") || strings.Contains(string(got), "CapEff:\t0000000000000000") {
+			t.Fatalf("the container runs without its seccomp filter or capabilities:\n%s", got)
+		}
+		if DetectCgroupMode() != CgroupUnified {
+			mem, _ := os.ReadFile(cgroupFile("memory", id, "memory.limit_in_bytes"))
+			pids, _ := os.ReadFile(cgroupFile("pids", id, "pids.max"))
+			got = append(got, "memory "+strings.TrimSpace(string(mem))+" pids "+strings.TrimSpace(string(pids))...)
+		}
+		return string(got)
+	}
+	before := posture()
+	t.Logf("posture: %s", before)
+
 	// --leave-running is refused (runsc 2022 hangs with it).
 	if err := o.Checkpoint(ctx, id, t.TempDir(), true); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("Checkpoint --leave-running under runsc: %v, want ErrUnavailable", err)
@@ -265,6 +303,9 @@ func TestRunscCheckpointRestore(t *testing.T) {
 	}
 	if want := "exec-ok " + tok; strings.TrimSpace(string(got)) != want {
 		t.Errorf("exec after restore: %q, want %q", got, want)
+	}
+	if after := posture(); after != before {
+		t.Errorf("posture after the restore:\n%s\nbefore:\n%s", after, before)
 	}
 }
 
