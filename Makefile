@@ -10,17 +10,18 @@ GOFLAGS_BUILD := -trimpath
 all: build
 
 # Debian packages the project uses: OCI runtimes, mkfs for drives, git for repo layers,
-# mkfs.xfs for the reflink pool that makes snapshots and forks copy-free, debootstrap for `moat template build debian`, nftables for the network boundary;
+# mkfs.xfs for the reflink pool that makes snapshots and forks copy-free, criu for runc's memory checkpoints (`moat doctor` says whether it works on this kernel), debootstrap for `moat template build debian`, nftables for the network boundary;
 # python3, procps, iproute2, sudo and curl are programs the tests and the demo run inside sandboxes of
 # the default template (which shows the host's /usr); the demo makes its stand-in API's
 # certificate with openssl.
-# protoc regenerates api/envd for the lint gate's check that generated code is current.
-DEB_TOOLS := runc crun runsc mkfs.ext4 mkfs.xfs git debootstrap nft python3 ps ip losetup sudo curl openssl protoc
+# protoc regenerates api/envd for the lint gate's check that generated code is current; criu is
+# probed by `moat doctor` for runc's memory checkpoints.
+DEB_TOOLS := runc crun runsc mkfs.ext4 mkfs.xfs git debootstrap nft python3 ps ip losetup sudo curl openssl protoc criu
 deps:
 	@missing=; for t in $(DEB_TOOLS); do command -v $$t >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	    runc crun runsc e2fsprogs xfsprogs git debootstrap nftables util-linux ca-certificates \
+	    runc crun runsc e2fsprogs xfsprogs git debootstrap nftables util-linux ca-certificates criu \
 	    python3 procps iproute2 sudo curl openssl protobuf-compiler >/dev/null; \
 	fi
 	$(GO) mod download

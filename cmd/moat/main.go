@@ -101,7 +101,7 @@ limits, an overlay root with no host mounts, and no network path out.`,
 		a.rmCmd(), a.shellCmd(), a.cpCmd(), a.templateCmd(), a.doctorCmd(), a.benchCmd(),
 		a.apikeyCmd(), a.secretCmd(), a.eventsCmd(), a.egressCmd(), a.policyCmd(),
 		a.diffCmd(), a.exportCmd(), a.changesCmd(), a.changeCmd(),
-		a.snapshotCmd(), a.restoreCmd(), a.forkCmd(),
+		a.snapshotCmd(), a.restoreCmd(), a.forkCmd(), a.checkpointCmd(),
 	)
 	return root
 }

@@ -456,9 +456,9 @@ func grantText(names []string) string {
 func (a *app) benchCmd() *cobra.Command {
 	var o bench.Options
 	var asJSON bool
-	var warmN, snapRuns, snapMiB int
+	var warmN, snapRuns, snapMiB, ckptRuns int
 	var burstWarm bool
-	var runtimes string
+	var runtimes, ckptRuntimes string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure create→first output per runtime against the raw runtime, idle memory, burst rate",
@@ -541,18 +541,25 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 				}
 				res.BurstWarmPerSecond = rate
 			}
-			if snapRuns > 0 {
+			if snapRuns > 0 || ckptRuns > 0 {
 				// A third daemon whose drives live in an XFS pool (copy-free snapshots).
 				snapEnv, stopSnap, err := a.benchDaemon(ctx, "snap", nil, 0xa0000000, 8<<30)
 				if err != nil {
 					return fmt.Errorf("snapshot figure: %w", err)
 				}
-				sr, err := bench.Snapshots(ctx, snapEnv.client, "runc", snapRuns, snapMiB, int64(snapMiB+256)<<20, o.Progress)
-				stopSnap()
-				if err != nil {
-					return fmt.Errorf("snapshot figure: %w", err)
+				if snapRuns > 0 {
+					sr, err := bench.Snapshots(ctx, snapEnv.client, "runc", snapRuns, snapMiB, int64(snapMiB+256)<<20, o.Progress)
+					if err != nil {
+						stopSnap()
+						return fmt.Errorf("snapshot figure: %w", err)
+					}
+					res.Snapshots = sr
 				}
-				res.Snapshots = sr
+				if err := benchCheckpoints(ctx, snapEnv.client, strings.Split(ckptRuntimes, ","), ckptRuns, res, o.Progress); err != nil {
+					stopSnap()
+					return err
+				}
+				stopSnap()
 			}
 			if asJSON {
 				return printJSON(res)
@@ -594,6 +601,7 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 				fmt.Printf("fork --lazy ×1 (made stopped): p50 %.1f ms empty, %.1f ms with %d MiB (ratio %.2f); its first exec (the start) p50 %.1f ms\n",
 					sr.LazyEmpty.P50, sr.LazyFull.P50, sr.WorkspaceMiB, sr.LazyRatio, sr.LazyFirstUse.P50)
 			}
+			printBenchCheckpoints(res.Checkpoints)
 			if cl := res.ConnLoad; cl != nil {
 				fmt.Printf("API latency: ls p50/p99 %.1f/%.1f ms idle, %.1f/%.1f ms with %d sandboxes at their connection caps (%d tried each, %d held, daemon %d fds); ratio p50 %.2f, p99 %.2f\n",
 					cl.Idle.P50, cl.Idle.P99, cl.Loaded.P50, cl.Loaded.P99, cl.Sandboxes, cl.Attempted, cl.Held, cl.DaemonFDs, cl.RatioP50, cl.RatioP99)
@@ -612,6 +620,8 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 	cmd.Flags().IntVar(&o.LsRuns, "ls-runs", 1000, "ls calls timed idle and under the connection load")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().IntVar(&snapRuns, "snapshot-runs", 20, "snapshots and forks timed per workspace size, on a daemon with an 8 GiB drive pool (0: skip)")
+	cmd.Flags().IntVar(&ckptRuns, "checkpoint-runs", 10, "checkpoints, restores and stop+starts timed per runtime, on the drive-pool daemon (0: skip)")
+	cmd.Flags().StringVar(&ckptRuntimes, "checkpoint-runtimes", "runc,runsc", "runtimes of the checkpoint figure")
 	cmd.Flags().IntVar(&snapMiB, "snapshot-workspace", 1024, "MiB written into the workspace for the full-workspace snapshot figure")
 	return cmd
 }

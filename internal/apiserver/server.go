@@ -180,6 +180,7 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 	routes = append(routes, s.workspaceRoutes()...)
 	routes = append(routes, s.changeRoutes()...)
 	routes = append(routes, s.snapshotRoutes()...)
+	routes = append(routes, s.checkpointRoutes()...)
 	routes = append(routes, s.idleRoutes()...)
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, route{"GET /health", s.health})

@@ -107,6 +107,8 @@ type Result struct {
 	ConnLoad *ConnLoad `json:"api_latency_under_conn_load,omitempty"`
 	// Snapshots is the snapshot and fork figure (snapshot.go), on a daemon with a drive pool.
 	Snapshots *SnapshotResult `json:"snapshots,omitempty"`
+	// Checkpoints is the checkpoint figure per runtime (checkpoint.go), on the same daemon.
+	Checkpoints []*CheckpointResult `json:"checkpoints,omitempty"`
 }
 
 var smallSandbox = v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 256 << 20}

@@ -351,6 +351,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		r := doctor.Run(ctx, ProbeRuntime)
 		r.Storage = append(r.Storage, d.dataFSCheck(stor))
 		r.Storage = append(r.Storage, snapshotCheck(stor))
+		r.Storage = append(r.Storage, checkpointChecks(ctx, d.Manager)...)
 		return r
 	}, apiserver.E2BConfig{Templates: cfg.E2BTemplates}, d.log.With("component", "api"))
 	d.api.SetWorkspaces(&workspaces{

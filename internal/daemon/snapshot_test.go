@@ -302,6 +302,8 @@ func TestSnapshotForkKill9(t *testing.T) {
 		{"fork-snapshot", "fork"},
 		{"create-from-drive", "fork"},
 		{"create-from-drive", "create-from"},
+		{"checkpoint-decided", "checkpoint"}, // moat checkpoint (its filesystem fallback)
+		{"snapshot-image", "checkpoint"},
 	} {
 		t.Run(tc.op+"@"+tc.point, func(t *testing.T) {
 			data := t.TempDir()
@@ -350,6 +352,8 @@ func TestSnapshotForkKill9(t *testing.T) {
 				_, err = c.Fork(ctx, parent.ID, 2)
 			case "create-from":
 				_, err = c.Create(ctx, v1.CreateSandboxRequest{FromSnapshot: snap, MemoryBytes: 256 << 20})
+			case "checkpoint":
+				_, err = c.Checkpoint(ctx, parent.ID, "")
 			}
 			if err == nil {
 				t.Fatalf("%s succeeded: the failpoint %s was not reached", tc.op, tc.point)

@@ -77,6 +77,10 @@ type OCI struct {
 	// netns caches container id → network namespace path for runsc (see netnsOf).
 	netns sync.Map
 
+	// memOnce/mem: MemoryCheckpoint's answer, probed once.
+	memOnce sync.Once
+	mem     sandbox.MemorySupport
+
 	// runsc only: flags this runsc version supports.
 	ociSeccomp  bool // --oci-seccomp: enforce the spec's seccomp profile inside gVisor
 	overlayNone bool // --overlay2=none: root writes go to the sandbox's drive, not memory
