@@ -36,6 +36,8 @@ type Sandboxes interface {
 	Pause(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	Resume(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	Delete(ctx context.Context, id string) error
+	// DeleteStopped deletes a sandbox only if it is stopped (ErrConflict otherwise).
+	DeleteStopped(ctx context.Context, id string) error
 	// Check stops a running sandbox whose container died on its own.
 	Check(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	// SetPolicy changes the egress policy or phase; it returns the connections cut.
@@ -181,6 +183,7 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 	routes = append(routes, s.changeRoutes()...)
 	routes = append(routes, s.snapshotRoutes()...)
 	routes = append(routes, s.idleRoutes()...)
+	routes = append(routes, s.nameRoutes()...)
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, route{"GET /health", s.health})
 	for _, r := range routes {
@@ -273,6 +276,13 @@ func (s *Server) owned(h http.HandlerFunc, native bool) http.HandlerFunc {
 		fail = writeError
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
+		if native {
+			// Names and ID prefixes become IDs here, for every native route (names.go).
+			if err := s.resolvePath(r); err != nil {
+				fail(w, err)
+				return
+			}
+		}
 		c := sandbox.CallerFrom(r.Context())
 		if c.Operator {
 			s.touch(r)
@@ -338,6 +348,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		Idle:              seconds(req.IdleSeconds),
 		DeleteAfter:       seconds(req.DeleteAfterSeconds),
 		Archive:           req.Archive,
+		Name:              req.Name,
+		Labels:            req.Labels,
 	})
 	if err != nil {
 		writeError(w, err)
@@ -357,7 +369,7 @@ func checkRepoCaller(c sandbox.Caller, repo string) error {
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	list, err := s.visible(r.Context())
+	list, err := s.filtered(r.Context(), r.URL.Query()["filter"])
 	if err != nil {
 		writeError(w, err)
 		return
@@ -647,6 +659,7 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 		Limits: v1.Limits{MemoryBytes: sb.Limits.MemoryBytes, CPUs: sb.Limits.CPUs, Pids: sb.Limits.Pids, DiskBytes: sb.Limits.DiskBytes,
 			Nofile: sb.Limits.Nofile, IOBps: sb.Limits.IOBps, IOIops: sb.Limits.IOIops},
 		Lifecycle: toAPILifecycle(sb),
+		Name:      sb.Name, Labels: sb.Labels,
 	}
 	if sb.Runtime != "runsc" {
 		out.HostUID = sb.HostIDs().Host

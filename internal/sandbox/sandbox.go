@@ -131,6 +131,11 @@ type Sandbox struct {
 	LastUsedAt  *time.Time    `json:"last_used_at,omitempty"`
 	StopReason  string        `json:"stop_reason,omitempty"`
 
+	// Name is the sandbox's name, unique among its owner's sandboxes ("": none), and
+	// Labels its labels (names.go). Both are fixed at create.
+	Name   string            `json:"name,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+
 	// AccessToken authenticates the daemon to the sandbox's moat-init. It is never
 	// sent to API clients of the native API.
 	AccessToken string `json:"-"`

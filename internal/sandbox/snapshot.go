@@ -278,6 +278,7 @@ func (m *Manager) createFrom(ctx context.Context, opts CreateOptions, sn *Snapsh
 		Credentials: opts.Credentials, AgentBranchPrefix: opts.AgentBranchPrefix, GitProtected: opts.GitProtected,
 		CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), IDBase: m.cfg.IDBase,
 		Owner: CallerFrom(ctx).Owner(), Provisioning: true, Snapshot: sn.ID, ForkOf: fork,
+		Name: opts.Name, Labels: opts.Labels,
 	}
 	if sn.Fork {
 		sb.Snapshot = sn.Parent // a fork descends from what its parent descends from
@@ -403,6 +404,7 @@ func forkOptions(p *Sandbox) CreateOptions {
 		Runtime: p.Runtime, Template: p.Template, TemplateAlias: p.TemplateAlias, User: p.User,
 		Env: p.Env, Limits: p.Limits, Timeout: p.Timeout, Metadata: p.Metadata, Policy: pol,
 		OnTimeout: p.OnTimeout, Credentials: creds, AgentBranchPrefix: prefix, GitProtected: p.GitProtected,
+		Labels: p.Labels, // a fork keeps the labels; a name is one sandbox's
 	}
 }
 
