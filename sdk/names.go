@@ -29,3 +29,13 @@ func (c *Client) Prune(ctx context.Context, req v1.PruneRequest) (*v1.PruneRespo
 	}
 	return &out, nil
 }
+
+// Stats samples a running or paused sandbox (CPU over 200 ms, memory, drive, tasks,
+// network counters).
+func (c *Client) Stats(ctx context.Context, id string) (*v1.SandboxStats, error) {
+	var out v1.SandboxStats
+	if err := c.do(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id)+"/stats", nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

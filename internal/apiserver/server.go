@@ -46,6 +46,8 @@ type Sandboxes interface {
 	SetTimeout(ctx context.Context, id string, d time.Duration) (*sandbox.Sandbox, error)
 	// Metrics samples a running sandbox's CPU, memory and drive use.
 	Metrics(ctx context.Context, id string) (sandbox.Metric, error)
+	// Usage samples a running sandbox for `moat stats`: Metrics, tasks and network.
+	Usage(ctx context.Context, id string) (sandbox.Usage, error)
 	EnvdTransport() http.RoundTripper
 	// Touch and Acquire record use of a sandbox (idle.go).
 	Touch(id string)
@@ -184,6 +186,7 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 	routes = append(routes, s.snapshotRoutes()...)
 	routes = append(routes, s.idleRoutes()...)
 	routes = append(routes, s.nameRoutes()...)
+	routes = append(routes, s.statsRoutes()...)
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, route{"GET /health", s.health})
 	for _, r := range routes {

@@ -65,6 +65,10 @@ func (f *fakeSandboxes) Delete(ctx context.Context, id string) error {
 	_, err := f.get(id)
 	return err
 }
+func (f *fakeSandboxes) Usage(ctx context.Context, id string) (sandbox.Usage, error) {
+	_, err := f.get(id)
+	return sandbox.Usage{}, err
+}
 func (f *fakeSandboxes) DeleteStopped(ctx context.Context, id string) error {
 	return f.Delete(ctx, id)
 }

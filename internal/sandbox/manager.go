@@ -387,7 +387,7 @@ func (m *Manager) provisioned(ctx context.Context, sb *Sandbox) (*Sandbox, error
 		s.State = StateRunning
 		s.User = sb.User
 		s.Provisioning = false
-		s.OOMCounter = 0
+		s.OOMCounter, s.PidsCounter = 0, 0
 		return nil
 	})
 }
@@ -807,7 +807,7 @@ func (m *Manager) startLocked(ctx context.Context, id string) (*Sandbox, error) 
 	}
 	return m.store.Update(ctx, id, func(s *Sandbox) error {
 		s.State = StateRunning
-		s.OOMCounter = 0
+		s.OOMCounter, s.PidsCounter = 0, 0
 		if s.Timeout > 0 {
 			exp := time.Now().UTC().Add(s.Timeout)
 			s.ExpiresAt = &exp
