@@ -2,8 +2,12 @@ package sdk
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	v1 "github.com/moatdev/moat/api/v1"
 )
@@ -38,4 +42,46 @@ func (c *Client) Stats(ctx context.Context, id string) (*v1.SandboxStats, error)
 		return nil, err
 	}
 	return &out, nil
+}
+
+// ProcessLogs lists the processes whose output sandbox id's moat-init keeps.
+func (c *Client) ProcessLogs(ctx context.Context, id string) ([]v1.ProcessLog, error) {
+	var out []v1.ProcessLog
+	err := c.do(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id)+"/logs", nil, &out)
+	return out, err
+}
+
+// Logs passes the kept output of one process of sandbox id (pid, or when 0 the newest
+// process tagged tag) to fn, chunk by chunk, ending with its End chunk once it has ended;
+// with follow it waits for more output until the process ends or ctx is done.
+func (c *Client) Logs(ctx context.Context, id string, pid uint32, tag string, follow bool, fn func(v1.LogChunk) error) error {
+	q := url.Values{}
+	if pid != 0 {
+		q.Set("pid", strconv.FormatUint(uint64(pid), 10))
+	} else {
+		q.Set("tag", tag)
+	}
+	if follow {
+		q.Set("follow", "1")
+	}
+	resp, err := c.send(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id)+"/logs?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ch v1.LogChunk
+		if err := dec.Decode(&ch); err == io.EOF {
+			return nil
+		} else if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("reading the logs of sandbox %s: %w", id, err)
+		}
+		if err := fn(ch); err != nil {
+			return err
+		}
+	}
 }
