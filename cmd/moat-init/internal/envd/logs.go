@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	v1 "github.com/moatdev/moat/api/v1"
 	pb "github.com/moatdev/moat/api/envd/process"
+	v1 "github.com/moatdev/moat/api/v1"
 )
 
 // Process output logs (`moat logs`, GET /moat/logs): moat-init keeps the tail of every
