@@ -117,6 +117,10 @@ type Sandbox struct {
 	// Name and Labels, as given at create.
 	Name   string            `json:"name,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// PidsLimitHits counts the forks refused at its pids limit over all its runs (runc);
+	// LastPidsLimitAt is when the latest was seen.
+	PidsLimitHits   uint64     `json:"pids_limit_hits,omitempty"`
+	LastPidsLimitAt *time.Time `json:"last_pids_limit_at,omitempty"`
 }
 
 // Limits are a sandbox's resource limits. Nofile is each process' RLIMIT_NOFILE, chosen

@@ -663,6 +663,7 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 			Nofile: sb.Limits.Nofile, IOBps: sb.Limits.IOBps, IOIops: sb.Limits.IOIops},
 		Lifecycle: toAPILifecycle(sb),
 		Name:      sb.Name, Labels: sb.Labels,
+		PidsLimitHits: sb.PidsLimitHits, LastPidsLimitAt: sb.LastPidsLimitAt,
 	}
 	if sb.Runtime != "runsc" {
 		out.HostUID = sb.HostIDs().Host
