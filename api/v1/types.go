@@ -42,6 +42,10 @@ type CreateSandboxRequest struct {
 	IdleSeconds        *int64 `json:"idle_seconds,omitempty"`
 	DeleteAfterSeconds *int64 `json:"delete_after_seconds,omitempty"`
 	Archive            bool   `json:"archive,omitempty"`
+	// Name names the sandbox: unique among the caller's sandboxes, usable wherever an ID
+	// is. Labels are KEY=VALUE pairs validated like Kubernetes labels, for list filters.
+	Name   string            `json:"name,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Credential binds a stored secret (moat secret set) to hosts. Without Header the sandbox
@@ -110,6 +114,13 @@ type Sandbox struct {
 	OOMKills  uint64     `json:"oom_kills,omitempty"`
 	LastOOMAt *time.Time `json:"last_oom_at,omitempty"`
 	Lifecycle
+	// Name and Labels, as given at create.
+	Name   string            `json:"name,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// PidsLimitHits counts the forks refused at its pids limit over all its runs (runc);
+	// LastPidsLimitAt is when the latest was seen.
+	PidsLimitHits   uint64     `json:"pids_limit_hits,omitempty"`
+	LastPidsLimitAt *time.Time `json:"last_pids_limit_at,omitempty"`
 }
 
 // Limits are a sandbox's resource limits. Nofile is each process' RLIMIT_NOFILE, chosen

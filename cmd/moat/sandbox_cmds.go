@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -37,6 +36,7 @@ type sandboxFlags struct {
 	agentBranchPrefix             string
 	gitHold                       bool
 	lifecycle                     lifecycleFlags
+	naming                        namingFlags
 }
 
 // githubFlags bind a GitHub App key (moat secret set --github-app) with a task's scope.
@@ -69,6 +69,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.gitHold, "git-hold", false, "hold a git push that touches protected paths (CI workflows, CODEOWNERS, .moat/**, --git-protected) for a person to `moat change approve` or deny, instead of refusing it")
 	fl.StringSliceVar(&f.github.perms, "github-permission", nil, "PERMISSION=LEVEL for the --github-token, e.g. contents=write,pull_requests=write (default contents=read)")
 	f.lifecycle.register(cmd)
+	f.naming.register(cmd)
 }
 
 // request validates the flags before anything is created.
@@ -142,6 +143,9 @@ func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Durati
 		req.GitProtected = "hold"
 	}
 	if err := f.lifecycle.apply(&req); err != nil {
+		return req, 0, err
+	}
+	if err := f.naming.apply(&req); err != nil {
 		return req, 0, err
 	}
 	return req, timeout, nil
@@ -389,17 +393,24 @@ func (a *app) interactive(ctx context.Context, c *sdk.Client, id string, req sdk
 }
 
 func (a *app) lsCmd() *cobra.Command {
-	var asJSON bool
+	var asJSON, quiet bool
+	var filters []string
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List sandboxes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if asJSON && quiet {
+				return errors.New("--json and -q: choose one")
+			}
+			if err := checkFilters(filters); err != nil {
+				return err
+			}
 			c, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
-			list, err := c.List(cmd.Context())
+			list, err := c.ListFiltered(cmd.Context(), filters)
 			if err != nil {
 				return err
 			}
@@ -409,18 +420,18 @@ func (a *app) lsCmd() *cobra.Command {
 				}
 				return printJSON(list)
 			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tRUNTIME\tTEMPLATE\tCREATED\tLAST USE\tIDLE STOP\tDELETE\tNOTE")
-			now := time.Now()
-			for _, sb := range list {
-				last, idle, del := lifecycleColumns(sb, now)
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(sb.ID), termSafe(sb.State), termSafe(sb.Runtime), termSafe(sb.Template),
-					sb.CreatedAt.Local().Format("2006-01-02 15:04:05"), last, idle, del, termSafe(sb.Error))
+			if quiet {
+				for _, sb := range list {
+					fmt.Println(termSafe(sb.ID))
+				}
+				return nil
 			}
-			return tw.Flush()
+			return printSandboxTable(list, time.Now())
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the IDs")
+	cmd.Flags().StringArrayVar(&filters, "filter", nil, filterHelp)
 	return cmd
 }
 
@@ -506,14 +517,32 @@ func (a *app) lifecycleCmd(op, short string) *cobra.Command {
 }
 
 func (a *app) rmCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "rm ID...",
+	var all, force, asJSON bool
+	var filters []string
+	cmd := &cobra.Command{
+		Use:   "rm ID... | rm --all [--force] [--filter F]",
 		Short: "Delete sandboxes (processes, drive and everything else)",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `rm deletes the sandboxes named (ID, name or unique ID prefix), whatever their state.
+rm --all deletes every stopped sandbox (or those --filter selects) and keeps running and
+paused ones, naming them; --all --force deletes those too.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case all && len(args) > 0:
+				return errors.New("rm: give IDs or --all, not both")
+			case !all && len(args) == 0:
+				return errors.New("rm: give the sandboxes to delete (ID, name or ID prefix), or --all")
+			case !all && (force || len(filters) > 0 || asJSON):
+				return errors.New("rm: --force, --filter and --json go with --all")
+			}
+			if err := checkFilters(filters); err != nil {
+				return err
+			}
 			c, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if all {
+				return rmAll(cmd.Context(), c, filters, force, asJSON)
 			}
 			var errs []error
 			for _, id := range args {
@@ -526,6 +555,11 @@ func (a *app) rmCmd() *cobra.Command {
 			return errors.Join(errs...)
 		},
 	}
+	cmd.Flags().BoolVar(&all, "all", false, "delete every stopped sandbox (with --filter: those it selects)")
+	cmd.Flags().BoolVar(&force, "force", false, "with --all: running and paused sandboxes too")
+	cmd.Flags().StringArrayVar(&filters, "filter", nil, "with --all: "+filterHelp)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "with --all: print what was deleted as JSON")
+	return cmd
 }
 
 func (a *app) cpCmd() *cobra.Command {

@@ -36,6 +36,8 @@ type Sandboxes interface {
 	Pause(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	Resume(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	Delete(ctx context.Context, id string) error
+	// DeleteStopped deletes a sandbox only if it is stopped (ErrConflict otherwise).
+	DeleteStopped(ctx context.Context, id string) error
 	// Check stops a running sandbox whose container died on its own.
 	Check(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	// SetPolicy changes the egress policy or phase; it returns the connections cut.
@@ -44,6 +46,8 @@ type Sandboxes interface {
 	SetTimeout(ctx context.Context, id string, d time.Duration) (*sandbox.Sandbox, error)
 	// Metrics samples a running sandbox's CPU, memory and drive use.
 	Metrics(ctx context.Context, id string) (sandbox.Metric, error)
+	// Usage samples a running sandbox for `moat stats`: Metrics, tasks and network.
+	Usage(ctx context.Context, id string) (sandbox.Usage, error)
 	EnvdTransport() http.RoundTripper
 	// Touch and Acquire record use of a sandbox (idle.go).
 	Touch(id string)
@@ -182,6 +186,8 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 	routes = append(routes, s.snapshotRoutes()...)
 	routes = append(routes, s.checkpointRoutes()...)
 	routes = append(routes, s.idleRoutes()...)
+	routes = append(routes, s.nameRoutes()...)
+	routes = append(routes, s.statsRoutes()...)
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, route{"GET /health", s.health})
 	for _, r := range routes {
@@ -274,6 +280,13 @@ func (s *Server) owned(h http.HandlerFunc, native bool) http.HandlerFunc {
 		fail = writeError
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
+		if native {
+			// Names and ID prefixes become IDs here, for every native route (names.go).
+			if err := s.resolvePath(r); err != nil {
+				fail(w, err)
+				return
+			}
+		}
 		c := sandbox.CallerFrom(r.Context())
 		if c.Operator {
 			s.touch(r)
@@ -339,6 +352,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		Idle:              seconds(req.IdleSeconds),
 		DeleteAfter:       seconds(req.DeleteAfterSeconds),
 		Archive:           req.Archive,
+		Name:              req.Name,
+		Labels:            req.Labels,
 	})
 	if err != nil {
 		writeError(w, err)
@@ -358,7 +373,7 @@ func checkRepoCaller(c sandbox.Caller, repo string) error {
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	list, err := s.visible(r.Context())
+	list, err := s.filtered(r.Context(), r.URL.Query()["filter"])
 	if err != nil {
 		writeError(w, err)
 		return
@@ -648,6 +663,8 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 		Limits: v1.Limits{MemoryBytes: sb.Limits.MemoryBytes, CPUs: sb.Limits.CPUs, Pids: sb.Limits.Pids, DiskBytes: sb.Limits.DiskBytes,
 			Nofile: sb.Limits.Nofile, IOBps: sb.Limits.IOBps, IOIops: sb.Limits.IOIops},
 		Lifecycle: toAPILifecycle(sb),
+		Name:      sb.Name, Labels: sb.Labels,
+		PidsLimitHits: sb.PidsLimitHits, LastPidsLimitAt: sb.LastPidsLimitAt,
 	}
 	if sb.Runtime != "runsc" {
 		out.HostUID = sb.HostIDs().Host

@@ -46,7 +46,8 @@ func (f *fakeSandboxes) Get(ctx context.Context, id string) (*sandbox.Sandbox, e
 }
 func (f *fakeSandboxes) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
 	a, _ := f.get("sb-running")
-	return []*sandbox.Sandbox{a}, nil
+	b, _ := f.get("sb-stopped")
+	return []*sandbox.Sandbox{a, b}, nil
 }
 func (f *fakeSandboxes) Stop(ctx context.Context, id string) (*sandbox.Sandbox, error) {
 	return f.get(id)
@@ -63,6 +64,13 @@ func (f *fakeSandboxes) Resume(ctx context.Context, id string) (*sandbox.Sandbox
 func (f *fakeSandboxes) Delete(ctx context.Context, id string) error {
 	_, err := f.get(id)
 	return err
+}
+func (f *fakeSandboxes) Usage(ctx context.Context, id string) (sandbox.Usage, error) {
+	_, err := f.get(id)
+	return sandbox.Usage{}, err
+}
+func (f *fakeSandboxes) DeleteStopped(ctx context.Context, id string) error {
+	return f.Delete(ctx, id)
 }
 func (f *fakeSandboxes) Check(ctx context.Context, id string) (*sandbox.Sandbox, error) {
 	return f.get(id)

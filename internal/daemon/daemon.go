@@ -484,6 +484,7 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 		case now := <-tick.C:
 			d.Manager.Expire(ctx, now)
 			d.Manager.WatchOOM(ctx)
+			d.Manager.WatchPids(ctx)
 			d.Manager.Idle(ctx)
 			if now.Sub(lastSweep) >= sweep {
 				lastSweep = now

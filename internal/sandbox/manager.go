@@ -182,6 +182,9 @@ type CreateOptions struct {
 	DeleteAfter *time.Duration `json:"delete_after,omitempty"`
 	Archive     bool           `json:"archive,omitempty"`
 	AutoResume  bool           `json:"auto_resume,omitempty"`
+	// Name and Labels (names.go): the name must be free among the caller's sandboxes.
+	Name   string            `json:"name,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 var (
@@ -238,6 +241,9 @@ func (m *Manager) validate(ctx context.Context, opts *CreateOptions) error {
 		return err
 	}
 	if err := validateLifecycle(opts); err != nil {
+		return err
+	}
+	if err := m.validateNaming(ctx, opts); err != nil {
 		return err
 	}
 	if opts.AgentBranchPrefix != "" {
@@ -346,7 +352,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool, use
 		Repo: opts.Repo, RepoLayer: repoLayer, User: opts.User, Env: opts.Env, Limits: opts.Limits, Metadata: opts.Metadata,
 		Policy: opts.Policy, OnTimeout: opts.OnTimeout, TemplateAlias: opts.TemplateAlias,
 		Credentials: opts.Credentials, AgentBranchPrefix: opts.AgentBranchPrefix, GitProtected: opts.GitProtected, CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
-		Owner: CallerFrom(ctx).Owner(), Provisioning: true,
+		Owner: CallerFrom(ctx).Owner(), Provisioning: true, Name: opts.Name, Labels: opts.Labels,
 	}
 	if opts.Timeout > 0 {
 		exp := now.Add(opts.Timeout)
@@ -381,7 +387,7 @@ func (m *Manager) provisioned(ctx context.Context, sb *Sandbox) (*Sandbox, error
 		s.State = StateRunning
 		s.User = sb.User
 		s.Provisioning = false
-		s.OOMCounter = 0
+		s.OOMCounter, s.PidsCounter = 0, 0
 		return nil
 	})
 }
@@ -801,7 +807,7 @@ func (m *Manager) startLocked(ctx context.Context, id string) (*Sandbox, error) 
 	}
 	return m.store.Update(ctx, id, func(s *Sandbox) error {
 		s.State = StateRunning
-		s.OOMCounter = 0
+		s.OOMCounter, s.PidsCounter = 0, 0
 		if s.Timeout > 0 {
 			exp := time.Now().UTC().Add(s.Timeout)
 			s.ExpiresAt = &exp
@@ -855,11 +861,22 @@ func (m *Manager) freeze(ctx context.Context, id string, to State) (*Sandbox, er
 // the daemon overcommits drives): if the database cannot record the deletion, the sandbox
 // is torn down and its drive removed first, and then the deletion is recorded.
 func (m *Manager) Delete(ctx context.Context, id string) error {
+	return m.deleteIf(ctx, id, nil)
+}
+
+// deleteIf is Delete of a sandbox whose record cond (when not nil) accepts under the
+// sandbox's lock; cond's error is returned and nothing is deleted then (names.go).
+func (m *Manager) deleteIf(ctx context.Context, id string, cond func(*Sandbox) error) error {
 	unlock := m.lock(id)
 	markDeleting := func() (*Sandbox, error) {
 		return m.store.Update(ctx, id, func(s *Sandbox) error {
 			if s.State == StateDeleting {
 				return nil
+			}
+			if cond != nil {
+				if err := cond(s); err != nil {
+					return err
+				}
 			}
 			if err := checkTransition(s.ID, s.State, StateDeleting); err != nil {
 				return err
@@ -871,7 +888,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	sb, err := markDeleting()
 	if errors.Is(err, errdefs.ErrResourceExhausted) {
 		m.log.Warn("data filesystem full: freeing the sandbox's drive before recording its deletion", "sandbox", id, "err", err)
-		if cur, gerr := m.store.Get(ctx, id); gerr == nil && checkTransition(id, cur.State, StateDeleting) == nil {
+		if cur, gerr := m.store.Get(ctx, id); gerr == nil && checkTransition(id, cur.State, StateDeleting) == nil && (cond == nil || cond(cur) == nil) {
 			if derr := m.down(id, cur.Runtime); derr != nil {
 				m.log.Error("deleting sandbox on a full data filesystem: teardown", "sandbox", id, "err", derr)
 			} else if derr := m.storage.DeleteDrive(context.WithoutCancel(ctx), id); derr != nil {

@@ -476,6 +476,7 @@ func (m *Manager) handOver(ctx context.Context, id string, opts CreateOptions, t
 		s.Owner = CallerFrom(ctx).Owner()
 		s.User, s.Env, s.Limits, s.Metadata, s.Policy = user, opts.Env, opts.Limits, opts.Metadata, opts.Policy
 		s.OnTimeout, s.TemplateAlias = opts.OnTimeout, opts.TemplateAlias
+		s.Name, s.Labels = opts.Name, opts.Labels
 		m.setLifecycle(s, opts, now)
 		s.CreatedAt = now
 		if opts.Timeout > 0 {

@@ -85,6 +85,12 @@ type Sandbox struct {
 	OOMKills   uint64     `json:"oom_kills,omitempty"`
 	LastOOMAt  *time.Time `json:"last_oom_at,omitempty"`
 	OOMCounter uint64     `json:"oom_counter,omitempty"`
+	// PidsLimitHits counts the forks refused at the sandbox's pids limit over all its runs,
+	// LastPidsLimitAt when the daemon saw the latest; PidsCounter is the current run's
+	// cgroup counter at the daemon's last look (0 at each start). See stats.go.
+	PidsLimitHits   uint64     `json:"pids_limit_hits,omitempty"`
+	LastPidsLimitAt *time.Time `json:"last_pids_limit_at,omitempty"`
+	PidsCounter     uint64     `json:"pids_counter,omitempty"`
 	// Timeout is the sandbox's lifetime per start (0: none); ExpiresAt is when the current
 	// run ends: the daemon stops the sandbox then.
 	Timeout   time.Duration `json:"timeout,omitempty"`
@@ -130,6 +136,11 @@ type Sandbox struct {
 	AutoResume  bool          `json:"auto_resume,omitempty"`
 	LastUsedAt  *time.Time    `json:"last_used_at,omitempty"`
 	StopReason  string        `json:"stop_reason,omitempty"`
+
+	// Name is the sandbox's name, unique among its owner's sandboxes ("": none), and
+	// Labels its labels (names.go). Both are fixed at create.
+	Name   string            `json:"name,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
 
 	// AccessToken authenticates the daemon to the sandbox's moat-init. It is never
 	// sent to API clients of the native API.

@@ -285,6 +285,7 @@ func (m *Manager) createFrom(ctx context.Context, opts CreateOptions, sn *Snapsh
 		Credentials: opts.Credentials, AgentBranchPrefix: opts.AgentBranchPrefix, GitProtected: opts.GitProtected,
 		CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), IDBase: m.cfg.IDBase,
 		Owner: CallerFrom(ctx).Owner(), Provisioning: true, Snapshot: sn.ID, ForkOf: fork,
+		Name: opts.Name, Labels: opts.Labels,
 	}
 	if sn.Fork {
 		sb.Snapshot = sn.Parent // a fork descends from what its parent descends from
@@ -433,6 +434,7 @@ func forkOptions(p *Sandbox) CreateOptions {
 		Env: p.Env, Limits: p.Limits, Timeout: p.Timeout, Metadata: p.Metadata, Policy: pol,
 		OnTimeout: p.OnTimeout, Credentials: creds, AgentBranchPrefix: prefix, GitProtected: p.GitProtected,
 		Idle: &idle, DeleteAfter: &unused, Archive: p.Archive, AutoResume: p.AutoResume,
+		Labels: p.Labels, // a fork keeps the labels; a name is one sandbox's
 	}
 }
 

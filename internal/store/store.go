@@ -82,6 +82,10 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("migrating schema: %w", err)
 	}
+	if err := migrateNames(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("migrating schema: %w", err)
+	}
 	return &Store{db: db}, nil
 }
 
@@ -110,6 +114,7 @@ func migrate(db *sql.DB) error {
 // left) the class errdefs.ErrResourceExhausted and a message for the client; other errors
 // pass unchanged.
 func classifyFull(err error) error {
+	err = classifyName(err)
 	var se *sqlite.Error
 	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL {
 		return fmt.Errorf("%w: the daemon's database cannot grow because its data filesystem is full (deleting sandboxes frees space): %w",

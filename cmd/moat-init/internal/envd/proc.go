@@ -103,6 +103,8 @@ type proc struct {
 	// outputs are the read ends the pumps drain (stdout and stderr, or the
 	// terminal master).
 	outputs []*os.File
+	// out keeps the tail of the output (logs.go); nil: not logged.
+	out *procLog
 
 	exited  chan struct{} // closed by the reaper callback
 	done    chan struct{} // closed once the end event is published
@@ -172,7 +174,9 @@ func (p *proc) pump(f *os.File, wrap func([]byte) *pb.ProcessEvent_DataEvent) {
 		if n > 0 {
 			data := make([]byte, n)
 			copy(data, buf[:n])
-			p.publish(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: wrap(data)}}, false)
+			d := wrap(data)
+			p.out.write(d)
+			p.publish(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: d}}, false)
 		}
 		if err != nil {
 			// io.EOF for pipes; EIO once a terminal's last slave closes;
@@ -209,6 +213,7 @@ func (p *proc) finish(t *processTable, log *slog.Logger) {
 
 	t.remove(p)
 	end := endEvent(p.status, p.oomKilled())
+	p.out.finish(end)
 	log.Debug("process ended", "pid", p.pid, "status", end.GetStatus())
 	p.publish(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}}, true)
 	close(p.done)

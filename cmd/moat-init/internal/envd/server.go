@@ -49,6 +49,7 @@ type Server struct {
 	// mu guards the defaults that POST /init may replace: cfg.Env and cfg.DefaultUser.
 	mu       sync.RWMutex
 	procs    *processTable
+	logs     *logRegistry // the kept output of processes (logs.go)
 	watchers *watcherTable
 	errw     *connect.ErrorWriter
 }
@@ -61,6 +62,7 @@ func New(cfg Config) *Server {
 	return &Server{
 		cfg:      cfg,
 		procs:    newProcessTable(),
+		logs:     newLogRegistry(),
 		watchers: newWatcherTable(),
 		errw:     connect.NewErrorWriter(),
 	}
@@ -88,6 +90,7 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, env)
 	})
 	mux.HandleFunc("POST /init", s.init)
+	mux.HandleFunc("GET /moat/logs", s.serveLogs)
 	return s.gate(mux)
 }
 

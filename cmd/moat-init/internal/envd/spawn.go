@@ -161,6 +161,7 @@ func (s *Server) spawn(r spawnRequest) (*proc, *subscriber, error) {
 		}
 		return fail(err)
 	}
+	p.out = s.logs.add(p)
 	for i, f := range p.outputs {
 		p.pumping.Add(1)
 		go p.pump(f, st.wraps[i])
