@@ -1,0 +1,177 @@
+package tarcopy
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"time"
+
+	"github.com/moatdev/moat/internal/errdefs"
+)
+
+// ExtractOptions configure Extract.
+type ExtractOptions struct {
+	// Top, when not "", renames the stream's one tree (see NewChecker).
+	Top string
+	// MaxBytes bounds what the stream may make, counted before each entry is written:
+	// its size plus 512 bytes per entry (0: no bound). An entry over it is refused before
+	// anything of it is written, with ErrTooLarge.
+	MaxBytes int64
+}
+
+// ErrTooLarge is returned (wrapped, with class ErrResourceExhausted) when a stream would
+// make more than ExtractOptions.MaxBytes.
+var ErrTooLarge = errors.New("the copy is larger than its limit")
+
+// Stats count what Extract made.
+type Stats struct {
+	Entries int   `json:"entries"`
+	Bytes   int64 `json:"bytes"` // regular files' content
+}
+
+// entryCost is what one entry counts against MaxBytes besides its content.
+const entryCost = 512
+
+// Extract writes the tar stream r under root. Every entry's place is decided by a
+// Checker (nothing lands outside root, nothing is written through a symlink the stream
+// made) and made through root, so a symlink already in the destination cannot lead
+// outside it either. Regular files replace whatever non-directory was at their path;
+// directories are created or kept; symlinks are made as links. Modes keep their 0o777
+// bits (directories get theirs last, so a read-only directory can still be filled);
+// modification times are kept for files and directories. On error, what was made so far
+// stays: callers that want all or nothing extract into a fresh directory and rename it.
+func Extract(ctx context.Context, root *os.Root, r io.Reader, o ExtractOptions) (Stats, error) {
+	var st Stats
+	c, err := NewChecker(o.Top)
+	if err != nil {
+		return st, err
+	}
+	type dirMeta struct {
+		rel   string
+		mode  fs.FileMode
+		mtime time.Time
+	}
+	var dirs []dirMeta
+	var used int64
+	tr := tar.NewReader(r)
+	for {
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return st, fmt.Errorf("reading the tar stream: %v: %w", err, errdefs.ErrInvalidArgument)
+		}
+		rel, err := c.Check(h)
+		if err != nil {
+			return st, err
+		}
+		cost := int64(entryCost)
+		if h.Typeflag == tar.TypeReg {
+			cost += h.Size
+		}
+		if o.MaxBytes > 0 && used+cost > o.MaxBytes {
+			return st, fmt.Errorf("%s (%d bytes) would bring the copy over %d bytes: %w: %w", rel, h.Size, o.MaxBytes, ErrTooLarge, errdefs.ErrResourceExhausted)
+		}
+		used += cost
+		mode := fs.FileMode(h.Mode) & fs.ModePerm
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if rel != "." {
+				if err := mkdirAll(root, rel); err != nil {
+					return st, err
+				}
+			}
+			dirs = append(dirs, dirMeta{rel, mode, h.ModTime})
+		case tar.TypeReg:
+			if err := prepare(root, rel); err != nil {
+				return st, err
+			}
+			n, err := writeFile(root, rel, tr, mode)
+			st.Bytes += n
+			if err != nil {
+				return st, err
+			}
+			if !h.ModTime.IsZero() {
+				_ = root.Chtimes(rel, h.ModTime, h.ModTime)
+			}
+		case tar.TypeSymlink:
+			if err := prepare(root, rel); err != nil {
+				return st, err
+			}
+			if err := root.Symlink(h.Linkname, rel); err != nil {
+				return st, fmt.Errorf("making symlink %s: %w", rel, err)
+			}
+		}
+		st.Entries++
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		d := dirs[i]
+		if err := root.Chmod(d.rel, d.mode); err != nil {
+			return st, fmt.Errorf("setting the mode of %s: %w", d.rel, err)
+		}
+		if !d.mtime.IsZero() {
+			_ = root.Chtimes(d.rel, d.mtime, d.mtime)
+		}
+	}
+	return st, nil
+}
+
+// mkdirAll makes rel and its parents under root; an existing directory (or a symlink to
+// one inside root) is kept.
+func mkdirAll(root *os.Root, rel string) error {
+	if err := root.MkdirAll(rel, 0o755); err != nil {
+		return fmt.Errorf("making directory %s: %w", rel, err)
+	}
+	return nil
+}
+
+// prepare makes rel's parents and removes a non-directory at rel, so that a new file or
+// link can take its place; a directory at rel is an error.
+func prepare(root *os.Root, rel string) error {
+	if dir := path.Dir(rel); dir != "." {
+		if err := mkdirAll(root, dir); err != nil {
+			return err
+		}
+	}
+	fi, err := root.Lstat(rel)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("checking %s: %w", rel, err)
+	case fi.IsDir():
+		return fmt.Errorf("%s is a directory in the destination; a file cannot replace it: %w", rel, errdefs.ErrConflict)
+	}
+	if err := root.Remove(rel); err != nil {
+		return fmt.Errorf("replacing %s: %w", rel, err)
+	}
+	return nil
+}
+
+// writeFile creates rel (which must not exist) with the entry's content and mode.
+func writeFile(root *os.Root, rel string, r io.Reader, mode fs.FileMode) (int64, error) {
+	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("creating %s: %w", rel, err)
+	}
+	n, err := io.Copy(f, r)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return n, fmt.Errorf("writing %s: %w", rel, err)
+	}
+	return n, nil
+}
