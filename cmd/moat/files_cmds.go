@@ -245,4 +245,3 @@ func upload(ctx context.Context, c *sdk.Client, id, user string, specs []uploadS
 	}
 	return nil
 }
-
