@@ -11,6 +11,8 @@ import (
 	"path"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/moatdev/moat/internal/errdefs"
 )
 
@@ -95,13 +97,10 @@ func Extract(ctx context.Context, root *os.Root, r io.Reader, o ExtractOptions) 
 			if err := prepare(root, rel); err != nil {
 				return st, err
 			}
-			n, err := writeFile(root, rel, tr, mode)
+			n, err := writeFile(root, rel, tr, mode, h.ModTime)
 			st.Bytes += n
 			if err != nil {
 				return st, err
-			}
-			if !h.ModTime.IsZero() {
-				_ = root.Chtimes(rel, h.ModTime, h.ModTime)
 			}
 		case tar.TypeSymlink:
 			if err := prepare(root, rel); err != nil {
@@ -115,14 +114,32 @@ func Extract(ctx context.Context, root *os.Root, r io.Reader, o ExtractOptions) 
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
 		d := dirs[i]
-		if err := root.Chmod(d.rel, d.mode); err != nil {
-			return st, fmt.Errorf("setting the mode of %s: %w", d.rel, err)
+		f, err := root.Open(d.rel)
+		if err == nil {
+			err = setMeta(f, d.mode, d.mtime)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
 		}
-		if !d.mtime.IsZero() {
-			_ = root.Chtimes(d.rel, d.mtime, d.mtime)
+		if err != nil {
+			return st, fmt.Errorf("setting the mode of %s: %w", d.rel, err)
 		}
 	}
 	return st, nil
+}
+
+// setMeta gives the open file f mode and, when not zero, mtime (also as its access time;
+// a failure to set times is ignored). It works on the descriptor (fchmod, futimens): no
+// path is looked up again, and gVisor's *at calls with AT_SYMLINK_NOFOLLOW are avoided.
+func setMeta(f *os.File, mode fs.FileMode, mtime time.Time) error {
+	if err := f.Chmod(mode); err != nil {
+		return err
+	}
+	if !mtime.IsZero() {
+		ts := unix.NsecToTimespec(mtime.UnixNano())
+		_ = unix.UtimesNanoAt(int(f.Fd()), "", []unix.Timespec{ts, ts}, unix.AT_EMPTY_PATH)
+	}
+	return nil
 }
 
 // mkdirAll makes rel and its parents under root; an existing directory (or a symlink to
@@ -158,14 +175,14 @@ func prepare(root *os.Root, rel string) error {
 }
 
 // writeFile creates rel (which must not exist) with the entry's content and mode.
-func writeFile(root *os.Root, rel string, r io.Reader, mode fs.FileMode) (int64, error) {
+func writeFile(root *os.Root, rel string, r io.Reader, mode fs.FileMode, mtime time.Time) (int64, error) {
 	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return 0, fmt.Errorf("creating %s: %w", rel, err)
 	}
 	n, err := io.Copy(f, r)
 	if err == nil {
-		err = f.Chmod(mode)
+		err = setMeta(f, mode, mtime)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
