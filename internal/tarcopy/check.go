@@ -61,7 +61,7 @@ func NewChecker(top string) (*Checker, error) {
 func (c *Checker) Check(h *tar.Header) (string, error) {
 	switch h.Typeflag {
 	case tar.TypeReg, tar.TypeDir, tar.TypeSymlink:
-	case tar.TypeRegA:
+	case 0x00: // the pre-POSIX regular-file type (tar.TypeRegA; tar.Reader already maps it)
 		h.Typeflag = tar.TypeReg
 	case tar.TypeLink:
 		return "", invalid(h.Name, "is a hard link (not supported)")
