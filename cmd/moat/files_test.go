@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -212,6 +213,26 @@ func TestCLICopyTree(t *testing.T) {
 			}
 			if o, e, code := c.run("", "exec", id, "--", statPy+" newdir/run.sh"); code != 0 || o != "newdir/run.sh -rwxr-x--- user\n" {
 				t.Errorf("newdir/run.sh: %q %s", o, e)
+			}
+			// Item 10: nothing is compressed unless the client asks. A plain GET over the
+			// socket (no Accept-Encoding; Go's transport would add gzip and hide it, so
+			// it is turned off) gets the bytes as they are, with their length.
+			hc := &http.Client{Transport: &http.Transport{DisableCompression: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", c.args[1])
+			}}}
+			for _, u := range []string{"/envd/files?path=proj/run.sh", "/envd/moat/tar?path=proj"} {
+				resp, err := hc.Get("http://moat/v1/sandboxes/" + id + u)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n, _ := io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "" || n == 0 {
+					t.Errorf("GET %s: %s, Content-Encoding %q, %d bytes", u, resp.Status, resp.Header.Get("Content-Encoding"), n)
+				}
+				if strings.HasPrefix(u, "/envd/files") && resp.ContentLength != n {
+					t.Errorf("GET %s: Content-Length %d, %d bytes", u, resp.ContentLength, n)
+				}
 			}
 			ents, _ := os.ReadDir(base)
 			for _, e := range ents {
