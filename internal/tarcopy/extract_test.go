@@ -329,3 +329,26 @@ func FuzzExtract(f *testing.F) {
 		})
 	})
 }
+
+// TestExtractDropsSpecialBits: a stream's set-user-ID, set-group-ID and sticky bits are
+// not made: a sandbox cannot plant a set-user-ID file on the host.
+func TestExtractDropsSpecialBits(t *testing.T) {
+	out := t.TempDir()
+	root, err := os.OpenRoot(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	data := makeTar(t, tarEntry{name: "suid", typ: tar.TypeReg, mode: 0o4755, body: "x"},
+		tarEntry{name: "sgid", typ: tar.TypeReg, mode: 0o2755, body: "x"},
+		tarEntry{name: "sticky/", typ: tar.TypeDir, mode: 0o1777})
+	if _, err := Extract(context.Background(), root, bytes.NewReader(data), ExtractOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]fs.FileMode{"suid": 0o755, "sgid": 0o755, "sticky": fs.ModeDir | 0o777} {
+		fi, err := os.Lstat(filepath.Join(out, name))
+		if err != nil || fi.Mode() != want {
+			t.Errorf("%s: %v, %v; want %v", name, fi.Mode(), err, want)
+		}
+	}
+}
