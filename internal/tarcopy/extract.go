@@ -60,6 +60,11 @@ func Extract(ctx context.Context, root *os.Root, r io.Reader, o ExtractOptions) 
 	}
 	var dirs []dirMeta
 	var used int64
+	if o.MaxBytes > 0 {
+		// The stream itself is bounded too: headers the reader consumes without
+		// returning an entry (GNU long names, PAX records) must not go on forever.
+		r = &capReader{r: r, left: 2*o.MaxBytes + 1<<20}
+	}
 	tr := tar.NewReader(r)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -191,4 +196,22 @@ func writeFile(root *os.Root, rel string, r io.Reader, mode fs.FileMode, mtime t
 		return n, fmt.Errorf("writing %s: %w", rel, err)
 	}
 	return n, nil
+}
+
+// capReader fails with ErrTooLarge once more than left bytes were read.
+type capReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, fmt.Errorf("the tar stream is longer than twice the limit: %w: %w", ErrTooLarge, errdefs.ErrResourceExhausted)
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -351,4 +352,57 @@ func TestExtractDropsSpecialBits(t *testing.T) {
 			t.Errorf("%s: %v, %v; want %v", name, fi.Mode(), err, want)
 		}
 	}
+}
+
+// TestExtractEndlessHeaders: a stream of headers that make no entry (GNU long names, one
+// after another) ends at the stream bound instead of being read forever.
+func TestExtractEndlessHeaders(t *testing.T) {
+	hdr := make([]byte, 1024) // a GNU long-name header and its one block of name
+	copy(hdr, "././@LongLink")
+	copy(hdr[100:], "0000644\x00")
+	copy(hdr[124:], "00000000100\x00") // 64 bytes of name
+	hdr[156] = 'L'
+	copy(hdr[257:], "ustar  \x00")
+	sum := 0
+	for i := range 512 {
+		if i >= 148 && i < 156 {
+			sum += ' '
+		} else {
+			sum += int(hdr[i])
+		}
+	}
+	copy(hdr[148:], fmt.Sprintf("%06o\x00 ", sum))
+	for i := 512; i < 576; i++ {
+		hdr[i] = 'a'
+	}
+	root, err := os.OpenRoot(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	endless := &repeatReader{b: hdr}
+	_, err = Extract(context.Background(), root, endless, ExtractOptions{MaxBytes: 1 << 20})
+	if !errors.Is(err, ErrTooLarge) && !strings.Contains(err.Error(), "longer than") {
+		t.Fatalf("Extract: %v, want the stream bound", err)
+	}
+	if endless.n > 4<<20 {
+		t.Errorf("read %d bytes", endless.n)
+	}
+}
+
+type repeatReader struct {
+	b []byte
+	i int
+	n int64
+}
+
+func (r *repeatReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		c := copy(p[n:], r.b[r.i:])
+		n += c
+		r.i = (r.i + c) % len(r.b)
+	}
+	r.n += int64(n)
+	return n, nil
 }
