@@ -12,8 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/moatdev/moat/internal/tarcopy"
 	"github.com/moatdev/moat/sdk"
@@ -141,12 +145,14 @@ func copyOut(ctx context.Context, c *sdk.Client, id, srcPath, user, dst string, 
 		return copyResult{}, err
 	}
 	defer ts.Close()
+	rd, stop := withProgress("cp: "+srcPath, ts)
+	defer stop()
 	tmp := ""
 	if top != "" {
 		tmp = tempName()
 		defer root.RemoveAll(tmp) // gone once renamed
 	}
-	st, err := tarcopy.Extract(ctx, root, ts, tarcopy.ExtractOptions{Top: tmp, MaxBytes: limit})
+	st, err := tarcopy.Extract(ctx, root, rd, tarcopy.ExtractOptions{Top: tmp, MaxBytes: limit})
 	if errors.Is(err, tarcopy.ErrTooLarge) {
 		err = fmt.Errorf("%w; nothing was written (raise --max-size, 0: no limit)", err)
 		if tmp == "" {
@@ -182,9 +188,11 @@ func copyIn(ctx context.Context, c *sdk.Client, src, id, dst, user string) (copy
 		}
 	}
 	var skipped int
-	tr, err := c.WriteTar(ctx, id, dst, user, strings.HasSuffix(dst, "/"), treeReader(ctx, func(tw *tar.Writer) error {
+	rd, stop := withProgress("cp: "+src, treeReader(ctx, func(tw *tar.Writer) error {
 		return tarcopy.WriteTree(ctx, tw, src, name, func(rel, what string) { skipped++ })
 	}))
+	defer stop()
+	tr, err := c.WriteTar(ctx, id, dst, user, strings.HasSuffix(dst, "/"), rd)
 	if err != nil {
 		return copyResult{}, err
 	}
@@ -244,4 +252,47 @@ func upload(ctx context.Context, c *sdk.Client, id, user string, specs []uploadS
 		}
 	}
 	return nil
+}
+
+// withProgress returns r counting what is read from it and, when stderr is a terminal,
+// a line on stderr each second saying how much (after the first second: short copies
+// print nothing); stop ends the line.
+func withProgress(what string, r io.Reader) (io.Reader, func()) {
+	if !term.IsTerminal(int(os.Stderr.Fd())) {
+		return r, func() {}
+	}
+	cr := &countingReader{r: r}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		printed := false
+		for {
+			select {
+			case <-done:
+				if printed {
+					fmt.Fprintf(os.Stderr, "\r%s: %.1f MiB\n", termSafe(what), float64(cr.n.Load())/(1<<20))
+				}
+				return
+			case <-t.C:
+				fmt.Fprintf(os.Stderr, "\r%s: %.1f MiB", termSafe(what), float64(cr.n.Load())/(1<<20))
+				printed = true
+			}
+		}
+	}()
+	return cr, func() { close(done); wg.Wait() }
+}
+
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }

@@ -360,6 +360,15 @@ func TestCLIUploadAndRepoDirty(t *testing.T) {
 		t.Errorf("--upload without a colon: exit %d %q", code, errOut)
 	}
 
+	// A create whose upload fails leaves no sandbox.
+	if _, errOut, code := c.run("", "create", "--upload", src+":/proc/no/such/dir"); code == 0 || !strings.Contains(errOut, "--upload") {
+		t.Errorf("create with a failing upload: exit %d %q", code, errOut)
+	}
+	testutil.WaitFor(t, 30*time.Second, "the failed create's sandbox to be deleted", func() bool {
+		out, _, _ := c.run("", "ls", "--json")
+		return strings.TrimSpace(out) == "[]"
+	})
+
 	repo := filepath.Join(base, "repo")
 	git := func(args ...string) {
 		t.Helper()
