@@ -62,7 +62,9 @@ test-short: build
 
 bench: build
 	$(BIN)/moat bench
-	go test -run '^$$' -bench 'BenchmarkEgress|BenchmarkCredentials' -benchtime 3000x ./internal/egress/
+	go test -run '^$$' -bench '^BenchmarkEgress$$|^BenchmarkCredentials$$' -benchtime 3000x ./internal/egress/
+	@# The proxy's added latency and throughput, each iteration direct and proxied alternately.
+	go test -run '^$$' -bench 'BenchmarkEgressOverhead' -benchtime 1500x ./internal/egress/
 	MOAT_BIN=$(CURDIR)/$(BIN) go test -run '^$$' -bench 'BenchmarkE2BTTI' -benchtime 1x ./test/e2b/
 
 fuzz: deps

@@ -602,6 +602,10 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 					sr.LazyEmpty.P50, sr.LazyFull.P50, sr.WorkspaceMiB, sr.LazyRatio, sr.LazyFirstUse.P50)
 			}
 			printBenchCheckpoints(res.Checkpoints)
+			if f := res.Files; f != nil {
+				fmt.Printf("cp of %d MiB (runc): in p50 %.0f ms, out p50 %.0f ms (out/in %.2f); runc exec moving the same bytes: in %.0f ms, out %.0f ms (cp/raw: in %.2f, out %.2f)\n",
+					f.MiB, f.In.P50, f.Out.P50, f.OutToIn, f.RawIn.P50, f.RawOut.P50, f.InRaw, f.OutRaw)
+			}
 			if cl := res.ConnLoad; cl != nil {
 				fmt.Printf("API latency: ls p50/p99 %.1f/%.1f ms idle, %.1f/%.1f ms with %d sandboxes at their connection caps (%d tried each, %d held, daemon %d fds); ratio p50 %.2f, p99 %.2f\n",
 					cl.Idle.P50, cl.Idle.P99, cl.Loaded.P50, cl.Loaded.P99, cl.Sandboxes, cl.Attempted, cl.Held, cl.DaemonFDs, cl.RatioP50, cl.RatioP99)
@@ -623,6 +627,8 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 	cmd.Flags().IntVar(&ckptRuns, "checkpoint-runs", 10, "checkpoints, restores and stop+starts timed per runtime, on the drive-pool daemon (0: skip)")
 	cmd.Flags().StringVar(&ckptRuntimes, "checkpoint-runtimes", "runc,runsc", "runtimes of the checkpoint figure")
 	cmd.Flags().IntVar(&snapMiB, "snapshot-workspace", 1024, "MiB written into the workspace for the full-workspace snapshot figure")
+	cmd.Flags().IntVar(&o.FileRuns, "cp-runs", 10, "moat cp runs in and out of a runc sandbox, beside runc exec moving the same bytes (0: skip)")
+	cmd.Flags().IntVar(&o.FileMiB, "cp-mib", 100, "MiB of the file the cp figure copies")
 	return cmd
 }
 

@@ -37,6 +37,7 @@ type sandboxFlags struct {
 	gitHold                       bool
 	lifecycle                     lifecycleFlags
 	naming                        namingFlags
+	files                         fileFlags // --upload, --repo-dirty (files_cmds.go)
 }
 
 // githubFlags bind a GitHub App key (moat secret set --github-app) with a task's scope.
@@ -49,7 +50,8 @@ func (f *sandboxFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.runtime, "runtime", "", "OCI runtime: runc (default), crun or runsc")
 	fl.StringVar(&f.template, "template", "", "template (default: host)")
-	fl.StringVar(&f.repo, "repo", "", "git work tree whose HEAD is checked out at /workspace")
+	fl.StringVar(&f.repo, "repo", "", "git work tree whose HEAD is checked out at /workspace (uncommitted changes are left out, with a warning: see --repo-dirty)")
+	f.files.register(fl)
 	fl.StringVar(&f.user, "user", "", "default user inside (default: user)")
 	fl.StringArrayVar(&f.env, "env", nil, "environment variable KEY=VALUE (repeatable)")
 	fl.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M or 2G (default 2G)")
@@ -177,6 +179,9 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 				return err
 			}
 			ctx := cmd.Context()
+			if err := f.files.prepare(ctx, req.Repo); err != nil {
+				return err
+			}
 			c, err := a.connect(ctx)
 			if err != nil {
 				return err
@@ -198,6 +203,9 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 					}
 				}
 			}()
+			if err := f.files.apply(ctx, c, sb.ID, f.user); err != nil {
+				return err
+			}
 			if workdir == "" && req.Repo != "" {
 				workdir = "/workspace"
 			}
@@ -274,12 +282,22 @@ func (a *app) createCmd() *cobra.Command {
 				}
 				req.FromSnapshot, req.Template, req.Repo, req.DiskBytes = from, "", "", 0
 			}
+			if err := f.files.prepare(cmd.Context(), req.Repo); err != nil {
+				return err
+			}
 			c, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
 			sb, err := c.Create(cmd.Context(), req)
 			if err != nil {
+				return err
+			}
+			if err := f.files.apply(cmd.Context(), c, sb.ID, f.user); err != nil {
+				// No half-made sandbox: one whose files did not all arrive is deleted.
+				if derr := c.Delete(context.WithoutCancel(cmd.Context()), sb.ID); derr != nil {
+					return fmt.Errorf("%w (and deleting sandbox %s: %v)", err, sb.ID, derr)
+				}
 				return err
 			}
 			if asJSON {
@@ -559,84 +577,6 @@ paused ones, naming them; --all --force deletes those too.`,
 	cmd.Flags().BoolVar(&force, "force", false, "with --all: running and paused sandboxes too")
 	cmd.Flags().StringArrayVar(&filters, "filter", nil, "with --all: "+filterHelp)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "with --all: print what was deleted as JSON")
-	return cmd
-}
-
-func (a *app) cpCmd() *cobra.Command {
-	var user, maxSize string
-	cmd := &cobra.Command{
-		Use:   "cp SRC DST",
-		Short: "Copy a file into or out of a sandbox (ID:PATH on one side; - is stdin/stdout)",
-		Long: `cp copies one file. Exactly one of SRC and DST is ID:PATH in a sandbox. The path inside is
-resolved by the sandbox's own moat-init, in the sandbox's mount namespace: it can never reach
-host files. A relative path inside is relative to the user's home.
-
-Only regular files come out of a sandbox (devices, FIFOs and directories are refused, also
-behind a symlink), and never more than the length the sandbox announces nor more than
---max-size: a file over the limit is refused before anything is written.`,
-		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			srcID, srcPath, srcRemote := splitRemote(args[0])
-			dstID, dstPath, dstRemote := splitRemote(args[1])
-			if srcRemote == dstRemote {
-				return errors.New("cp: exactly one of SRC and DST must be ID:PATH")
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			if srcRemote {
-				limit, err := parseSize(maxSize)
-				if err != nil {
-					return fmt.Errorf("--max-size: %w", err)
-				}
-				rc, err := c.ReadFile(ctx, srcID, srcPath, user)
-				if err != nil {
-					return fmt.Errorf("cp: %w", err)
-				}
-				defer rc.Close()
-				if limit > 0 && rc.Size > limit {
-					return fmt.Errorf("cp: %s is %d bytes, more than --max-size %s; nothing was written (raise --max-size, 0: no limit)", srcPath, rc.Size, maxSize)
-				}
-				if dstPath == "-" {
-					_, err = io.Copy(os.Stdout, rc)
-					return err
-				}
-				if st, err := os.Stat(dstPath); err == nil && st.IsDir() {
-					dstPath = filepath.Join(dstPath, filepath.Base(srcPath))
-				}
-				f, err := os.Create(dstPath)
-				if err != nil {
-					return err
-				}
-				if _, err := io.Copy(f, rc); err != nil {
-					f.Close()
-					os.Remove(dstPath)
-					return fmt.Errorf("cp: reading %s: %w", srcPath, err)
-				}
-				return f.Close()
-			}
-			var r io.Reader = os.Stdin
-			if srcPath != "-" {
-				f, err := os.Open(srcPath)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				if st, _ := f.Stat(); st != nil && st.IsDir() {
-					return fmt.Errorf("cp: %s is a directory (copy files one at a time)", srcPath)
-				}
-				r = f
-				if strings.HasSuffix(dstPath, "/") {
-					dstPath += filepath.Base(srcPath)
-				}
-			}
-			return c.WriteFile(ctx, dstID, dstPath, user, r)
-		},
-	}
-	cmd.Flags().StringVar(&user, "user", "", "user inside whose permissions apply (default: the sandbox's user)")
-	cmd.Flags().StringVar(&maxSize, "max-size", "4G", "largest file to copy out of a sandbox (0: no limit)")
 	return cmd
 }
 

@@ -454,7 +454,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, dest envdDest) 
 	if dest.e2b {
 		fail = writeE2BError
 	}
-	if dest.rest != "/files" {
+	if dest.rest != "/files" && dest.rest != "/moat/tar" { // file bodies stream
 		// An RPC request is one message: read it whole, so the upstream request has a
 		// fixed length and is written completely before its response streams back. (A
 		// chunked body still being copied upstream after this handler returned could break

@@ -54,6 +54,9 @@ type Options struct {
 	ConnsPerSandbox int
 	HoldName        string
 	LsRuns          int
+	// FileRuns × (cp in, cp out, raw exec in, raw exec out) of a FileMiB file (files.go);
+	// 0 skips the figure.
+	FileRuns, FileMiB int
 }
 
 // Latency is a distribution summary in milliseconds.
@@ -109,6 +112,8 @@ type Result struct {
 	Snapshots *SnapshotResult `json:"snapshots,omitempty"`
 	// Checkpoints is the checkpoint figure per runtime (checkpoint.go), on the same daemon.
 	Checkpoints []*CheckpointResult `json:"checkpoints,omitempty"`
+	// Files is the `moat cp` figure (files.go).
+	Files *FilesResult `json:"files,omitempty"`
 }
 
 var smallSandbox = v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 256 << 20}
@@ -181,6 +186,14 @@ func Run(ctx context.Context, c *sdk.Client, o Options) (*Result, error) {
 			return res, fmt.Errorf("API latency under connection load: %w", err)
 		}
 		res.ConnLoad = cl
+	}
+	if o.FileRuns > 0 {
+		o.Progress(fmt.Sprintf("files: %d × moat cp of %d MiB in and out of a runc sandbox, and the same through runc exec", o.FileRuns, o.FileMiB))
+		fr, err := Files(ctx, c, o, o.FileRuns, o.FileMiB)
+		if err != nil {
+			return res, fmt.Errorf("files: %w", err)
+		}
+		res.Files = fr
 	}
 	return res, nil
 }

@@ -347,9 +347,16 @@ func compile(spec policy.Spec) (*policy.Compiled, *policy.Policy, error) {
 	return comp, pol, nil
 }
 
+// dial connects to an upstream address the proxy checked. No TCP keepalive (the proxy's
+// idle timeout ends idle connections) and no address string to parse: four setsockopt
+// calls and a resolver pass fewer per connection.
 func dial(ctx context.Context, a netip.AddrPort) (net.Conn, error) {
-	var d net.Dialer
-	return d.DialContext(ctx, "tcp", a.String())
+	d := net.Dialer{KeepAlive: -1}
+	c, err := d.DialTCP(ctx, "tcp", netip.AddrPort{}, a)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // hostAddresses lists the host's own addresses, refreshed every 30 s.

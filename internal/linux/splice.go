@@ -92,3 +92,41 @@ func Splice(dst, src syscall.RawConn, p *Pipe, max int64) (int64, error) {
 	}
 	return total, nil
 }
+
+// ReadReady reads once from the socket src into a buffer from get, like net.Conn.Read, but
+// takes the buffer only once src has bytes (or its end, or an error) to give: a caller
+// waiting on an idle socket holds no buffer. It waits through Go's poller, so src's read
+// deadline applies (a timeout error). It returns the buffer and how much of it was read;
+// on io.EOF or an error with nothing read, the buffer is given back (put) and b is nil.
+func ReadReady(src syscall.RawConn, get func() []byte, put func([]byte)) (b []byte, n int, err error) {
+	var rerr error
+	err = src.Read(func(fd uintptr) bool {
+		b = get()
+		for {
+			n, rerr = unix.Read(int(fd), b)
+			if rerr != unix.EINTR {
+				break
+			}
+		}
+		if rerr == unix.EAGAIN {
+			put(b)
+			b = nil
+			return false
+		}
+		return true
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err == nil && n == 0 {
+		err = io.EOF
+	}
+	if n < 0 {
+		n = 0
+	}
+	if n == 0 && b != nil {
+		put(b)
+		b = nil
+	}
+	return b, n, err
+}

@@ -116,6 +116,7 @@ type Proxy struct {
 	active atomic.Int64
 	share  *Share
 	wg     sync.WaitGroup
+	bufs   sync.Pool // *[]byte of smallBuf bytes, for copy's first reads
 }
 
 // New returns a Proxy with cfg's defaults filled in.
@@ -149,7 +150,9 @@ func New(cfg Config) *Proxy {
 		cfg.Budget = NewBudget(cfg.MaxConns, 0)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Proxy{cfg: cfg, log: log, ctx: ctx, stop: stop, conns: map[*conn]struct{}{}, share: cfg.Budget.Join(cfg.MaxConns)}
+	p := &Proxy{cfg: cfg, log: log, ctx: ctx, stop: stop, conns: map[*conn]struct{}{}, share: cfg.Budget.Join(cfg.MaxConns)}
+	p.bufs.New = func() any { b := make([]byte, smallBuf); return &b }
+	return p
 }
 
 // conn is one sandbox connection the proxy holds.
@@ -686,14 +689,18 @@ func newActivity() *activity {
 func (a *activity) touch()               { a.ns.Store(time.Now().UnixNano()) }
 func (a *activity) since() time.Duration { return time.Duration(time.Now().UnixNano() - a.ns.Load()) }
 
-// copy moves bytes from src to dst until EOF or an error, then half-closes dst. Between
-// two sockets it splices in the kernel (no copy through user space) through a pipe of its
-// own, closed when copy returns; it moves at most copyChunk bytes per call, so that the
-// read deadline (the idle timeout) is renewed as long as bytes flow. A connection idles
-// out after IdleTimeout to 2×IdleTimeout without a byte in either direction.
+// copy moves bytes from src to dst until EOF or an error, then half-closes dst. It starts
+// with reads into a pooled buffer: most connections are a few small messages each way, for
+// which two syscalls per message beat the pipe a splice needs (a pipe2 and two closes per
+// direction). Once one read fills the buffer the traffic is bulk, and copy splices in the
+// kernel (no copy through user space) through a pipe of its own, closed when copy
+// returns, moving at most copyChunk bytes per call so that the read deadline (the idle
+// timeout) is renewed as long as bytes flow. A connection idles out after IdleTimeout to
+// 2×IdleTimeout without a byte in either direction.
 func (p *Proxy) copy(dst, src net.Conn, act *activity) (int64, error) {
-	move, release := mover(dst, src)
-	defer release()
+	small := p.smallMover(dst, src)
+	move, release := small, func() {}
+	defer func() { release() }()
 	var total int64
 	idle := p.cfg.IdleTimeout
 	for {
@@ -702,6 +709,11 @@ func (p *Proxy) copy(dst, src net.Conn, act *activity) (int64, error) {
 		total += n
 		if n > 0 {
 			act.touch()
+			if small != nil && err == nil && n == smallBuf {
+				// Bulk: from here on, splice.
+				small = nil
+				move, release = mover(dst, src)
+			}
 		}
 		if err == nil {
 			continue
@@ -723,6 +735,42 @@ func (p *Proxy) copy(dst, src net.Conn, act *activity) (int64, error) {
 		}
 	}
 }
+
+// smallMover returns how copy moves one read's worth (up to smallBuf bytes) from src to
+// dst through a buffer of the proxy's pool, taken only once src has bytes to read (an
+// idle connection holds none).
+func (p *Proxy) smallMover(dst, src net.Conn) func(int64) (int64, error) {
+	get := func() []byte { return *p.bufs.Get().(*[]byte) }
+	put := func(b []byte) { p.bufs.Put(&b) }
+	read := func() ([]byte, int, error) {
+		b := get()
+		n, err := src.Read(b)
+		if n == 0 {
+			put(b)
+			return nil, 0, err
+		}
+		return b, n, err
+	}
+	if sc, ok := src.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			read = func() ([]byte, int, error) { return linux.ReadReady(raw, get, put) }
+		}
+	}
+	return func(int64) (int64, error) {
+		b, n, err := read()
+		if n == 0 {
+			return 0, err
+		}
+		defer put(b)
+		if _, werr := dst.Write(b[:n]); werr != nil {
+			return 0, werr
+		}
+		return int64(n), err
+	}
+}
+
+// smallBuf is the size of copy's first reads: a read that fills it makes copy splice.
+const smallBuf = 16 << 10
 
 const copyChunk = 1 << 20
 

@@ -82,6 +82,8 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /files", s.download)
 	mux.HandleFunc("POST /files", s.upload)
+	mux.HandleFunc("GET /moat/tar", s.tarDownload)
+	mux.HandleFunc("POST /moat/tar", s.tarUpload)
 	mux.HandleFunc("GET /envs", func(w http.ResponseWriter, _ *http.Request) {
 		env := s.defaults()
 		if env == nil {
