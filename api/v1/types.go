@@ -159,6 +159,8 @@ type Progress struct {
 	Done    bool      `json:"done,omitempty"`
 	Error   string    `json:"error,omitempty"`
 	Result  *Template `json:"result,omitempty"`
+	// Build is a Dockerfile build's report (POST /v1/templates/dockerfile).
+	Build *BuildReport `json:"build,omitempty"`
 }
 
 // Error is the body of every non-2xx response.

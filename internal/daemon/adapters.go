@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
@@ -13,6 +14,7 @@ import (
 	"github.com/moatdev/moat/internal/storage"
 	"github.com/moatdev/moat/internal/store"
 	"github.com/moatdev/moat/internal/tokens"
+	"github.com/moatdev/moat/sdk"
 )
 
 var (
@@ -118,6 +120,11 @@ func (a apiKeys) DeleteAPIKey(ctx context.Context, id string) error {
 type templates struct {
 	s       *storage.Store
 	changed func()
+	// For removal and builds (templates.go).
+	m      *sandbox.Manager
+	locks  *nameLocks
+	client *sdk.Client // the daemon's own API on its socket (build sandboxes' RUN steps)
+	log    *slog.Logger
 }
 
 func toAPITemplate(t storage.TemplateInfo) v1.Template {
@@ -137,21 +144,27 @@ func (t templates) List(ctx context.Context) ([]v1.Template, error) {
 }
 
 func (t templates) Build(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error) {
-	ti, err := t.s.Build(ctx, req.Name, progress, storage.BuildOptions{Mirror: req.Mirror})
-	t.changed()
-	return toAPITemplate(ti), err
+	return t.serialized(ctx, req.Name, progress, func() (v1.Template, error) {
+		ti, err := t.s.Build(ctx, req.Name, progress, storage.BuildOptions{Mirror: req.Mirror})
+		t.changed()
+		return toAPITemplate(ti), err
+	})
 }
 
 func (t templates) Import(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error) {
-	ti, err := t.s.Import(ctx, req.Name, req.Path, progress)
-	t.changed()
-	return toAPITemplate(ti), err
+	return t.serialized(ctx, req.Name, progress, func() (v1.Template, error) {
+		ti, err := t.s.Import(ctx, req.Name, req.Path, progress)
+		t.changed()
+		return toAPITemplate(ti), err
+	})
 }
 
 func (t templates) Pull(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error) {
-	ti, err := t.s.Pull(ctx, req.Name, req.Ref, progress, storage.PullOptions{Insecure: req.Insecure})
-	t.changed()
-	return toAPITemplate(ti), err
+	return t.serialized(ctx, req.Name, progress, func() (v1.Template, error) {
+		ti, err := t.s.Pull(ctx, req.Name, req.Ref, progress, storage.PullOptions{Insecure: req.Insecure})
+		t.changed()
+		return toAPITemplate(ti), err
+	})
 }
 
 // secretStore adapts the secret store to the API; sandboxes says who binds what.
