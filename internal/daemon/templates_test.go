@@ -319,14 +319,16 @@ func TestTemplateRemove(t *testing.T) {
 func TestTemplateWithoutBash(t *testing.T) {
 	e := newEnv(t)
 	importHostPrograms(t, e, "nobash", []string{"sh", "cat", "echo", "id"})
-	sb := e.create(v1.CreateSandboxRequest{Template: "nobash"})
-	if got := e.mustSh(sb.ID, `echo "shell:$0"; id -un`); got != "shell:/bin/sh\nuser\n" {
-		t.Errorf("bash -l -c in a template without bash: %q", got)
-	}
-	var out bytes.Buffer
-	code, err := e.c.Exec(context.Background(), sb.ID, sdk.ExecRequest{Cmd: "cat", Args: []string{"/etc/passwd"}, Stdout: &out})
-	if err != nil || code != 0 || !strings.Contains(out.String(), "user:x:1000") {
-		t.Errorf("direct exec: %d %v %q", code, err, out.String())
+	for _, rt := range runtimesUnderTest(t) {
+		sb := e.create(v1.CreateSandboxRequest{Template: "nobash", Runtime: rt})
+		if got := e.mustSh(sb.ID, `echo "shell:$0"; id -un`); got != "shell:/bin/sh\nuser\n" {
+			t.Errorf("%s: bash -l -c in a template without bash: %q", rt, got)
+		}
+		var out bytes.Buffer
+		code, err := e.c.Exec(context.Background(), sb.ID, sdk.ExecRequest{Cmd: "cat", Args: []string{"/etc/passwd"}, Stdout: &out})
+		if err != nil || code != 0 || !strings.Contains(out.String(), "user:x:1000") {
+			t.Errorf("%s: direct exec: %d %v %q", rt, code, err, out.String())
+		}
 	}
 }
 

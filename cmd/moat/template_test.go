@@ -1,0 +1,80 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	v1 "github.com/moatdev/moat/api/v1"
+)
+
+// TestCLITemplateBuildRm: template build --file/--context/--json, a sandbox of the built
+// template, exec of an argv without a shell, and template rm refused while used, then
+// forced.
+func TestCLITemplateBuildRm(t *testing.T) {
+	c := newCLI(t)
+	dir := t.TempDir()
+	cx := filepath.Join(dir, "ctx")
+	if err := os.MkdirAll(cx, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cx, "note.txt"), []byte("from the context\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	df := filepath.Join(dir, "Dockerfile")
+	if err := os.WriteFile(df, []byte("FROM host\nRUN echo built > /opt/built\nCOPY --chown=user note.txt /opt/\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, e, code := c.run("", "template", "build", "tb", "--file", df, "--context", cx, "--json")
+	if code != 0 {
+		t.Fatalf("template build: %d %s", code, e)
+	}
+	var res struct {
+		Template v1.Template    `json:"template"`
+		Build    v1.BuildReport `json:"build"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Template.Name != "tb" || res.Build.Built != 2 || len(res.Build.Steps) != 2 {
+		t.Fatalf("--json: %v %s", err, out)
+	}
+	if !strings.Contains(e, "step 1/2: RUN echo built > /opt/built") || !strings.Contains(e, "step 2/2: COPY --chown=user note.txt /opt/") {
+		t.Errorf("progress: %s", e)
+	}
+	if _, e, code := c.run("", "template", "build", "bad", "--file", df, "--mirror", "http://x"); code == 0 || !strings.Contains(e, "--mirror is for build debian") {
+		t.Errorf("--mirror with --file: %d %s", code, e)
+	}
+
+	id, e, code := c.run("", "create", "--template", "tb")
+	id = strings.TrimSpace(id)
+	if code != 0 {
+		t.Fatalf("create: %s", e)
+	}
+	if out, e, _ := c.run("", "exec", id, "--", "cat /opt/built /opt/note.txt; stat -c %U /opt/note.txt"); out != "built\nfrom the context\nuser\n" {
+		t.Errorf("built template: %q %s", out, e)
+	}
+	// Several arguments: the program and its arguments as they are, no shell in between.
+	if out, e, _ := c.run("", "exec", id, "--", "printf", "%s|", "a b", "c'd", "$HOME", "*"); out != "a b|c'd|$HOME|*|" {
+		t.Errorf("argv exec: %q %s", out, e)
+	}
+
+	_, e, code = c.run("", "template", "rm", "tb")
+	if code == 0 || !strings.Contains(e, "sandbox "+id) || !strings.Contains(e, "--force") {
+		t.Errorf("rm of a used template: %d %s", code, e)
+	}
+	out, e, code = c.run("", "template", "rm", "--force", "--json", "tb")
+	var rm v1.TemplateRemoval
+	if code != 0 || json.Unmarshal([]byte(out), &rm) != nil || !slices.Equal(rm.Users, []string{"sandbox " + id}) {
+		t.Errorf("rm --force: %d %q %s", code, out, e)
+	}
+	if out, _, _ := c.run("", "template", "ls"); strings.Contains(out, "tb ") {
+		t.Errorf("tb still listed:\n%s", out)
+	}
+	if _, e, code := c.run("", "template", "rm", "nosuch"); code == 0 || !strings.Contains(e, "not found") {
+		t.Errorf("rm nosuch: %d %s", code, e)
+	}
+	if _, e, code := c.run("", "rm", id); code != 0 {
+		t.Errorf("rm sandbox: %s", e)
+	}
+}
