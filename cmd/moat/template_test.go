@@ -1,14 +1,20 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/sdk"
 )
 
 // TestCLITemplateBuildRm: template build --file/--context/--json, a sandbox of the built
@@ -76,5 +82,85 @@ func TestCLITemplateBuildRm(t *testing.T) {
 	}
 	if _, e, code := c.run("", "rm", id); code != 0 {
 		t.Errorf("rm sandbox: %s", e)
+	}
+}
+
+// TestCLITemplateBuildKilled: `moat serve` killed (SIGKILL) during a build leaves, once
+// started again, no build sandbox, no template and no half-made layer.
+func TestCLITemplateBuildKilled(t *testing.T) {
+	c := newCLI(t)
+	socket := filepath.Join(t.TempDir(), "moat.sock")
+	args := slices.Clone(c.args)
+	for i := range args {
+		if args[i] == "--socket" {
+			args[i+1] = socket
+		}
+	}
+	args = append(args, "serve")
+	serve := func() *exec.Cmd {
+		cmd := exec.Command(c.bin, args...)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cl := sdk.NewUnix(socket)
+		for deadline := time.Now().Add(time.Minute); cl.Ping(context.Background()) != nil; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("moat serve did not come up")
+			}
+		}
+		return cmd
+	}
+	first := serve()
+	cl := sdk.NewUnix(socket)
+	ctx := context.Background()
+	running := make(chan struct{})
+	var once sync.Once
+	go func() {
+		_, _, _ = cl.BuildDockerfile(ctx, v1.DockerfileRequest{Name: "cut", Dockerfile: "FROM host\nRUN echo one > /one\nRUN while :; do sleep 0.05; done\n"}, func(s string) {
+			if strings.Contains(s, "step 2/2: RUN") {
+				once.Do(func() { close(running) })
+			}
+		})
+	}()
+	<-running
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		sbs, _ := cl.List(ctx)
+		if len(sbs) == 1 && sbs[0].State == "running" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no running build sandbox")
+		}
+	}
+	_ = first.Process.Kill()
+	_ = first.Wait()
+	second := serve()
+	defer func() {
+		if list, err := cl.List(ctx); err == nil {
+			for _, sb := range list {
+				_ = cl.Delete(ctx, sb.ID)
+			}
+		}
+		_ = second.Process.Signal(syscall.SIGTERM)
+		_ = second.Wait()
+	}()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		sbs, err := cl.List(ctx)
+		if err == nil && len(sbs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the build sandbox is left after the restart: %+v", sbs)
+		}
+	}
+	list, err := cl.Templates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tm := range list {
+		if tm.Name == "cut" {
+			t.Errorf("a killed build left template %+v", tm)
+		}
 	}
 }

@@ -43,7 +43,7 @@ func ParseOwner(spec, passwd, group string) (uid, gid int, err error) {
 		uid, gid = n, n
 	} else {
 		f := lookupEntry(passwd, u)
-		if f == nil || len(f) < 4 {
+		if len(f) < 4 {
 			return 0, 0, bad("no user " + strconv.Quote(u) + " in the image's /etc/passwd")
 		}
 		var ok1, ok2 bool
@@ -58,7 +58,7 @@ func ParseOwner(spec, passwd, group string) (uid, gid int, err error) {
 			gid = n
 		} else {
 			f := lookupEntry(group, g)
-			if f == nil || len(f) < 3 {
+			if len(f) < 3 {
 				return 0, 0, bad("no group " + strconv.Quote(g) + " in the image's /etc/group")
 			}
 			n, ok := idNumber(f[2])

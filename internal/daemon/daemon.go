@@ -350,6 +350,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 
 	tmpls := templates{s: stor, changed: d.Manager.KickPools, m: d.Manager, locks: &nameLocks{},
 		client: sdk.NewUnix(d.cfg.Socket), log: d.log.With("component", "templates")}
+	if exclusive {
+		tmpls.removeBuildSandboxes(ctx)
+	}
 	d.api = apiserver.New(d.Manager, tmpls, events{st, d.Egress}, apiKeys{st}, secretStore{sec, d.Manager}, func(ctx context.Context) any {
 		r := doctor.Run(ctx, ProbeRuntime)
 		r.Storage = append(r.Storage, d.dataFSCheck(stor))

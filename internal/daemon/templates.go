@@ -280,7 +280,7 @@ func (b *buildBackend) Cached(ctx context.Context, _ build.Base, keys []string, 
 
 func (b *buildBackend) Step(ctx context.Context, _ build.Base, keys []string, key string, fn func(context.Context, build.Sandbox) error) error {
 	st := b.stateOf(keys)
-	staged := "moat-build-" + randomHex(6)
+	staged := stagedPrefix + randomHex(6)
 	unstage, err := b.t.s.Stage(staged, st)
 	if err != nil {
 		return err
@@ -347,4 +347,31 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// stagedPrefix names the templates of build sandboxes (Store.Stage): they exist only while
+// the build that made them runs.
+const stagedPrefix = "moat-build-"
+
+// removeBuildSandboxes deletes the build sandboxes a previous daemon left behind (it
+// stopped or died during a build): sandboxes of a staged template that no stored template
+// of that name backs.
+func (t templates) removeBuildSandboxes(ctx context.Context) {
+	sbs, err := t.m.List(ctx)
+	if err != nil {
+		t.log.Warn("listing sandboxes for leftover build sandboxes", "err", err)
+		return
+	}
+	for _, sb := range sbs {
+		if !strings.HasPrefix(sb.Template, stagedPrefix) || sb.State == sandbox.StateDeleting {
+			continue
+		}
+		if _, err := t.s.Template(ctx, sb.Template); err == nil {
+			continue
+		}
+		t.log.Info("deleting the build sandbox of an interrupted template build", "sandbox", sb.ID, "template", sb.Template)
+		if err := t.m.Delete(ctx, sb.ID); err != nil {
+			t.log.Warn("deleting a leftover build sandbox", "sandbox", sb.ID, "err", err)
+		}
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/testutil"
 	"github.com/moatdev/moat/sdk"
 )
 
@@ -436,5 +437,58 @@ func (e *env) awaitNoSandboxes() {
 			e.t.Fatalf("sandboxes left: %+v (%v)", sbs, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestTemplateBuildInterrupted: a daemon stopped during a build leaves, once started
+// again, no build sandbox, no template and no half-made layer.
+func TestTemplateBuildInterrupted(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	running := make(chan struct{})
+	var once sync.Once
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := e.c.BuildDockerfile(ctx, v1.DockerfileRequest{Name: "cut", Dockerfile: "FROM host\nRUN echo one > /one\nRUN while :; do sleep 0.05; done\n"}, func(s string) {
+			if strings.Contains(s, "step 2/2: RUN") {
+				once.Do(func() { close(running) })
+			}
+		})
+		done <- err
+	}()
+	select {
+	case <-running:
+	case err := <-done:
+		t.Fatalf("build ended: %v", err)
+	}
+	// The build sandbox of step 2 exists once its exec runs: wait for it.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		sbs, _ := e.c.List(context.Background())
+		if len(sbs) == 1 && sbs[0].State == "running" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no running build sandbox: %+v", sbs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.stop()
+	cancel()
+	<-done
+	e.start(filepath.Join(testutil.Binaries(t), "moat-init"), nil)
+	e.awaitNoSandboxes()
+	list, err := e.c.Templates(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tm := range list {
+		if tm.Name == "cut" {
+			t.Errorf("an interrupted build left template %+v", tm)
+		}
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(e.dataDir, "layers", ".tmp-*")); len(tmp) > 0 {
+		t.Errorf("half-made layers: %v", tmp)
 	}
 }

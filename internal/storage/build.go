@@ -327,7 +327,7 @@ func (s *Store) WriteBuiltTemplate(name string, st BuildState, source string) (T
 	}
 	m := &manifest{Name: name, Base: st.Base, Env: st.Env, User: st.User, Workdir: st.Workdir, Source: source, Created: time.Now().UTC()}
 	for _, p := range st.Parts {
-		m.Parts = append(m.Parts, manifestPart{Target: p.Target, Layers: p.Layers})
+		m.Parts = append(m.Parts, manifestPart(p))
 	}
 	return s.writeManifest(m)
 }

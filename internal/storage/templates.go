@@ -233,7 +233,7 @@ func (s *Store) writeManifest(m *manifest) (TemplateInfo, error) {
 func (m *manifest) buildState() BuildState {
 	st := BuildState{Base: m.Base, Env: m.Env, User: m.User, Workdir: m.Workdir}
 	for _, p := range m.Parts {
-		st.Parts = append(st.Parts, BuildPart{Target: p.Target, Layers: p.Layers})
+		st.Parts = append(st.Parts, BuildPart(p))
 	}
 	return st
 }
