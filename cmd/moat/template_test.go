@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/registry"
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/sdk"
@@ -162,5 +167,32 @@ func TestCLITemplateBuildKilled(t *testing.T) {
 		if tm.Name == "cut" {
 			t.Errorf("a killed build left template %+v", tm)
 		}
+	}
+}
+
+// TestCLITemplateBuildFromImage: FROM an image reference pulls it (from a registry on
+// loopback) as a template of its own, reused by the next build; a RUN in the exec form
+// works in an image without /bin/sh; the image's config (user root, PATH) carries over.
+func TestCLITemplateBuildFromImage(t *testing.T) {
+	c := newCLI(t)
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/moat/tiny:1"
+	pushTinyImage(t, ref)
+	df := filepath.Join(t.TempDir(), "Dockerfile")
+	if err := os.WriteFile(df, []byte("FROM "+ref+"\nRUN [\"/bin/bash\", \"-c\", \"echo built-on-tiny > /root/built\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, e, code := c.run("", "template", "build", "ontiny", "--file", df)
+	if code != 0 || !strings.Contains(e, "pulling it as template tiny-1") {
+		t.Fatalf("build: %d %s", code, e)
+	}
+	out, e, code := c.run("", "run", "--template", "ontiny", "--", "echo $(</root/built) $UID")
+	if code != 0 || out != "built-on-tiny 0\n" {
+		t.Errorf("run in the built template: %d %q %s", code, out, e)
+	}
+	_, e, code = c.run("", "template", "build", "ontiny2", "--file", df)
+	if code != 0 || !strings.Contains(e, "using template tiny-1") || !strings.Contains(e, "using cached layer") {
+		t.Errorf("second build: %d %s", code, e)
 	}
 }

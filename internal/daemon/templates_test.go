@@ -306,12 +306,36 @@ func TestTemplateRemove(t *testing.T) {
 	if err := e.c.Delete(ctx, sb2.ID); err != nil {
 		t.Fatal(err)
 	}
+	// A template built FROM rmb keeps working after rmb is removed: the layers it shares stay.
+	if _, lines, err := e.buildFile("rmc", "FROM rmb\nRUN echo extra > /extra\n", ""); err != nil {
+		t.Fatalf("build FROM rmb: %v\n%s", err, strings.Join(lines, "\n"))
+	}
 	if _, err := e.c.RemoveTemplate(ctx, "rmb", false); err != nil {
 		t.Errorf("rm of an unused template: %v", err)
 	}
+	sb3 := e.create(v1.CreateSandboxRequest{Template: "rmc"})
+	if got := strings.TrimSpace(e.mustSh(sb3.ID, "cat /shared /extra")); got != "shared\nextra" {
+		t.Errorf("template built FROM the removed one: %q", got)
+	}
+	if err := e.c.Delete(ctx, sb3.ID); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := e.c.Get(ctx, sb3.ID); isNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox of rmc is not deleted")
+		}
+	}
+	if _, err := e.c.RemoveTemplate(ctx, "rmc", false); err != nil {
+		t.Errorf("rm rmc: %v", err)
+	}
+	// Nothing uses the build layers any more; those not mounted are gone (the sandbox of
+	// the force-removed rma still runs on its layer).
 	left, _ := filepath.Glob(filepath.Join(e.dataDir, "layers", "bld-*"))
-	if len(left) == 0 {
-		t.Log("(no build layers left: none mounted)")
+	if len(left) != 2 || !strings.Contains(left[0], "-p0") {
+		t.Errorf("build layers left after removing every template: %v", left)
 	}
 }
 
