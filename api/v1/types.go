@@ -141,6 +141,10 @@ type Template struct {
 	Builtin bool      `json:"builtin,omitempty"`
 	Created time.Time `json:"created,omitempty"`
 	Layers  int       `json:"layers"`
+	// Recorded from a Dockerfile's LABEL, CMD and ENTRYPOINT (sandboxes do not run them).
+	Labels     map[string]string `json:"labels,omitempty"`
+	Cmd        []string          `json:"cmd,omitempty"`
+	Entrypoint []string          `json:"entrypoint,omitempty"`
 }
 
 // TemplateRequest is the body of POST /v1/templates/{build,import,pull}.

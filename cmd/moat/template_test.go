@@ -36,7 +36,7 @@ func TestCLITemplateBuildRm(t *testing.T) {
 		t.Fatal(err)
 	}
 	df := filepath.Join(dir, "Dockerfile")
-	if err := os.WriteFile(df, []byte("FROM host\nRUN echo built > /opt/built\nCOPY --chown=user note.txt /opt/\n"), 0o644); err != nil {
+	if err := os.WriteFile(df, []byte("FROM host\nLABEL org.example.team=\"tools team\"\nRUN echo built > /opt/built\nCOPY --chown=user note.txt /opt/\nCMD [\"sleep\", \"1\"]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, e, code := c.run("", "template", "build", "tb", "--file", df, "--context", cx, "--json")
@@ -47,10 +47,11 @@ func TestCLITemplateBuildRm(t *testing.T) {
 		Template v1.Template    `json:"template"`
 		Build    v1.BuildReport `json:"build"`
 	}
-	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Template.Name != "tb" || res.Build.Built != 2 || len(res.Build.Steps) != 2 {
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Template.Name != "tb" || res.Build.Built != 2 || len(res.Build.Steps) != 4 ||
+		res.Template.Labels["org.example.team"] != "tools team" || !slices.Equal(res.Template.Cmd, []string{"sleep", "1"}) {
 		t.Fatalf("--json: %v %s", err, out)
 	}
-	if !strings.Contains(e, "step 1/2: RUN echo built > /opt/built") || !strings.Contains(e, "step 2/2: COPY --chown=user note.txt /opt/") {
+	if !strings.Contains(e, "step 2/4: RUN echo built > /opt/built") || !strings.Contains(e, "step 3/4: COPY --chown=user note.txt /opt/") {
 		t.Errorf("progress: %s", e)
 	}
 	if _, e, code := c.run("", "template", "build", "bad", "--file", df, "--mirror", "http://x"); code == 0 || !strings.Contains(e, "--mirror is for build debian") {

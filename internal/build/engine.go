@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"slices"
@@ -36,13 +37,16 @@ type Backend interface {
 	Close()
 }
 
-// Base is a resolved FROM.
+// Base is a resolved FROM. RUN steps before any USER run as its User (root when empty).
 type Base struct {
-	Name     string // the template
-	Identity string // names its content, for the cache keys
-	Env      []string
-	User     string
-	Workdir  string
+	Name       string // the template
+	Identity   string // names its content, for the cache keys
+	Env        []string
+	User       string
+	Workdir    string
+	Labels     map[string]string
+	Cmd        []string
+	Entrypoint []string
 }
 
 // Sandbox is a running build sandbox.
@@ -83,8 +87,6 @@ type Request struct {
 	Context fs.ReadLinkFS
 	// Progress receives "step N/M: …" lines and the steps' output.
 	Progress func(string)
-	// DefaultUser runs RUN steps before any USER ("" is root).
-	DefaultUser string
 }
 
 // Report says what a build did.
@@ -129,7 +131,10 @@ func Build(ctx context.Context, be Backend, req Request) (*Report, error) {
 		return nil, err
 	}
 	st := state{env: slices.Clone(base.Env), user: base.User, workdir: base.Workdir, args: map[string]string{},
-		labels: map[string]string{}, runUser: req.DefaultUser}
+		labels: maps.Clone(base.Labels), runUser: base.User, cmd: base.Cmd, entrypoint: base.Entrypoint}
+	if st.labels == nil {
+		st.labels = map[string]string{}
+	}
 	key := chainKey("", base.Identity, "")
 	var keys []string
 	rep := &Report{Template: req.Name}

@@ -19,7 +19,11 @@ type fakeBackend struct {
 }
 
 func (f *fakeBackend) Base(ctx context.Context, from string, progress func(string)) (Base, error) {
-	return Base{Name: from, Identity: "id:" + from, Env: []string{"PATH=/bin"}}, nil
+	b := Base{Name: from, Identity: "id:" + from, Env: []string{"PATH=/bin"}}
+	if from == "userbase" {
+		b.User, b.Labels, b.Cmd = "node", map[string]string{"a": "1"}, []string{"npm", "start"}
+	}
+	return b, nil
 }
 func (f *fakeBackend) Cached(ctx context.Context, _ Base, _ []string, key string) bool {
 	return f.layers[key]
@@ -138,5 +142,19 @@ func TestBuildCopyNeedsContext(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) || len(be.built) != 0 {
 			t.Errorf("got %v (built %v), want %q", err, be.built, c.want)
 		}
+	}
+}
+
+// TestBuildFromBaseConfig: RUN runs as the base's user; its labels and CMD carry over
+// unless the Dockerfile sets them.
+func TestBuildFromBaseConfig(t *testing.T) {
+	be := &fakeBackend{layers: map[string]bool{}}
+	build(t, be, "FROM userbase\nRUN a\nLABEL b=2\n", nil)
+	if be.ran[0][0] != "node" {
+		t.Errorf("RUN ran as %q, want the base's user", be.ran[0][0])
+	}
+	img := be.commits[0]
+	if img.User != "node" || img.Labels["a"] != "1" || img.Labels["b"] != "2" || !slices.Equal(img.Cmd, []string{"npm", "start"}) {
+		t.Errorf("image %+v", img)
 	}
 }

@@ -128,7 +128,8 @@ type templates struct {
 }
 
 func toAPITemplate(t storage.TemplateInfo) v1.Template {
-	return v1.Template{Name: t.Name, Source: t.Source, Builtin: t.Builtin, Created: t.Created, Layers: t.Layers}
+	return v1.Template{Name: t.Name, Source: t.Source, Builtin: t.Builtin, Created: t.Created, Layers: t.Layers,
+		Labels: t.Labels, Cmd: t.Cmd, Entrypoint: t.Entrypoint}
 }
 
 func (t templates) List(ctx context.Context) ([]v1.Template, error) {

@@ -244,7 +244,8 @@ func (b *buildBackend) Base(ctx context.Context, from string, progress func(stri
 	}
 	b.releases = append(b.releases, release)
 	b.base = st
-	return build.Base{Name: name, Identity: st.Identity, Env: st.Env, User: st.User, Workdir: st.Workdir}, nil
+	return build.Base{Name: name, Identity: st.Identity, Env: st.Env, User: st.User, Workdir: st.Workdir,
+		Labels: st.Labels, Cmd: st.Cmd, Entrypoint: st.Entrypoint}, nil
 }
 
 // imageTemplateName is the template an image reference is pulled as:
@@ -316,6 +317,10 @@ func (b *buildBackend) Step(ctx context.Context, _ build.Base, keys []string, ke
 func (b *buildBackend) Commit(ctx context.Context, name string, _ build.Base, keys []string, img build.Image) error {
 	st := b.stateOf(keys)
 	st.Env, st.User, st.Workdir = img.Env, img.User, img.Workdir
+	st.Labels, st.Cmd, st.Entrypoint = img.Labels, img.Cmd, img.Entrypoint
+	if len(st.Labels) == 0 {
+		st.Labels = nil
+	}
 	info, err := b.t.s.WriteBuiltTemplate(name, st, b.source)
 	if err != nil {
 		return err

@@ -28,11 +28,14 @@ import (
 // build's layers (IDs, first = topmost) on top of the base's own.
 type BuildState struct {
 	// Base is "" (a self-contained manifest: Parts hold every layer) or HostTemplate.
-	Base    string
-	Parts   []BuildPart
-	Env     []string
-	User    string
-	Workdir string
+	Base       string
+	Parts      []BuildPart
+	Env        []string
+	User       string
+	Workdir    string
+	Labels     map[string]string
+	Cmd        []string
+	Entrypoint []string
 	// Identity names the base's content for cache keys (its layer IDs, or the host
 	// template's /etc layer).
 	Identity string
@@ -62,7 +65,8 @@ func (s *Store) BuildBase(ctx context.Context, name string) (BuildState, func(),
 	if err != nil {
 		return BuildState{}, nil, err
 	}
-	st := BuildState{Base: m.Base, Env: m.Env, User: m.User, Workdir: m.Workdir}
+	st := m.buildState()
+	st.Parts = nil
 	var ids []string
 	for _, p := range m.Parts {
 		st.Parts = append(st.Parts, BuildPart{Target: p.Target, Layers: append([]string(nil), p.Layers...)})
@@ -325,7 +329,8 @@ func (s *Store) WriteBuiltTemplate(name string, st BuildState, source string) (T
 	if _, err := s.resolveBuild(name, st); err != nil {
 		return TemplateInfo{}, err
 	}
-	m := &manifest{Name: name, Base: st.Base, Env: st.Env, User: st.User, Workdir: st.Workdir, Source: source, Created: time.Now().UTC()}
+	m := &manifest{Name: name, Base: st.Base, Env: st.Env, User: st.User, Workdir: st.Workdir, Source: source, Created: time.Now().UTC(),
+		Labels: st.Labels, Cmd: st.Cmd, Entrypoint: st.Entrypoint}
 	for _, p := range st.Parts {
 		m.Parts = append(m.Parts, manifestPart(p))
 	}

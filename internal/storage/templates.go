@@ -34,6 +34,10 @@ type manifest struct {
 	Base    string    `json:"base,omitempty"`
 	Source  string    `json:"source"` // "debootstrap bookworm <mirror>", "import <path>", "pull <ref>@<digest>"
 	Created time.Time `json:"created"`
+	// Labels, Cmd and Entrypoint are recorded from a Dockerfile (sandboxes do not run them).
+	Labels     map[string]string `json:"labels,omitempty"`
+	Cmd        []string          `json:"cmd,omitempty"`
+	Entrypoint []string          `json:"entrypoint,omitempty"`
 }
 
 // manifestPart is one overlay part; Layers are layer IDs under layers/ (first = topmost).
@@ -49,6 +53,10 @@ type TemplateInfo struct {
 	Builtin bool
 	Created time.Time
 	Layers  int // number of layer directories over all parts
+	// Recorded from a Dockerfile (template build --file).
+	Labels     map[string]string
+	Cmd        []string
+	Entrypoint []string
 }
 
 // Template resolves name to its parts with absolute layer paths. An unknown name gives an
@@ -189,7 +197,7 @@ func (m *manifest) info() TemplateInfo {
 	for _, p := range m.Parts {
 		n += len(p.Layers)
 	}
-	return TemplateInfo{Name: m.Name, Source: m.Source, Created: m.Created, Layers: n}
+	return TemplateInfo{Name: m.Name, Source: m.Source, Created: m.Created, Layers: n, Labels: m.Labels, Cmd: m.Cmd, Entrypoint: m.Entrypoint}
 }
 
 // writeManifest stores m atomically (temporary file, fsync, rename) and returns its info.
@@ -231,7 +239,7 @@ func (s *Store) writeManifest(m *manifest) (TemplateInfo, error) {
 }
 
 func (m *manifest) buildState() BuildState {
-	st := BuildState{Base: m.Base, Env: m.Env, User: m.User, Workdir: m.Workdir}
+	st := BuildState{Base: m.Base, Env: m.Env, User: m.User, Workdir: m.Workdir, Labels: m.Labels, Cmd: m.Cmd, Entrypoint: m.Entrypoint}
 	for _, p := range m.Parts {
 		st.Parts = append(st.Parts, BuildPart(p))
 	}
