@@ -8,12 +8,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/daemon"
+	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/testutil"
 	"github.com/moatdev/moat/sdk"
 )
@@ -514,5 +517,64 @@ func TestTemplateBuildInterrupted(t *testing.T) {
 	}
 	if tmp, _ := filepath.Glob(filepath.Join(e.dataDir, "layers", ".tmp-*")); len(tmp) > 0 {
 		t.Errorf("half-made layers: %v", tmp)
+	}
+}
+
+// TestTemplateRemoveWarmAndSnapshot: rm refuses while a warm pool or a snapshot uses the
+// template, naming them; --force deletes the pool's idle sandboxes and keeps the snapshot.
+func TestTemplateRemoveWarmAndSnapshot(t *testing.T) {
+	e := newEnvWith(t, func(c *daemon.Config) { c.Warm = map[string]int{"runc:pooled": 1} })
+	ctx := context.Background()
+	if _, lines, err := e.buildFile("pooled", "FROM host\nRUN echo p > /p\n", ""); err != nil {
+		t.Fatalf("build: %v\n%s", err, strings.Join(lines, "\n"))
+	}
+	for deadline := time.Now().Add(2 * time.Minute); e.poolStat("runc", "pooled").Ready < 1; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool did not fill: %+v", e.poolStat("runc", "pooled"))
+		}
+	}
+	if _, lines, err := e.buildFile("snapped", "FROM host\nRUN echo s > /s\n", ""); err != nil {
+		t.Fatalf("build: %v\n%s", err, strings.Join(lines, "\n"))
+	}
+	sb := e.create(v1.CreateSandboxRequest{Template: "snapped"})
+	snap, err := e.c.Snapshot(ctx, sb.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, user string }{{"pooled", "warm pool runc:pooled"}, {"snapped", "snapshot " + snap.ID}} {
+		_, err := e.c.RemoveTemplate(ctx, c.name, false)
+		var se *sdk.Error
+		if !errors.As(err, &se) || se.Status != 409 || !strings.Contains(se.Message, c.user) {
+			t.Errorf("rm %s: %v, want 409 naming %q", c.name, err, c.user)
+		}
+	}
+	r, err := e.c.RemoveTemplate(ctx, "pooled", true)
+	if err != nil || !slices.Contains(r.Users, "warm pool runc:pooled") {
+		t.Fatalf("rm --force pooled: %+v %v", r, err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		sbs, _ := e.d.Manager.List(ctx)
+		warm := 0
+		for _, s := range sbs {
+			if s.Template == "pooled" && s.State != sandbox.StateDeleting {
+				warm++
+			}
+		}
+		if warm == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("warm sandboxes of the removed template are left: %+v", sbs)
+		}
+	}
+	if _, err := e.c.RemoveTemplate(ctx, "snapped", true); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := e.c.Snapshots(ctx)
+	if err != nil || !slices.ContainsFunc(snaps, func(s v1.Snapshot) bool { return s.ID == snap.ID }) {
+		t.Errorf("the snapshot of a force-removed template is gone: %+v %v", snaps, err)
 	}
 }
