@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,5 +87,70 @@ func BenchmarkExecArgv(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	}
+}
+
+// BenchmarkTemplateRebuild measures, in one daemon, a cold build of a 4-step Dockerfile
+// (FROM host; RUN, COPY, RUN, RUN) and a rebuild after editing only its last RUN (three
+// layers from the cache), and reports both medians and their ratio (runs per figure:
+// MOAT_BENCH_RUNS, default 5; each cold run uses a new name in the RUN so nothing is cached).
+func BenchmarkTemplateRebuild(b *testing.B) {
+	testutil.RequiresRoot(b)
+	runs := 5
+	if n, err := fmt.Sscan(os.Getenv("MOAT_BENCH_RUNS"), &runs); n != 1 || err != nil {
+		runs = 5
+	}
+	runDir := "/run/moat-bench-" + shortID()
+	cfg := daemon.Config{
+		DataDir: b.TempDir(), RunDir: runDir, Socket: filepath.Join(runDir, "moat.sock"),
+		InitPath: filepath.Join(testutil.Binaries(b), "moat-init"), IDBase: testutil.IDBase(b),
+		Log:           slog.New(slog.DiscardHandler),
+		DefaultLimits: sandbox.Limits{DiskBytes: 256 << 20, MemoryBytes: 512 << 20},
+	}
+	_, stop, err := daemon.Start(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := sdk.NewUnix(cfg.Socket)
+	b.Cleanup(func() {
+		stop()
+		os.RemoveAll(runDir)
+	})
+	cx := b.TempDir()
+	if err := os.WriteFile(filepath.Join(cx, "f"), make([]byte, 1<<20), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	buildOnce := func(df string) (time.Duration, *v1.BuildReport) {
+		t := time.Now()
+		_, rep, err := c.BuildDockerfile(ctx, v1.DockerfileRequest{Name: "bench", Dockerfile: df, Context: cx}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t), rep
+	}
+	median := func(ds []time.Duration) time.Duration {
+		slices.Sort(ds)
+		return ds[len(ds)/2]
+	}
+	for b.Loop() {
+		var cold, warm []time.Duration
+		for i := range runs {
+			df := fmt.Sprintf("FROM host\nRUN echo %d-%s > /a\nCOPY f /f\nRUN echo b > /b\nRUN echo c > /c\n", i, shortID())
+			d, rep := buildOnce(df)
+			if rep.Cached != 0 {
+				b.Fatalf("cold build used the cache: %+v", rep)
+			}
+			cold = append(cold, d)
+			d, rep = buildOnce(strings.Replace(df, "echo c > /c", "echo edited > /c", 1))
+			if rep.Cached != 3 || rep.Built != 1 {
+				b.Fatalf("rebuild: %+v", rep)
+			}
+			warm = append(warm, d)
+		}
+		cm, wm := median(cold), median(warm)
+		b.ReportMetric(float64(cm.Milliseconds()), "cold-ms")
+		b.ReportMetric(float64(wm.Milliseconds()), "rebuild-ms")
+		b.ReportMetric(float64(wm)/float64(cm), "rebuild/cold")
 	}
 }
