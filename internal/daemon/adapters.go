@@ -9,6 +9,7 @@ import (
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/apiserver"
 	"github.com/moatdev/moat/internal/egress"
+	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/secrets"
 	"github.com/moatdev/moat/internal/storage"
@@ -152,7 +153,11 @@ func (t templates) Build(ctx context.Context, req v1.TemplateRequest, progress f
 	})
 }
 
+// Import reads a file of the daemon's host: only the operator (unix socket) may.
 func (t templates) Import(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error) {
+	if !sandbox.CallerFrom(ctx).Operator {
+		return v1.Template{}, fmt.Errorf("template import reads a file on the daemon's host: unix socket only: %w", errdefs.ErrPermissionDenied)
+	}
 	return t.serialized(ctx, req.Name, progress, func() (v1.Template, error) {
 		ti, err := t.s.Import(ctx, req.Name, req.Path, progress)
 		t.changed()

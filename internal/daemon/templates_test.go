@@ -578,3 +578,28 @@ func TestTemplateRemoveWarmAndSnapshot(t *testing.T) {
 		t.Errorf("the snapshot of a force-removed template is gone: %+v %v", snaps, err)
 	}
 }
+
+// TestTemplateAdminOverTCP: with an API key, template removal, Dockerfile builds and
+// imports (all of which touch the daemon's host or every key's templates) are refused
+// (403); listing works.
+func TestTemplateAdminOverTCP(t *testing.T) {
+	addr := freeLoopbackAddr(t)
+	e := newEnvWith(t, func(c *daemon.Config) { c.Listen = addr })
+	ctx := context.Background()
+	key, err := e.c.CreateAPIKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote := sdk.NewHTTP("http://"+addr, key.Key)
+	if _, err := remote.Templates(ctx); err != nil {
+		t.Fatalf("template ls over TCP: %v", err)
+	}
+	_, err = remote.RemoveTemplate(ctx, "host", true)
+	assertPermissionDenied(t, err, "unix socket only")
+	_, _, err = remote.BuildDockerfile(ctx, v1.DockerfileRequest{Name: "x", Dockerfile: "FROM host\n", Context: "/etc"}, nil)
+	assertPermissionDenied(t, err, "unix socket only")
+	_, err = remote.TemplateOp(ctx, "import", v1.TemplateRequest{Name: "x", Path: "/etc/hostname"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "unix socket only") {
+		t.Errorf("import over TCP: %v", err)
+	}
+}
