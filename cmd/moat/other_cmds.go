@@ -92,11 +92,13 @@ func (a *app) templateCmd() *cobra.Command {
 		Use:   "build NAME [--file Dockerfile [--context DIR]]",
 		Short: "Build a template: from a Dockerfile (--file), or the clean Debian bookworm template (`build debian`, debootstrap, takes minutes)",
 		Long: `build NAME --file Dockerfile [--context DIR] builds template NAME from a Dockerfile:
-FROM (a moat template, or an image reference, pulled as a template of its own), RUN (shell
-and exec form), COPY [--chown=USER[:GROUP]] (sources inside --context), ENV, WORKDIR,
-USER, ARG and LABEL; CMD and ENTRYPOINT are accepted and not run. Each step that changes
-files runs in a build sandbox (package registries allowed, nothing else) and becomes a
-cached layer: a rebuild reuses the layers of the unchanged steps before the first change.
+FROM (a moat template, or an image reference such as docker.io/library/alpine:3.20, pulled
+once as a template of its own), RUN (shell and exec form), COPY [--chown=USER[:GROUP]]
+(sources inside --context), ENV, WORKDIR, USER and ARG; LABEL, CMD and ENTRYPOINT are
+recorded (template ls --json), not run. Each step that changes files runs in a build
+sandbox (package registries allowed, nothing else) and becomes a cached layer: a rebuild
+reuses the layers of the unchanged steps before the first change. A second build of the
+same name waits for the first.
 
 build debian builds the clean Debian bookworm template with debootstrap.`,
 		Args: cobra.ExactArgs(1),
