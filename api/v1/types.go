@@ -152,6 +152,10 @@ type Template struct {
 	Builtin bool      `json:"builtin,omitempty"`
 	Created time.Time `json:"created,omitempty"`
 	Layers  int       `json:"layers"`
+	// Recorded from a Dockerfile's LABEL, CMD and ENTRYPOINT (sandboxes do not run them).
+	Labels     map[string]string `json:"labels,omitempty"`
+	Cmd        []string          `json:"cmd,omitempty"`
+	Entrypoint []string          `json:"entrypoint,omitempty"`
 }
 
 // TemplateRequest is the body of POST /v1/templates/{build,import,pull}.
@@ -170,6 +174,8 @@ type Progress struct {
 	Done    bool      `json:"done,omitempty"`
 	Error   string    `json:"error,omitempty"`
 	Result  *Template `json:"result,omitempty"`
+	// Build is a Dockerfile build's report (POST /v1/templates/dockerfile).
+	Build *BuildReport `json:"build,omitempty"`
 }
 
 // Error is the body of every non-2xx response.

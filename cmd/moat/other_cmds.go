@@ -86,16 +86,39 @@ func (a *app) templateCmd() *cobra.Command {
 	}
 	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
-	var mirror string
+	var mirror, dockerfile, contextDir string
+	var buildJSON bool
 	build := &cobra.Command{
-		Use:   "build debian",
-		Short: "Build the clean Debian bookworm template with debootstrap (takes minutes)",
-		Args:  cobra.ExactArgs(1),
+		Use:   "build NAME [--file Dockerfile [--context DIR]]",
+		Short: "Build a template: from a Dockerfile (--file), or the clean Debian bookworm template (`build debian`, debootstrap, takes minutes)",
+		Long: `build NAME --file Dockerfile [--context DIR] builds template NAME from a Dockerfile:
+FROM (a moat template, or an image reference such as docker.io/library/alpine:3.20, pulled
+once as a template of its own), RUN (shell and exec form), COPY [--chown=USER[:GROUP]]
+(sources inside --context), ENV, WORKDIR, USER and ARG; LABEL, CMD and ENTRYPOINT are
+recorded (template ls --json), not run. Each step that changes files runs in a build
+sandbox (package registries allowed, nothing else) and becomes a cached layer: a rebuild
+reuses the layers of the unchanged steps before the first change. A second build of the
+same name waits for the first.
+
+build debian builds the clean Debian bookworm template with debootstrap.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if dockerfile != "" {
+				if cmd.Flags().Changed("mirror") {
+					return fmt.Errorf("--mirror is for build debian, not a Dockerfile build")
+				}
+				return a.buildDockerfile(cmd, args[0], dockerfile, contextDir, buildJSON)
+			}
+			if contextDir != "" || buildJSON {
+				return fmt.Errorf("--context and --json need --file")
+			}
 			return a.templateOp(cmd.Context(), "build", v1.TemplateRequest{Name: args[0], Mirror: mirror})
 		},
 	}
-	build.Flags().StringVar(&mirror, "mirror", "", "Debian mirror URL (default: the host's apt source)")
+	build.Flags().StringVar(&mirror, "mirror", "", "Debian mirror URL for build debian (default: the host's apt source)")
+	build.Flags().StringVarP(&dockerfile, "file", "f", "", "Dockerfile to build NAME from")
+	build.Flags().StringVar(&contextDir, "context", "", "build context: the directory COPY reads from (default: none)")
+	build.Flags().BoolVar(&buildJSON, "json", false, "print the template and the build report as JSON (with --file)")
 
 	var name string
 	imp := &cobra.Command{
@@ -131,7 +154,7 @@ func (a *app) templateCmd() *cobra.Command {
 	}
 	pull.Flags().StringVar(&pullName, "name", "", "template name (default: derived from REF)")
 	pull.Flags().BoolVar(&insecure, "insecure", false, "plain-HTTP registry")
-	cmd.AddCommand(ls, build, imp, pull)
+	cmd.AddCommand(ls, build, imp, pull, a.templateRmCmd())
 	return cmd
 }
 

@@ -330,8 +330,9 @@ func (a *app) execCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			prog, argv := execArgv(args[1:])
 			req := sdk.ExecRequest{
-				Cmd: "/bin/bash", Args: []string{"-l", "-c", shellLine(args[1:])},
+				Cmd: prog, Args: argv,
 				User: user, Env: envs, Workdir: workdir, Stdout: os.Stdout, Stderr: os.Stderr, Stdin: stdinIfPiped(),
 			}
 			if tty {

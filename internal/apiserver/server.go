@@ -105,8 +105,10 @@ type Server struct {
 	proxy     *httputil.ReverseProxy
 	// workspaces serves diff and export (workspace.go); nil: not available.
 	workspaces Workspaces
-	changes    Changes   // change records of git pushes (SetChanges); nil: none
-	snaps      Snapshots // snapshots, restore and fork (SetSnapshots); nil: none
+	// templateAdmin removes templates and builds Dockerfiles (templates.go); nil: not available.
+	templateAdmin TemplateAdmin
+	changes       Changes   // change records of git pushes (SetChanges); nil: none
+	snaps         Snapshots // snapshots, restore and fork (SetSnapshots); nil: none
 
 	// archives lists the drive archives of sandboxes deleted unused (SetArchives); nil: none.
 	archives Archives
@@ -188,6 +190,7 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 	routes = append(routes, s.idleRoutes()...)
 	routes = append(routes, s.nameRoutes()...)
 	routes = append(routes, s.statsRoutes()...)
+	routes = append(routes, s.templateRoutes()...)
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, route{"GET /health", s.health})
 	for _, r := range routes {

@@ -3,16 +3,19 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/apiserver"
 	"github.com/moatdev/moat/internal/egress"
+	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/secrets"
 	"github.com/moatdev/moat/internal/storage"
 	"github.com/moatdev/moat/internal/store"
 	"github.com/moatdev/moat/internal/tokens"
+	"github.com/moatdev/moat/sdk"
 )
 
 var (
@@ -118,10 +121,16 @@ func (a apiKeys) DeleteAPIKey(ctx context.Context, id string) error {
 type templates struct {
 	s       *storage.Store
 	changed func()
+	// For removal and builds (templates.go).
+	m      *sandbox.Manager
+	locks  *nameLocks
+	client *sdk.Client // the daemon's own API on its socket (build sandboxes' RUN steps)
+	log    *slog.Logger
 }
 
 func toAPITemplate(t storage.TemplateInfo) v1.Template {
-	return v1.Template{Name: t.Name, Source: t.Source, Builtin: t.Builtin, Created: t.Created, Layers: t.Layers}
+	return v1.Template{Name: t.Name, Source: t.Source, Builtin: t.Builtin, Created: t.Created, Layers: t.Layers,
+		Labels: t.Labels, Cmd: t.Cmd, Entrypoint: t.Entrypoint}
 }
 
 func (t templates) List(ctx context.Context) ([]v1.Template, error) {
@@ -137,21 +146,31 @@ func (t templates) List(ctx context.Context) ([]v1.Template, error) {
 }
 
 func (t templates) Build(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error) {
-	ti, err := t.s.Build(ctx, req.Name, progress, storage.BuildOptions{Mirror: req.Mirror})
-	t.changed()
-	return toAPITemplate(ti), err
+	return t.serialized(ctx, req.Name, progress, func() (v1.Template, error) {
+		ti, err := t.s.Build(ctx, req.Name, progress, storage.BuildOptions{Mirror: req.Mirror})
+		t.changed()
+		return toAPITemplate(ti), err
+	})
 }
 
+// Import reads a file of the daemon's host: only the operator (unix socket) may.
 func (t templates) Import(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error) {
-	ti, err := t.s.Import(ctx, req.Name, req.Path, progress)
-	t.changed()
-	return toAPITemplate(ti), err
+	if !sandbox.CallerFrom(ctx).Operator {
+		return v1.Template{}, fmt.Errorf("template import reads a file on the daemon's host: unix socket only: %w", errdefs.ErrPermissionDenied)
+	}
+	return t.serialized(ctx, req.Name, progress, func() (v1.Template, error) {
+		ti, err := t.s.Import(ctx, req.Name, req.Path, progress)
+		t.changed()
+		return toAPITemplate(ti), err
+	})
 }
 
 func (t templates) Pull(ctx context.Context, req v1.TemplateRequest, progress func(string)) (v1.Template, error) {
-	ti, err := t.s.Pull(ctx, req.Name, req.Ref, progress, storage.PullOptions{Insecure: req.Insecure})
-	t.changed()
-	return toAPITemplate(ti), err
+	return t.serialized(ctx, req.Name, progress, func() (v1.Template, error) {
+		ti, err := t.s.Pull(ctx, req.Name, req.Ref, progress, storage.PullOptions{Insecure: req.Insecure})
+		t.changed()
+		return toAPITemplate(ti), err
+	})
 }
 
 // secretStore adapts the secret store to the API; sandboxes says who binds what.

@@ -34,6 +34,7 @@ import (
 	"github.com/moatdev/moat/internal/secrets"
 	"github.com/moatdev/moat/internal/storage"
 	"github.com/moatdev/moat/internal/store"
+	"github.com/moatdev/moat/sdk"
 )
 
 // Config configures a daemon.
@@ -347,13 +348,19 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 
-	d.api = apiserver.New(d.Manager, templates{stor, d.Manager.KickPools}, events{st, d.Egress}, apiKeys{st}, secretStore{sec, d.Manager}, func(ctx context.Context) any {
+	tmpls := templates{s: stor, changed: d.Manager.KickPools, m: d.Manager, locks: &nameLocks{},
+		client: sdk.NewUnix(d.cfg.Socket), log: d.log.With("component", "templates")}
+	if exclusive {
+		tmpls.removeBuildSandboxes(ctx)
+	}
+	d.api = apiserver.New(d.Manager, tmpls, events{st, d.Egress}, apiKeys{st}, secretStore{sec, d.Manager}, func(ctx context.Context) any {
 		r := doctor.Run(ctx, ProbeRuntime)
 		r.Storage = append(r.Storage, d.dataFSCheck(stor))
 		r.Storage = append(r.Storage, snapshotCheck(stor))
 		r.Storage = append(r.Storage, checkpointChecks(ctx, d.Manager)...)
 		return r
 	}, apiserver.E2BConfig{Templates: cfg.E2BTemplates}, d.log.With("component", "api"))
+	d.api.SetTemplateAdmin(tmpls)
 	d.api.SetWorkspaces(&workspaces{
 		m: d.Manager, gitDir: filepath.Join(cfg.DataDir, "git"), protected: protected, log: d.log.With("component", "workspace"),
 		audit: func(id, kind, detail string) {

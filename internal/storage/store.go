@@ -53,6 +53,7 @@ type Store struct {
 	mu       sync.Mutex
 	building map[string]bool // names in layers/ and templates/ being written right now
 	hostTmpl *sandbox.Template
+	staged   map[string]sandbox.Template // build sandboxes' templates (build.go)
 
 	hostMu sync.Mutex // serializes building the host layer
 	locks  keyedMutex // one build per repository layer, one drive format at a time

@@ -29,8 +29,15 @@ type manifest struct {
 	Env     []string       `json:"env,omitempty"`
 	User    string         `json:"user,omitempty"`
 	Workdir string         `json:"workdir,omitempty"`
-	Source  string         `json:"source"` // "debootstrap bookworm <mirror>", "import <path>", "pull <ref>@<digest>"
-	Created time.Time      `json:"created"`
+	// Base is HostTemplate for a template built from it (build.go): Parts then hold the
+	// layers on top of the host template's parts, in its order.
+	Base    string    `json:"base,omitempty"`
+	Source  string    `json:"source"` // "debootstrap bookworm <mirror>", "import <path>", "pull <ref>@<digest>"
+	Created time.Time `json:"created"`
+	// Labels, Cmd and Entrypoint are recorded from a Dockerfile (sandboxes do not run them).
+	Labels     map[string]string `json:"labels,omitempty"`
+	Cmd        []string          `json:"cmd,omitempty"`
+	Entrypoint []string          `json:"entrypoint,omitempty"`
 }
 
 // manifestPart is one overlay part; Layers are layer IDs under layers/ (first = topmost).
@@ -46,6 +53,10 @@ type TemplateInfo struct {
 	Builtin bool
 	Created time.Time
 	Layers  int // number of layer directories over all parts
+	// Recorded from a Dockerfile (template build --file).
+	Labels     map[string]string
+	Cmd        []string
+	Entrypoint []string
 }
 
 // Template resolves name to its parts with absolute layer paths. An unknown name gives an
@@ -56,9 +67,15 @@ func (s *Store) Template(ctx context.Context, name string) (sandbox.Template, er
 	if name == HostTemplate {
 		return s.hostTemplate()
 	}
+	if t, ok := s.stagedTemplate(name); ok {
+		return t, nil
+	}
 	m, err := s.readManifest(name)
 	if err != nil {
 		return sandbox.Template{}, err
+	}
+	if m.Base != "" {
+		return s.resolveBuild(name, m.buildState())
 	}
 	t := sandbox.Template{Name: m.Name, Env: m.Env, User: m.User, Workdir: m.Workdir}
 	for _, p := range m.Parts {
@@ -111,11 +128,14 @@ func (m *manifest) check() error {
 	if len(m.Parts) == 0 || m.Parts[0].Target != "/" {
 		return errors.New(`the first part must have target "/"`)
 	}
+	if m.Base != "" && m.Base != HostTemplate {
+		return fmt.Errorf("base %q: only %q can be a base", m.Base, HostTemplate)
+	}
 	for _, p := range m.Parts {
 		if err := validPartTarget(p.Target); err != nil {
 			return err
 		}
-		if len(p.Layers) == 0 {
+		if len(p.Layers) == 0 && m.Base == "" {
 			return fmt.Errorf("part %s has no layers", p.Target)
 		}
 		for _, id := range p.Layers {
@@ -177,7 +197,7 @@ func (m *manifest) info() TemplateInfo {
 	for _, p := range m.Parts {
 		n += len(p.Layers)
 	}
-	return TemplateInfo{Name: m.Name, Source: m.Source, Created: m.Created, Layers: n}
+	return TemplateInfo{Name: m.Name, Source: m.Source, Created: m.Created, Layers: n, Labels: m.Labels, Cmd: m.Cmd, Entrypoint: m.Entrypoint}
 }
 
 // writeManifest stores m atomically (temporary file, fsync, rename) and returns its info.
@@ -216,6 +236,14 @@ func (s *Store) writeManifest(m *manifest) (TemplateInfo, error) {
 		s.collectLayers(old.layerIDs())
 	}
 	return m.info(), nil
+}
+
+func (m *manifest) buildState() BuildState {
+	st := BuildState{Base: m.Base, Env: m.Env, User: m.User, Workdir: m.Workdir, Labels: m.Labels, Cmd: m.Cmd, Entrypoint: m.Entrypoint}
+	for _, p := range m.Parts {
+		st.Parts = append(st.Parts, BuildPart(p))
+	}
+	return st
 }
 
 func (m *manifest) layerIDs() []string {
@@ -340,7 +368,7 @@ func (s *Store) Cleanup(ctx context.Context) error {
 	var unused []string
 	for _, e := range entries {
 		n := e.Name()
-		if strings.HasPrefix(n, "img-") || strings.HasPrefix(n, "deb-") ||
+		if strings.HasPrefix(n, "img-") || strings.HasPrefix(n, "deb-") || strings.HasPrefix(n, "bld-") ||
 			(currentHost != "" && strings.HasPrefix(n, "host-etc-") && n != currentHost) {
 			unused = append(unused, n)
 		}

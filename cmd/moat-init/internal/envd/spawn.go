@@ -104,6 +104,10 @@ func (s *Server) spawn(r spawnRequest) (*proc, *subscriber, error) {
 	if err != nil {
 		return nil, nil, invalidArgument("%v", err)
 	}
+	argv0 := cfg.GetCmd()
+	if sh := shellFallback(path, isExecutable); sh != path {
+		path, argv0 = sh, sh
+	}
 
 	p := &proc{
 		oomKills: s.cfg.OOMKills,
@@ -127,7 +131,7 @@ func (s *Server) spawn(r spawnRequest) (*proc, *subscriber, error) {
 
 	attr := linux.ExecAttr{
 		Path:    path,
-		Args:    append([]string{cfg.GetCmd()}, cfg.GetArgs()...),
+		Args:    append([]string{argv0}, cfg.GetArgs()...),
 		Env:     envList(env),
 		Dir:     dir,
 		Files:   st.files,

@@ -1,0 +1,33 @@
+package v1
+
+// TemplateRemoval answers DELETE /v1/templates/{name}: what used the template (with
+// ?force=true it was removed anyway; without, the request failed with 409 naming them).
+type TemplateRemoval struct {
+	Name  string   `json:"name"`
+	Users []string `json:"users,omitempty"` // "sandbox ID", "warm pool RUNTIME:TEMPLATE", "snapshot ID"
+}
+
+// DockerfileRequest is the body of POST /v1/templates/dockerfile.
+type DockerfileRequest struct {
+	Name       string `json:"name"`
+	Dockerfile string `json:"dockerfile"`        // the file's content
+	File       string `json:"file,omitempty"`    // its path, for messages
+	Context    string `json:"context,omitempty"` // absolute directory on the daemon's host: COPY's sources
+}
+
+// BuildReport says what a Dockerfile build did: each step, the cache key of the layer of
+// each step that changes files, and whether that layer came from the cache.
+type BuildReport struct {
+	Steps   []BuildStep `json:"steps"`
+	Cached  int         `json:"cached"`
+	Built   int         `json:"built"`
+	Seconds float64     `json:"seconds"`
+}
+
+// BuildStep is one step of a BuildReport.
+type BuildStep struct {
+	N      int    `json:"n"`
+	Step   string `json:"step"`
+	Layer  string `json:"layer,omitempty"`
+	Cached bool   `json:"cached,omitempty"`
+}

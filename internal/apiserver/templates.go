@@ -1,0 +1,92 @@
+package apiserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/sandbox"
+)
+
+// TemplateAdmin removes templates and builds them from Dockerfiles.
+type TemplateAdmin interface {
+	Remove(ctx context.Context, name string, force bool) (v1.TemplateRemoval, error)
+	BuildFile(ctx context.Context, req v1.DockerfileRequest, progress func(string)) (v1.Template, *v1.BuildReport, error)
+}
+
+// SetTemplateAdmin installs template removal and Dockerfile builds.
+func (s *Server) SetTemplateAdmin(t TemplateAdmin) { s.templateAdmin = t }
+
+func (s *Server) templateRoutes() []route {
+	return []route{
+		{"DELETE /v1/templates/{name}", s.removeTemplate},
+		{"POST /v1/templates/dockerfile", s.buildDockerfile},
+	}
+}
+
+// operatorOnly answers 403 unless the caller is the unix socket's operator: templates are
+// shared by every API key, and a build reads its context from the daemon's host.
+func (s *Server) operatorOnly(w http.ResponseWriter, r *http.Request, what string) bool {
+	if sandbox.CallerFrom(r.Context()).Operator && s.templateAdmin != nil {
+		return true
+	}
+	if s.templateAdmin == nil {
+		writeError(w, fmt.Errorf("%s is not available: %w", what, errdefs.ErrNotImplemented))
+		return false
+	}
+	writeError(w, fmt.Errorf("%s is done on the daemon's unix socket only: %w", what, errdefs.ErrPermissionDenied))
+	return false
+}
+
+// removeTemplate serves DELETE /v1/templates/{name}[?force=true].
+func (s *Server) removeTemplate(w http.ResponseWriter, r *http.Request) {
+	if !s.operatorOnly(w, r, "template removal") {
+		return
+	}
+	force := false
+	switch r.URL.Query().Get("force") {
+	case "", "false", "0":
+	case "true", "1":
+		force = true
+	default:
+		writeError(w, fmt.Errorf("force=%q: want true or false: %w", r.URL.Query().Get("force"), errdefs.ErrInvalidArgument))
+		return
+	}
+	out, err := s.templateAdmin.Remove(r.Context(), r.PathValue("name"), force)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// buildDockerfile serves POST /v1/templates/dockerfile: progress as NDJSON lines, the last
+// with the template and the build report, or the error.
+func (s *Server) buildDockerfile(w http.ResponseWriter, r *http.Request) {
+	if !s.operatorOnly(w, r, "building templates from a Dockerfile") {
+		return
+	}
+	var req v1.DockerfileRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	enc := json.NewEncoder(w)
+	progress := func(msg string) {
+		_ = enc.Encode(v1.Progress{Message: msg})
+		_ = rc.Flush()
+	}
+	t, rep, err := s.templateAdmin.BuildFile(r.Context(), req, progress)
+	if err != nil {
+		s.log.Warn("template build failed", "name", req.Name, "err", err)
+		_ = enc.Encode(v1.Progress{Done: true, Error: clientMessage(err)})
+		return
+	}
+	_ = enc.Encode(v1.Progress{Done: true, Result: &t, Build: rep})
+}
