@@ -157,7 +157,8 @@ func (a *app) runCmd() *cobra.Command {
 		Long: `run creates a sandbox, runs CMD in it through bash -l -c as the sandbox's user,
 streams stdout and stderr, deletes the sandbox (unless --keep) and exits with CMD's exit code.
 A single CMD argument is a shell line ('make test && echo ok'); several are quoted as words.
-Without a running daemon, run starts one in-process (root only).
+Without a running daemon, run starts one in-process (root only; not when --socket or
+MOAT_SOCKET names a daemon); it is the only command that does.
 
 Network: nothing leaves the sandbox unless the policy allows it (--net, --allow, --deny,
 --policy). With --setup 'CMD', CMD runs first in the "setup" phase (package registries
@@ -173,9 +174,14 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 				return err
 			}
 			ctx := cmd.Context()
-			c, err := a.connect(ctx)
+			c, err := a.connectOrStart(ctx)
 			if err != nil {
 				return err
+			}
+			if a.inProcess && keep && timeout > 0 {
+				// The in-process daemon ends with this command: nothing would stop the
+				// kept sandbox when its time is up.
+				return fmt.Errorf("--keep with --timeout needs a running daemon to stop the sandbox when its time is up; %s", startHint)
 			}
 			sb, err := c.Create(ctx, req)
 			if err != nil {
@@ -616,13 +622,20 @@ func (a *app) serveCmd() *cobra.Command {
 	var max maxFlags
 	var ioBps, maxIOBps string
 	var ioIops, maxIOIops, fileBudget int64
+	var shareData bool
+	var install serveInstall
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the moat daemon",
 		Long: `serve runs the daemon: SQLite state under --data, the API on --socket (mode 0600) and,
 with --listen ADDR, on TCP for clients with an API key (moat apikey create). The TCP listener
 also serves the E2B-compatible API: point an E2B SDK program at it with
-E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
+E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.
+
+serve never takes over a socket a live daemon answers on, and refuses a data directory
+another daemon (serve or an in-process moat run) uses, unless --share-data.
+With --install it starts nothing: it writes a systemd unit that runs this binary as
+` + "`moat serve`" + ` with the other flags given (see --install).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if a.logLevel == "warn" {
@@ -633,6 +646,7 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 				return err
 			}
 			cfg.Listen = listen
+			cfg.Exclusive = !shareData
 			if cmd.Flags().Changed("warm-runsc") {
 				warm = append(warm, "runsc:host="+strconv.Itoa(warmRunsc))
 			}
@@ -686,6 +700,10 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 					cfg.E2BTemplates[alias] = tmpl
 				}
 			}
+			if install.install {
+				// Every flag checked above: the unit starts a daemon that works.
+				return install.run(cmd)
+			}
 			d, err := daemon.New(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -695,6 +713,8 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this TCP address (API keys required)")
+	cmd.Flags().BoolVar(&shareData, "share-data", false, "run even though another moat daemon (serve --share-data, or an in-process moat run) uses the data directory: both manage the same sandboxes")
+	install.register(cmd)
 	cmd.Flags().StringArrayVar(&warm, "warm", []string{"runc:host=2", "runc:debian=2"}, "warm pool: RUNTIME:TEMPLATE=N keeps N sandboxes of that kind (default limits and disk) started for fast creates (repeatable; N alone is runc:host=N, 0 turns a pool off; giving --warm replaces the defaults; a pool whose template does not exist yet fills once it does; runsc pools serve default limits only)")
 	cmd.Flags().IntVar(&warmRunsc, "warm-runsc", 0, "the same as --warm runsc:host=N")
 	cmd.Flags().BoolVar(&diskOvercommit, "disk-overcommit", false, "let drive sizes add up to more than the data filesystem holds: drives stay sparse, and once it is full every sandbox writing new blocks gets I/O errors (default: each drive is allocated in full at create, and a create that does not fit is refused)")

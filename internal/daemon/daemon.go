@@ -114,6 +114,12 @@ type Config struct {
 	// (--idle-freeze; 0: 10 min, negative: stopped at once).
 	IdleFreeze time.Duration
 	Log        *slog.Logger
+
+	// Exclusive makes the daemon the only one on its data directory: it refuses to start
+	// while another moat daemon (a `moat serve`, an in-process `moat run`) uses it, and
+	// keeps others from starting there while it runs (datalock.go). `moat serve` sets it
+	// unless --share-data.
+	Exclusive bool
 }
 
 // Daemon is a running moat daemon.
@@ -126,6 +132,10 @@ type Daemon struct {
 	api     *apiserver.Server
 	closers []namedCloser
 	lock    *os.File
+	// dataLock marks the data directory as used by this daemon (datalock.go); sockIno
+	// is the inode of the socket it made, removed at shutdown only while it is still ours.
+	dataLock *os.File
+	sockIno  uint64
 	servers []*http.Server
 	wg      sync.WaitGroup
 }
@@ -211,6 +221,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	if d.cfg.InitPath, err = stageInit(cfg.InitPath, cfg.RunDir); err != nil {
+		return nil, err
+	}
+	if d.dataLock, err = lockDataDir(cfg.DataDir, cfg.Socket, cfg.Exclusive); err != nil {
 		return nil, err
 	}
 	exclusive, err := d.takeLock()
@@ -420,13 +433,16 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 	if err := os.MkdirAll(filepath.Dir(d.cfg.Socket), 0o700); err != nil {
 		return err
 	}
-	_ = os.Remove(d.cfg.Socket)
+	if err := clearStaleSocket(d.cfg.Socket); err != nil {
+		return err
+	}
 	old := unix.Umask(0o177)
 	ul, err := net.Listen("unix", d.cfg.Socket)
 	unix.Umask(old)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", d.cfg.Socket, err)
 	}
+	d.sockIno = inode(d.cfg.Socket)
 	if err := os.Chmod(d.cfg.Socket, 0o600); err != nil {
 		ul.Close()
 		return err
@@ -522,7 +538,7 @@ func (d *Daemon) shutdownServers() error {
 		}
 	}
 	d.wg.Wait()
-	_ = os.Remove(d.cfg.Socket)
+	removeOwnSocket(d.cfg.Socket, d.sockIno)
 	return errors.Join(errs...)
 }
 
@@ -541,6 +557,8 @@ func (d *Daemon) Close() error {
 		d.lock.Close()
 		d.lock = nil
 	}
+	unlockDataDir(d.dataLock)
+	d.dataLock = nil
 	return errors.Join(errs...)
 }
 
