@@ -62,7 +62,7 @@ func (a *app) reach(ctx context.Context) (*sdk.Client, error) {
 		a.client = c
 		return c, nil
 	case errors.Is(err, sdk.ErrDaemonAccess):
-		return nil, fmt.Errorf("%w %s: this user (uid %d) may not use it; the daemon's socket is root's: run moat as root (sudo), or use a daemon of your own with --socket", sdk.ErrDaemonAccess, sock, os.Geteuid())
+		return nil, fmt.Errorf("%w %s: this user (uid %d) may not use it; the daemon's socket is root's: run moat as root (sudo)", sdk.ErrDaemonAccess, sock, os.Geteuid())
 	case errors.Is(err, sdk.ErrNoDaemon):
 		return nil, err
 	default:

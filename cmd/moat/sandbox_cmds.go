@@ -149,16 +149,22 @@ func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Durati
 
 func (a *app) runCmd() *cobra.Command {
 	var f sandboxFlags
-	var keep, quiet bool
+	var keep, quiet, interactive, tty bool
 	var workdir, setup string
 	cmd := &cobra.Command{
-		Use:   "run [flags] -- CMD [ARG...]",
+		Use:   "run [flags] [--] CMD [ARG...]",
 		Short: "Run one command in a new sandbox, stream its output, exit with its code",
 		Long: `run creates a sandbox, runs CMD in it through bash -l -c as the sandbox's user,
 streams stdout and stderr, deletes the sandbox (unless --keep) and exits with CMD's exit code.
 A single CMD argument is a shell line ('make test && echo ok'); several are quoted as words.
 Without a running daemon, run starts one in-process (root only; not when --socket or
-MOAT_SOCKET names a daemon); it is the only command that does.
+MOAT_SOCKET names a daemon); it is the only command that does. run's flags go before CMD:
+from CMD on, every argument is the command's, with or without a -- before CMD.
+
+CMD ends with a code of 128+N when signal N ended it (137 for the OOM killer, which run
+also says on stderr). A ^C (SIGINT) or SIGTERM to moat is passed on to CMD's process
+group; a second one kills it. -it runs CMD on a terminal wired to this one (like
+moat shell); -i alone forwards stdin even when it is a terminal.
 
 Network: nothing leaves the sandbox unless the policy allows it (--net, --allow, --deny,
 --policy). With --setup 'CMD', CMD runs first in the "setup" phase (package registries
@@ -172,6 +178,11 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 			req, timeout, err := f.request(setup != "")
 			if err != nil {
 				return err
+			}
+			if tty && interactive {
+				if err := needTerminal("moat run -it"); err != nil {
+					return err
+				}
 			}
 			ctx := cmd.Context()
 			c, err := a.connectOrStart(ctx)
@@ -203,10 +214,14 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 			if workdir == "" && req.Repo != "" {
 				workdir = "/workspace"
 			}
-			execCtx := ctx
+			// From here a ^C goes to the command (a second one kills it); the sandbox is
+			// still deleted.
+			fwdCtx, sigs, stopSignals := forwardSignals(ctx)
+			defer stopSignals()
+			execCtx := fwdCtx
 			if timeout > 0 {
 				var cancel context.CancelFunc
-				execCtx, cancel = context.WithTimeout(ctx, timeout)
+				execCtx, cancel = context.WithTimeout(fwdCtx, timeout)
 				defer cancel()
 			}
 			exitOf := func(code int, err error) error {
@@ -215,7 +230,7 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 						fmt.Fprintf(os.Stderr, "moat: timeout after %s\n", timeout)
 						return exitError{124}
 					}
-					if ctx.Err() != nil {
+					if fwdCtx.Err() != nil || ctx.Err() != nil {
 						return exitError{130}
 					}
 					return err
@@ -226,17 +241,36 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 				return nil
 			}
 			if setup != "" {
-				if err := runSetup(execCtx, c, sb.ID, workdir, setup, quiet); err != nil {
+				// The setup phase ends at the first ^C (ctx's end).
+				setupCtx, cancelSetup := context.WithCancel(execCtx)
+				defer context.AfterFunc(ctx, cancelSetup)()
+				defer cancelSetup()
+				if err := runSetup(setupCtx, c, sb.ID, workdir, setup, quiet); err != nil {
 					return exitOf(0, err)
 				}
 			}
-			return exitOf(c.Exec(execCtx, sb.ID, sdk.ExecRequest{
+			ereq := sdk.ExecRequest{
 				Cmd: "/bin/bash", Args: []string{"-l", "-c", shellLine(args)},
 				Workdir: workdir, Stdout: os.Stdout, Stderr: os.Stderr, Stdin: stdinIfPiped(),
-			}))
+			}
+			if interactive {
+				ereq.Stdin = os.Stdin
+			}
+			if tty {
+				stopSignals() // on a terminal, ^C is a key the sandbox's terminal reads
+				return exitOf(0, a.interactive(execCtx, c, sb.ID, ereq))
+			}
+			var end sdk.ExitError
+			ereq.End, ereq.Signals = &end, sigs
+			code, err := c.Exec(execCtx, sb.ID, ereq)
+			reportEnd(&end)
+			return exitOf(code, err)
 		},
 	}
 	f.register(cmd)
+	cmd.Flags().SetInterspersed(false)
+	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "forward stdin to the command even when it is a terminal")
+	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run the command on a pseudo-terminal (with -i: an interactive session on this terminal, which must be one)")
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the sandbox after the command ends")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "print no egress summary or setup report")
 	cmd.Flags().StringVar(&workdir, "workdir", "", "working directory inside (default: /workspace with --repo, else the user's home)")
@@ -302,10 +336,21 @@ func (a *app) execCmd() *cobra.Command {
 	var env []string
 	var tty bool
 	cmd := &cobra.Command{
-		Use:   "exec [flags] ID -- CMD [ARG...]",
+		Use:   "exec [flags] ID [--] CMD [ARG...]",
 		Short: "Run a command in a running sandbox",
-		Args:  cobra.MinimumNArgs(2),
+		Long: `exec runs CMD in sandbox ID through bash -l -c as the sandbox's user, streams its
+output and exits with its code (128+N when signal N ended it). A single CMD argument is a
+shell line; several are quoted as words. exec's flags go before CMD: from CMD on, every
+argument is the command's (moat exec ID ls -la), with or without a -- before CMD.
+Without -t, a ^C (SIGINT) or SIGTERM to moat is passed on to the command's process group;
+a second one kills the command.`,
+		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			pos, command, err := commandArgs(cmd, args, 1)
+			if err != nil {
+				return err
+			}
+			id := pos[0]
 			envs, err := parseEnv(env)
 			if err != nil {
 				return err
@@ -315,27 +360,28 @@ func (a *app) execCmd() *cobra.Command {
 				return err
 			}
 			req := sdk.ExecRequest{
-				Cmd: "/bin/bash", Args: []string{"-l", "-c", shellLine(args[1:])},
+				Cmd: "/bin/bash", Args: []string{"-l", "-c", shellLine(command)},
 				User: user, Env: envs, Workdir: workdir, Stdout: os.Stdout, Stderr: os.Stderr, Stdin: stdinIfPiped(),
 			}
 			if tty {
-				return a.interactive(cmd.Context(), c, args[0], req)
+				return a.interactive(cmd.Context(), c, id, req)
 			}
+			ctx, sigs, stop := forwardSignals(cmd.Context())
+			defer stop()
 			var end sdk.ExitError
-			req.End = &end
-			code, err := c.Exec(cmd.Context(), args[0], req)
+			req.End, req.Signals = &end, sigs
+			code, err := c.Exec(ctx, id, req)
 			if err != nil {
 				return err
 			}
-			if end.Reason != "" {
-				fmt.Fprintf(os.Stderr, "moat: %s: %s\n", end.Status, end.Reason)
-			}
+			reportEnd(&end)
 			if code != 0 {
 				return exitError{code}
 			}
 			return nil
 		},
 	}
+	cmd.Flags().SetInterspersed(false)
 	cmd.Flags().StringVar(&user, "user", "", "user to run as (default: the sandbox's user)")
 	cmd.Flags().StringVar(&workdir, "workdir", "", "working directory (default: the user's home)")
 	cmd.Flags().StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE (repeatable)")
@@ -350,6 +396,9 @@ func (a *app) shellCmd() *cobra.Command {
 		Short: "Open an interactive login shell in a sandbox",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := needTerminal("moat shell"); err != nil {
+				return err
+			}
 			c, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
@@ -384,9 +433,16 @@ func (a *app) interactive(ctx context.Context, c *sdk.Client, id string, req sdk
 	}
 	req.Stdin, req.Stdout = os.Stdin, os.Stdout
 	req.Resize = watchResize(ctx, fd)
+	var end sdk.ExitError
+	req.End = &end
 	code, err := c.Exec(ctx, id, req)
 	if err != nil {
 		return err
+	}
+	if end.Reason != "" {
+		// Raw mode ends when this returns; the message must still start a line.
+		fmt.Fprint(os.Stderr, "\r\n")
+		reportEnd(&end)
 	}
 	if code != 0 {
 		return exitError{code}

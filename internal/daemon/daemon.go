@@ -226,6 +226,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.dataLock, err = lockDataDir(cfg.DataDir, cfg.Socket, cfg.Exclusive); err != nil {
 		return nil, err
 	}
+	if err := clearStaleSocket(cfg.Socket); err != nil {
+		return nil, err // before any work: another daemon has this socket
+	}
 	exclusive, err := d.takeLock()
 	if err != nil {
 		return nil, err
