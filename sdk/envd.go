@@ -228,7 +228,7 @@ func (c *Client) endedByOOM(ctx context.Context, id string, begun time.Time, end
 	}
 	if end != nil {
 		*end = ExitError{Code: 128 + 9, Status: "signal: killed", Reason: sb.Error}
-		if end.Reason == "" {
+		if !strings.Contains(end.Reason, "OOM") {
 			end.Reason = "killed by the OOM killer: the sandbox reached its memory limit"
 		}
 	}

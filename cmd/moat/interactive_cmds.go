@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -68,10 +69,13 @@ func forwardSignals(parent context.Context) (ctx context.Context, sigs <-chan sy
 			}
 		}
 	}()
+	var once sync.Once
 	return ctx, out, func() {
-		signal.Stop(in)
-		close(done)
-		cancel()
+		once.Do(func() {
+			signal.Stop(in)
+			close(done)
+			cancel()
+		})
 	}
 }
 

@@ -39,7 +39,7 @@ func watchResize(ctx context.Context, fd int) <-chan sdk.TermSize {
 			case <-ctx.Done():
 				return
 			case <-sig:
-				if w, h, err := term.GetSize(fd); err == nil {
+				if w, h, err := term.GetSize(fd); err == nil && w > 0 && h > 0 {
 					select {
 					case out <- sdk.TermSize{Cols: uint32(w), Rows: uint32(h)}:
 					default:

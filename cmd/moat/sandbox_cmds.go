@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -216,8 +217,13 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 			}
 			// From here a ^C goes to the command (a second one kills it); the sandbox is
 			// still deleted.
-			fwdCtx, sigs, stopSignals := forwardSignals(ctx)
-			defer stopSignals()
+			// On a terminal (-t), ^C is a key the sandbox's terminal reads.
+			fwdCtx, sigs := ctx, (<-chan syscall.Signal)(nil)
+			if !tty {
+				var stopSignals func()
+				fwdCtx, sigs, stopSignals = forwardSignals(ctx)
+				defer stopSignals()
+			}
 			execCtx := fwdCtx
 			if timeout > 0 {
 				var cancel context.CancelFunc
@@ -257,7 +263,6 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 				ereq.Stdin = os.Stdin
 			}
 			if tty {
-				stopSignals() // on a terminal, ^C is a key the sandbox's terminal reads
 				return exitOf(0, a.interactive(execCtx, c, sb.ID, ereq))
 			}
 			var end sdk.ExitError
@@ -344,7 +349,7 @@ shell line; several are quoted as words. exec's flags go before CMD: from CMD on
 argument is the command's (moat exec ID ls -la), with or without a -- before CMD.
 Without -t, a ^C (SIGINT) or SIGTERM to moat is passed on to the command's process group;
 a second one kills the command.`,
-		Args: cobra.MinimumNArgs(2),
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pos, command, err := commandArgs(cmd, args, 1)
 			if err != nil {
@@ -415,7 +420,7 @@ func (a *app) interactive(ctx context.Context, c *sdk.Client, id string, req sdk
 	fd := int(os.Stdin.Fd())
 	cols, rows := 80, 24
 	if term.IsTerminal(fd) {
-		if w, h, err := term.GetSize(fd); err == nil {
+		if w, h, err := term.GetSize(fd); err == nil && w > 0 && h > 0 {
 			cols, rows = w, h
 		}
 		old, err := term.MakeRaw(fd)

@@ -135,9 +135,9 @@ type Daemon struct {
 	// dataLock marks the data directory as used by this daemon (datalock.go); sockIno
 	// is the inode of the socket it made, removed at shutdown only while it is still ours.
 	dataLock *os.File
-	sockIno  uint64
-	servers []*http.Server
-	wg      sync.WaitGroup
+	sockIno  sockID
+	servers  []*http.Server
+	wg       sync.WaitGroup
 }
 
 type namedCloser struct {

@@ -120,22 +120,29 @@ func clearStaleSocket(path string) error {
 	return nil
 }
 
-// inode is path's inode number (0 when it cannot be read).
-func inode(path string) uint64 {
+// sockID identifies a socket file: its inode number alone may be reused at once by the
+// next file made in the same directory, its change time with it hardly.
+type sockID struct {
+	ino   uint64
+	ctime syscall.Timespec
+}
+
+// inode is path's sockID (zero when it cannot be read).
+func inode(path string) sockID {
 	st, err := os.Lstat(path)
 	if err != nil {
-		return 0
+		return sockID{}
 	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-		return sys.Ino
+		return sockID{sys.Ino, sys.Ctim}
 	}
-	return 0
+	return sockID{}
 }
 
 // removeOwnSocket removes the socket at path if it is still the one this daemon made
-// (inode ino): a socket another daemon made there since is left alone.
-func removeOwnSocket(path string, ino uint64) {
-	if ino != 0 && inode(path) == ino {
+// (id): a socket another daemon made there since is left alone.
+func removeOwnSocket(path string, id sockID) {
+	if id != (sockID{}) && inode(path) == id {
 		_ = os.Remove(path)
 	}
 }
