@@ -455,3 +455,33 @@ func TestCLIServeInstall(t *testing.T) {
 		t.Errorf("a unit was written for bad flags")
 	}
 }
+
+// TestCLIExecTTYInterrupt: ^C typed into `moat exec -t` reaches the sandbox's terminal,
+// whose foreground command ends with SIGINT: moat exits 130.
+func TestCLIExecTTYInterrupt(t *testing.T) {
+	c := newCLI(t)
+	id := c.create("--memory", "256M", "--disk", "128M")
+	cmd := exec.Command(c.bin, c.argv("exec", "-t", id, "--", "echo ready; exec sleep 1000")...)
+	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 80, Rows: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tty.Close()
+	out := &syncBuffer{}
+	go io.Copy(out, tty)
+	testutil.WaitFor(t, time.Minute, "the command to start", func() bool { return strings.Contains(out.String(), "ready") })
+	if _, err := tty.Write([]byte{0x03}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if code := exitOf(t, err); code != 130 {
+			t.Errorf("exec -t after ^C: exit %d, want 130; output %q", code, out.String())
+		}
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		t.Fatalf("exec -t did not end after ^C: %q", out.String())
+	}
+}
