@@ -58,6 +58,23 @@ func TestCLIExitSignals(t *testing.T) {
 	}
 }
 
+// waitExit waits for cmd to end, for at most d (then it is killed and the test fails),
+// and returns its exit code.
+func waitExit(t *testing.T, cmd *exec.Cmd, d time.Duration, what string) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return exitOf(t, err)
+	case <-time.After(d):
+		cmd.Process.Kill()
+		<-done
+		t.Errorf("%s: still running after %s", what, d)
+		return -1
+	}
+}
+
 // create makes a sandbox with args and removes it at the end of the test.
 func (c *cli) create(args ...string) string {
 	c.t.Helper()
@@ -148,7 +165,7 @@ func TestCLIInterrupt(t *testing.T) {
 	// The in-process run first: later commands start the test's moat serve.
 	cmd, errb := c.startReady("run", "--quiet", "--", `trap 'exit 5' INT; echo ready; while :; do sleep 0.1; done`)
 	cmd.Process.Signal(os.Interrupt)
-	if code := exitOf(t, cmd.Wait()); code != 5 {
+	if code := waitExit(t, cmd, time.Minute, "run after ^C"); code != 5 {
 		t.Errorf("run: exit %d after ^C, want the trap's 5: %s", code, errb)
 	}
 	if out, e, _ := c.run("", "ls", "--json"); strings.TrimSpace(out) != "[]" {
@@ -158,7 +175,7 @@ func TestCLIInterrupt(t *testing.T) {
 	id := c.create("--memory", "256M", "--disk", "128M")
 	cmd, errb = c.startReady("exec", id, "--", `trap 'echo trapped > /tmp/int; exit 3' INT; echo ready; while :; do sleep 0.1; done`)
 	cmd.Process.Signal(os.Interrupt)
-	if code := exitOf(t, cmd.Wait()); code != 3 {
+	if code := waitExit(t, cmd, time.Minute, "exec after ^C"); code != 3 {
 		t.Errorf("exec: exit %d after ^C, want the trap's 3: %s", code, errb)
 	}
 	if out, e, code := c.run("", "exec", id, "--", "cat /tmp/int"); code != 0 || out != "trapped\n" {
@@ -167,7 +184,7 @@ func TestCLIInterrupt(t *testing.T) {
 
 	cmd, errb = c.startReady("exec", id, "--", "echo ready; exec sleep 1000")
 	cmd.Process.Signal(os.Interrupt)
-	if code := exitOf(t, cmd.Wait()); code != 130 {
+	if code := waitExit(t, cmd, time.Minute, "exec sleep after ^C"); code != 130 {
 		t.Errorf("exec sleep: exit %d after ^C, want 130: %s", code, errb)
 	}
 	if out, _, code := c.run("", "exec", id, "--", "pgrep -x sleep"); code == 0 {
