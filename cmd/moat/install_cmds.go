@@ -22,9 +22,9 @@ type serveInstall struct {
 }
 
 func (s *serveInstall) register(cmd *cobra.Command) {
-	cmd.Flags().BoolVar(&s.install, "install", false, "start nothing: write a systemd unit (/etc/systemd/system/moat.service) running this binary as `moat serve` with the other flags given here, then say how to enable it")
-	cmd.Flags().StringVar(&s.root, "root", "/", "with --install: the root directory to write etc/systemd/system/ under (packaging, tests)")
-	cmd.Flags().StringVar(&s.unit, "unit", "moat", "with --install: the unit's name")
+	cmd.Flags().BoolVar(&s.install, "install", false, "start nothing: write a systemd unit (/etc/systemd/system/moat.service) that runs this binary as the daemon with the other serve flags given here, and say how to enable it")
+	cmd.Flags().StringVar(&s.root, "root", "/", "with --install: write the unit under `DIR`/etc/systemd/system/ (packaging, tests)")
+	cmd.Flags().StringVar(&s.unit, "unit", "moat", "with --install: the unit's `NAME`")
 }
 
 // run writes the unit. It never calls systemctl: what to run next is printed.
