@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -500,5 +502,72 @@ func TestCLIExecTTYInterrupt(t *testing.T) {
 	case <-time.After(time.Minute):
 		cmd.Process.Kill()
 		t.Fatalf("exec -t did not end after ^C: %q", out.String())
+	}
+}
+
+// TestCLIServeSocketActivation: `moat serve` started as systemd starts a socket-activated
+// service (the socket on fd 3, LISTEN_PID, LISTEN_FDS) serves on that socket; a client that
+// connected before the daemon was up is answered; the daemon leaves the socket file, which
+// is systemd's, in place when it stops. serve --install --socket-unit writes the unit.
+func TestCLIServeSocketActivation(t *testing.T) {
+	c := newCLI(t)
+	sock := filepath.Join(flagValue(c.args, "--run-dir"), "activated.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f, err := l.(*net.UnixListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := append(append(append([]string{"-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"`, c.bin}, c.args...), testDaemonFlags...), "serve", "--warm", "0")
+	d := exec.Command("sh", argv...)
+	d.ExtraFiles = []*os.File{f}
+	var derr syncBuffer
+	d.Stdout, d.Stderr = &derr, &derr
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	stopped := false
+	defer func() {
+		if !stopped {
+			d.Process.Kill()
+			d.Wait()
+		}
+	}()
+	// At once: the connection waits in the socket's backlog until the daemon accepts.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ls := exec.CommandContext(ctx, c.bin, "--socket", sock, "ls", "--json")
+	out, err := ls.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "[]" {
+		t.Fatalf("ls through the activated socket: %v %s\ndaemon: %s", err, out, derr.String())
+	}
+	if strings.Contains(derr.String(), "already listens") {
+		t.Errorf("the daemon refused its own socket: %s", derr.String())
+	}
+	d.Process.Signal(syscall.SIGTERM)
+	if code := waitExit(t, d, time.Minute, "activated serve after SIGTERM"); code != 0 {
+		t.Errorf("activated serve exit %d: %s", code, derr.String())
+	}
+	stopped = true
+	if _, err := os.Stat(sock); err != nil {
+		t.Errorf("the daemon removed the activated socket: %v", err)
+	}
+
+	root := t.TempDir()
+	inst := exec.Command(c.bin, "--socket", "/run/moat-x/api.sock", "serve", "--install", "--socket-unit", "--root", root)
+	if out, err := inst.CombinedOutput(); err != nil || !strings.Contains(string(out), "enable --now moat.socket") {
+		t.Fatalf("serve --install --socket-unit: %v %s", err, out)
+	}
+	unit, _ := os.ReadFile(filepath.Join(root, "etc/systemd/system/moat.socket"))
+	if !strings.Contains(string(unit), "ListenStream=/run/moat-x/api.sock\n") || !strings.Contains(string(unit), "SocketMode=0600") {
+		t.Errorf("socket unit:\n%s", unit)
+	}
+	svc, _ := os.ReadFile(filepath.Join(root, "etc/systemd/system/moat.service"))
+	if !strings.Contains(string(svc), "--socket=/run/moat-x/api.sock") {
+		t.Errorf("the service does not name the socket:\n%s", svc)
 	}
 }

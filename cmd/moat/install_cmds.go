@@ -16,14 +16,18 @@ import (
 // binary as the daemon, so that commands find a daemon at boot instead of each `moat
 // run` starting its own.
 type serveInstall struct {
-	install bool
-	root    string
-	unit    string
+	install    bool
+	socketUnit bool
+	root       string
+	unit       string
+	// socket is the daemon's socket (app.socketPath), for the socket unit.
+	socket func() string
 }
 
 func (s *serveInstall) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&s.install, "install", false, "start nothing: write a systemd unit (/etc/systemd/system/moat.service) that runs this binary as the daemon with the other serve flags given here, and say how to enable it")
 	cmd.Flags().StringVar(&s.root, "root", "/", "with --install: write the unit under `DIR`/etc/systemd/system/ (packaging, tests)")
+	cmd.Flags().BoolVar(&s.socketUnit, "socket-unit", false, "with --install: also write a socket unit, so systemd holds the API socket and starts the daemon at the first connection")
 	cmd.Flags().StringVar(&s.unit, "unit", "moat", "with --install: the unit's `NAME`")
 }
 
@@ -50,12 +54,39 @@ func (s *serveInstall) run(cmd *cobra.Command) error {
 		return err
 	}
 	path := filepath.Join(dir, s.unit+".service")
-	tmp, err := os.CreateTemp(dir, "."+s.unit+".service.*")
+	if s.socketUnit {
+		sock, err := filepath.Abs(s.socket())
+		if err != nil {
+			return err
+		}
+		if strings.ContainsFunc(sock, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+			return fmt.Errorf("--socket-unit: the socket path %q holds spaces or control characters, which a socket unit cannot name", sock)
+		}
+		if err := writeUnit(dir, s.unit+".socket", socketUnit(sock, s.unit)); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stdout, "wrote %s\n", filepath.Join(dir, s.unit+".socket"))
+	}
+	if err := writeUnit(dir, s.unit+".service", serviceUnit(argv)); err != nil {
+		return err
+	}
+	if s.socketUnit {
+		fmt.Fprintf(os.Stdout, "wrote %s\nlet systemd start the daemon at the first connection with:\n  systemctl daemon-reload && systemctl enable --now %s.socket\n(and `systemctl enable %s` to start it at boot as well)\n", path, s.unit, s.unit)
+		return nil
+	}
+	fmt.Fprintf(os.Stdout, "wrote %s\nstart it now and at every boot with:\n  systemctl daemon-reload && systemctl enable --now %s\n", path, s.unit)
+	return nil
+}
+
+// writeUnit writes text to dir/name atomically (temp file, fsync, rename), mode 0644.
+func writeUnit(dir, name, text string) error {
+	path := filepath.Join(dir, name)
+	tmp, err := os.CreateTemp(dir, "."+name+".*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(serviceUnit(argv)); err != nil {
+	if _, err := tmp.WriteString(text); err != nil {
 		tmp.Close()
 		return err
 	}
@@ -70,11 +101,7 @@ func (s *serveInstall) run(cmd *cobra.Command) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stdout, "wrote %s\nstart it now and at every boot with:\n  systemctl daemon-reload && systemctl enable --now %s\n", path, s.unit)
-	return nil
+	return os.Rename(tmp.Name(), path)
 }
 
 // serveArgs are the flags of this `moat serve --install` invocation that the installed
@@ -83,7 +110,7 @@ func (s *serveInstall) run(cmd *cobra.Command) error {
 // MOAT_RUN_DIR is kept.
 func serveArgs(cmd *cobra.Command) []string {
 	var out []string
-	skip := map[string]bool{"install": true, "root": true, "unit": true, "help": true}
+	skip := map[string]bool{"install": true, "socket-unit": true, "root": true, "unit": true, "help": true}
 	add := func(f *pflag.Flag) {
 		if skip[f.Name] {
 			return
@@ -136,6 +163,30 @@ LimitNOFILE=1048576
 [Install]
 WantedBy=multi-user.target
 `
+}
+
+// socketUnit is the text of the systemd socket unit holding the API socket at path for
+// service unit (which `moat serve` then takes from LISTEN_FDS: activation.go).
+func socketUnit(path, unit string) string {
+	return `# Written by ` + "`moat serve --install --socket-unit`" + `.
+[Unit]
+Description=moat: the API socket (starts ` + unit + `.service at the first connection)
+
+[Socket]
+ListenStream=` + systemdPath(path) + `
+SocketMode=0600
+DirectoryMode=0711
+Service=` + unit + `.service
+
+[Install]
+WantedBy=sockets.target
+`
+}
+
+// systemdPath escapes a path for a unit setting that takes one path (no quoting there):
+// specifiers doubled; a path with whitespace or control characters cannot be given.
+func systemdPath(p string) string {
+	return strings.ReplaceAll(p, "%", "%%")
 }
 
 // systemdQuote quotes one word of an ExecStart line: words of plain characters stay as

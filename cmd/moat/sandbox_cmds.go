@@ -708,6 +708,14 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 			}
 			cfg.Listen = listen
 			cfg.Exclusive = !shareData
+			if !install.install {
+				if cfg.SocketListener, err = activatedSocket(); err != nil {
+					return err
+				}
+				if cfg.SocketListener != nil {
+					cfg.Socket = cfg.SocketListener.Addr().String()
+				}
+			}
 			if cmd.Flags().Changed("warm-runsc") {
 				warm = append(warm, "runsc:host="+strconv.Itoa(warmRunsc))
 			}
@@ -776,6 +784,7 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this TCP address (API keys required)")
 	cmd.Flags().BoolVar(&shareData, "share-data", false, "run even though another moat daemon (serve --share-data, or an in-process moat run) uses the data directory: both manage the same sandboxes")
 	install.register(cmd)
+	install.socket = func() string { p, _ := a.socketPath(); return p }
 	cmd.Flags().StringArrayVar(&warm, "warm", []string{"runc:host=2", "runc:debian=2"}, "warm pool: RUNTIME:TEMPLATE=N keeps N sandboxes of that kind (default limits and disk) started for fast creates (repeatable; N alone is runc:host=N, 0 turns a pool off; giving --warm replaces the defaults; a pool whose template does not exist yet fills once it does; runsc pools serve default limits only)")
 	cmd.Flags().IntVar(&warmRunsc, "warm-runsc", 0, "the same as --warm runsc:host=N")
 	cmd.Flags().BoolVar(&diskOvercommit, "disk-overcommit", false, "let drive sizes add up to more than the data filesystem holds: drives stay sparse, and once it is full every sandbox writing new blocks gets I/O errors (default: each drive is allocated in full at create, and a create that does not fit is refused)")

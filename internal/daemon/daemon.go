@@ -115,6 +115,11 @@ type Config struct {
 	IdleFreeze time.Duration
 	Log        *slog.Logger
 
+	// SocketListener, when set, is the unix listener the API is served on instead of one
+	// made at Socket (systemd socket activation, see activation.go); Socket then only
+	// names it in messages. The daemon neither checks, nor changes, nor removes its file.
+	SocketListener net.Listener
+
 	// Exclusive makes the daemon the only one on its data directory: it refuses to start
 	// while another moat daemon (a `moat serve`, an in-process `moat run`) uses it, and
 	// keeps others from starting there while it runs (datalock.go). `moat serve` sets it
@@ -226,8 +231,10 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.dataLock, err = lockDataDir(cfg.DataDir, cfg.Socket, cfg.Exclusive); err != nil {
 		return nil, err
 	}
-	if err := clearStaleSocket(cfg.Socket); err != nil {
-		return nil, err // before any work: another daemon has this socket
+	if cfg.SocketListener == nil {
+		if err := clearStaleSocket(cfg.Socket); err != nil {
+			return nil, err // before any work: another daemon has this socket
+		}
 	}
 	exclusive, err := d.takeLock()
 	if err != nil {
@@ -433,21 +440,8 @@ func (d *Daemon) addCloser(name string, fn func() error) {
 // Serve serves the API until ctx ends: on the unix socket (mode 0600) and, when
 // configured, on TCP with API keys. It also enforces sandbox timeouts.
 func (d *Daemon) Serve(ctx context.Context, ready func()) error {
-	if err := os.MkdirAll(filepath.Dir(d.cfg.Socket), 0o700); err != nil {
-		return err
-	}
-	if err := clearStaleSocket(d.cfg.Socket); err != nil {
-		return err
-	}
-	old := unix.Umask(0o177)
-	ul, err := net.Listen("unix", d.cfg.Socket)
-	unix.Umask(old)
+	ul, err := d.unixListener()
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", d.cfg.Socket, err)
-	}
-	d.sockIno = inode(d.cfg.Socket)
-	if err := os.Chmod(d.cfg.Socket, 0o600); err != nil {
-		ul.Close()
 		return err
 	}
 	d.serve(ul, d.api.Handler(nil))
