@@ -93,6 +93,8 @@ func (c *cli) ensureDaemon() {
 	argv := append(append(append([]string{}, c.args...), testDaemonFlags...), "serve", "--warm", "0")
 	d.cmd = exec.Command(c.bin, argv...)
 	d.cmd.Stdout, d.cmd.Stderr = d.stderr, d.stderr
+	// A test binary killed (go test -timeout) takes its daemon with it.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := d.cmd.Start(); err != nil {
 		c.t.Fatalf("starting moat serve: %v", err)
 	}
