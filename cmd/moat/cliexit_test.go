@@ -244,6 +244,12 @@ func TestCLICommandArgs(t *testing.T) {
 			t.Errorf("%v: %d %s; want an error asking for a command", args, code, e)
 		}
 	}
+	if out, e, code := c.run("", "exec", id, "-x"); code == 0 || !strings.Contains(e, "after --") || out != "" {
+		t.Errorf("exec ID -x: %d %q %s; want an error saying where a command starting with - goes", code, out, e)
+	}
+	if out, e, code := c.run("", "exec", id, "--", "-x"); code != 127 || out != "" {
+		t.Errorf("exec ID -- -x: %d %q %s; want the command -x run (and not found)", code, out, e)
+	}
 }
 
 // TestCLINeedsTerminal: shell and run -it without a terminal say so and create nothing,

@@ -27,7 +27,7 @@ func commandArgs(cmd *cobra.Command, args []string, lead int) (positional, comma
 	positional, rest := args[:lead], args[lead:]
 	fs := cmd.Flags()
 	if err := fs.Parse(rest); err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w (moat %s's flags go before the command; a command that starts with - goes after --)", err, cmd.Name())
 	}
 	command = fs.Args()
 	if len(command) == 0 {

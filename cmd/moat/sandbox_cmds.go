@@ -256,7 +256,7 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 				}
 			}
 			ereq := sdk.ExecRequest{
-				Cmd: "/bin/bash", Args: []string{"-l", "-c", shellLine(args)},
+				Cmd: "/bin/bash", Args: []string{"-l", "-c", "--", shellLine(args)},
 				Workdir: workdir, Stdout: os.Stdout, Stderr: os.Stderr, Stdin: stdinIfPiped(),
 			}
 			if interactive {
@@ -365,7 +365,7 @@ a second one kills the command.`,
 				return err
 			}
 			req := sdk.ExecRequest{
-				Cmd: "/bin/bash", Args: []string{"-l", "-c", shellLine(command)},
+				Cmd: "/bin/bash", Args: []string{"-l", "-c", "--", shellLine(command)},
 				User: user, Env: envs, Workdir: workdir, Stdout: os.Stdout, Stderr: os.Stderr, Stdin: stdinIfPiped(),
 			}
 			if tty {
