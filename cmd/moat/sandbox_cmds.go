@@ -275,7 +275,7 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 	f.register(cmd)
 	cmd.Flags().SetInterspersed(false)
 	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "forward stdin to the command even when it is a terminal")
-	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run the command on a pseudo-terminal (with -i: an interactive session on this terminal, which must be one)")
+	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run the command on a pseudo-terminal fed with this stdin (-it: an interactive session, which needs a terminal)")
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the sandbox after the command ends")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "print no egress summary or setup report")
 	cmd.Flags().StringVar(&workdir, "workdir", "", "working directory inside (default: /workspace with --repo, else the user's home)")
