@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# make demo: an agent-like task in a moat sandbox, with the embedded daemon (no `moat serve`
-# needed). It checks out a small Python project, runs its tests (one fails), lets the
+# make demo: an agent-like task in a moat sandbox, with the embedded daemon of `moat run`
+# (no `moat serve` needed until step 5, which starts one for the secret commands). It checks out a small Python project, runs its tests (one fails), lets the
 # "agent" fix the bug inside the sandbox, shows the diff, and shows what the sandbox could
 # not do, how a secret is brokered without entering the sandbox. Nothing here leaves this
 # machine: the "registry" and the "API" are local stand-ins on 127.0.0.2 and 127.0.0.3.
@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MOAT=${MOAT:-$PWD/bin/moat}
 work=$(mktemp -d /tmp/moat-demo.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+serve=
+stop_serve() { if [ -n "$serve" ]; then kill "$serve" 2>/dev/null || true; wait "$serve" 2>/dev/null || true; fi; }
+trap 'stop_serve; rm -rf "$work"' EXIT
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
@@ -127,15 +129,20 @@ srv.serve_forever()
 PY
 python3 "$work/api.py" "$work" "$work/api.log" &
 api=$!
-trap 'kill $registry $api 2>/dev/null || true; "$MOAT" secret rm DEMO_API_TOKEN 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'kill $registry $api 2>/dev/null || true; "$MOAT" secret rm DEMO_API_TOKEN 2>/dev/null || true; stop_serve; rm -rf "$work"' EXIT
 echo "127.0.0.3 api.demo.test" >>"$work/hosts"
+# Secrets are kept by a daemon: only `moat run` starts one of its own, so start `moat serve`
+# (with the demo's names and CA) for the rest of the demo.
+"$MOAT" --egress-hosts "$work/hosts" --egress-ca "$work/ca.pem" serve --warm 0 >"$work/serve.log" 2>&1 &
+serve=$!
+for _ in $(seq 100); do "$MOAT" ls >/dev/null 2>&1 && break; sleep 0.2; done
 # The scope, set with the secret, says where its value may ever go: bindings outside it are refused.
 printf 'sk-demo-REAL-%s' "$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')" |
   "$MOAT" secret set DEMO_API_TOKEN --hosts api.demo.test:18766 --path-prefix /v1/
 "$MOAT" secret ls
 echo "binding it to another host is refused: $("$MOAT" run --credential DEMO_API_TOKEN@elsewhere.demo.test -- true 2>&1 | tail -1)"
 sleep 0.3
-"$MOAT" --egress-hosts "$work/hosts" --egress-ca "$work/ca.pem" run --memory 256M --disk 128M \
+"$MOAT" run --memory 256M --disk 128M \
   --credential DEMO_API_TOKEN@api.demo.test:18766 --http 'api.demo.test GET /v1/' -- '
 echo "inside, \$DEMO_API_TOKEN = $DEMO_API_TOKEN"
 curl -sS --max-time 10 -H "Authorization: Bearer $DEMO_API_TOKEN" https://api.demo.test:18766/v1/whoami

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -98,6 +99,9 @@ var (
 	ErrPermissionDenied = errors.New("permission denied")
 	// ErrNoDaemon: nothing answers at the daemon's address.
 	ErrNoDaemon = errors.New("moat daemon not reachable")
+	// ErrDaemonAccess: the daemon's socket exists but this process may not connect to it
+	// (the socket is root's, mode 0600). Not ErrNoDaemon: a daemon may well run there.
+	ErrDaemonAccess = errors.New("permission denied on the moat daemon's socket")
 )
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
@@ -145,6 +149,9 @@ func (c *Client) sendRequest(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "dial" {
+			if errors.Is(err, os.ErrPermission) {
+				return nil, fmt.Errorf("%w: %v", ErrDaemonAccess, err)
+			}
 			return nil, fmt.Errorf("%w: %v", ErrNoDaemon, err)
 		}
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -92,6 +93,10 @@ type ExecRequest struct {
 	TTY *TermSize
 	// Resize delivers terminal size changes while a TTY command runs.
 	Resize <-chan TermSize
+	// Signals, when set, delivers signals to the command's process group while it runs,
+	// as a terminal's ^C would: syscall.SIGINT, SIGTERM or SIGKILL (moat-init refuses
+	// others). A signal sent before the command started is delivered once it has.
+	Signals <-chan syscall.Signal
 	// End, when set, receives how the command ended: its exit code (128+signal for a
 	// signal), its status and, when the sandbox says more, the reason (an OOM kill).
 	End *ExitError
@@ -132,6 +137,7 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (int, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	begun := time.Now()
 	sreq := connect.NewRequest(start)
 	// The command ends when this call does (ctx cancelled, the connection lost): on a
 	// terminal with SIGHUP, otherwise its process group with SIGKILL.
@@ -151,6 +157,9 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (int, err
 			pid := ev.GetStart().GetPid()
 			if req.Stdin != nil {
 				go c.pumpInput(ctx, pc, pid, req.Stdin, req.TTY != nil)
+			}
+			if req.Signals != nil {
+				go c.pumpSignals(ctx, pc, pid, req.Signals)
 			}
 			if req.Resize != nil {
 				go func() {
@@ -199,10 +208,31 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (int, err
 			// (its PID 1 killed, its container ended by the OOM killer under runsc).
 			// The daemon records that within about a second; wait that long for it.
 			c.awaitNotRunning(ctx, id, 3*time.Second)
+			if code, ok := c.endedByOOM(ctx, id, begun, req.End); ok {
+				return code, nil
+			}
 		}
 		return -1, c.explain(ctx, id, err)
 	}
 	return -1, c.explain(ctx, id, errors.New("command stream ended without an exit status"))
+}
+
+// endedByOOM says whether sandbox id, whose command's stream broke, was stopped because
+// the OOM killer ended its container (under runsc the whole sandbox goes) at or after
+// begun. The command then ended as an OOM-killed process does: code 137, and end
+// (when set) says why.
+func (c *Client) endedByOOM(ctx context.Context, id string, begun time.Time, end *ExitError) (int, bool) {
+	sb, err := c.Get(context.WithoutCancel(ctx), id)
+	if err != nil || sb.State == "running" || sb.LastOOMAt == nil || sb.LastOOMAt.Before(begun.Add(-time.Second)) {
+		return 0, false
+	}
+	if end != nil {
+		*end = ExitError{Code: 128 + 9, Status: "signal: killed", Reason: sb.Error}
+		if !strings.Contains(end.Reason, "OOM") {
+			end.Reason = "killed by the OOM killer: the sandbox reached its memory limit"
+		}
+	}
+	return 128 + 9, true
 }
 
 // awaitNotRunning polls sandbox id until it is no longer running, for at most wait.
@@ -241,24 +271,18 @@ func (c *Client) explain(ctx context.Context, id string, err error) error {
 	return err
 }
 
-// exitCode follows shell conventions: a signal-terminated process reports 128+signal.
-func exitCode(code int32, exited bool, status string) int {
-	if exited {
-		return int(code)
-	}
-	if sig, ok := strings.CutPrefix(status, "signal: "); ok {
-		sig = strings.TrimSuffix(sig, " (core dumped)")
-		for n, name := range signalNames {
-			if name == sig {
-				return 128 + n
-			}
+// pumpSignals sends what sigs delivers to process pid's group until ctx ends.
+func (c *Client) pumpSignals(ctx context.Context, pc processconnect.ProcessClient, pid uint32, sigs <-chan syscall.Signal) {
+	sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case sig := <-sigs:
+			_, _ = pc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{Process: sel, Signal: process.Signal(sig)}))
 		}
-		return 128 + 9
 	}
-	return int(code)
 }
-
-var signalNames = map[int]string{1: "hangup", 2: "interrupt", 3: "quit", 6: "aborted", 9: "killed", 13: "broken pipe", 15: "terminated"}
 
 func (c *Client) pumpInput(ctx context.Context, pc processconnect.ProcessClient, pid uint32, r io.Reader, tty bool) {
 	sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}}

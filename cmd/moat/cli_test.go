@@ -35,12 +35,16 @@ import (
 	"github.com/moatdev/moat/internal/testutil"
 )
 
-// cli runs the real moat binary with its own data and run directories and no daemon, so
-// every command uses the in-process daemon.
+// cli runs the real moat binary with its own data and run directories. A `moat run`
+// before anything else starts its in-process daemon; any other command first starts a
+// `moat serve` of the test's own (clidaemon_test.go), which later commands, `run`
+// included, use.
 type cli struct {
 	t    *testing.T
 	bin  string
 	args []string
+	// daemon is the test's `moat serve`, once a command needed it.
+	daemon *cliDaemon
 }
 
 func newCLI(t *testing.T) *cli {
@@ -52,15 +56,15 @@ func newCLI(t *testing.T) *cli {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(run) })
-	return &cli{t: t, bin: bin, args: []string{"--data", t.TempDir(), "--run-dir", run, "--socket", filepath.Join(run, "none.sock"),
-		"--id-base", strconv.FormatUint(uint64(testutil.IDBase(t)), 10),
-		// Drives are allocated in full: tests that run at the same time keep to 1 GiB each.
-		"--default-disk", "1G"}}
+	c := &cli{t: t, bin: bin, args: []string{"--data", t.TempDir(), "--run-dir", run,
+		"--id-base", strconv.FormatUint(uint64(testutil.IDBase(t)), 10)}}
+	t.Cleanup(c.stopDaemon)
+	return c
 }
 
 func (c *cli) run(stdin string, args ...string) (stdout, stderr string, code int) {
 	c.t.Helper()
-	cmd := exec.Command(c.bin, append(append([]string{}, c.args...), args...)...)
+	cmd := exec.Command(c.bin, c.argv(args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if stdin != "" {

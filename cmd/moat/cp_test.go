@@ -21,8 +21,8 @@ func (c *cli) runBounded(timeout time.Duration, args ...string) (stdout, stderr 
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	argv := append([]string{"--fsize=67108864", "--", c.bin}, c.args...)
-	cmd := exec.CommandContext(ctx, "prlimit", append(argv, args...)...)
+	argv := append([]string{"--fsize=67108864", "--", c.bin}, c.argv(args...)...)
+	cmd := exec.CommandContext(ctx, "prlimit", argv...)
 	var out cappedBuffer
 	var errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -11,7 +11,7 @@ func TestExecArgv(t *testing.T) {
 		cmd  string
 		argv []string
 	}{
-		{[]string{"make test && echo ok"}, "/bin/bash", []string{"-l", "-c", "make test && echo ok"}},
+		{[]string{"make test && echo ok"}, "/bin/bash", []string{"-l", "-c", "--", "make test && echo ok"}},
 		{[]string{"ls", "-l", "a b"}, "ls", []string{"-l", "a b"}},
 		{[]string{"printf", "%s", "$HOME"}, "printf", []string{"%s", "$HOME"}},
 	} {

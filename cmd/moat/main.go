@@ -1,6 +1,6 @@
 // Command moat runs coding agents' tasks in disposable sandboxes. It reaches the moat
-// daemon only through the Go SDK (sdk/); when no daemon runs, commands start one in-process
-// (root only). `moat serve` is the daemon itself.
+// daemon only through the Go SDK (sdk/); when no daemon runs, `moat run` alone starts one
+// in-process (root only, see connect.go). `moat serve` is the daemon itself.
 package main
 
 import (
@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"syscall"
 
@@ -45,6 +44,8 @@ type app struct {
 
 	client  *sdk.Client
 	cleanup func()
+	// inProcess is set when `moat run` started a daemon in this process (connectOrStart).
+	inProcess bool
 }
 
 func main() {
@@ -77,11 +78,7 @@ func (a *app) rootCmd() *cobra.Command {
 runtime (runc, crun or gVisor's runsc), its own user namespace and uid range, seccomp, cgroup
 limits, an overlay root with no host mounts, and no network path out.`,
 	}
-	def := os.Getenv("MOAT_SOCKET")
-	if def == "" {
-		def = sdk.DefaultSocket
-	}
-	root.PersistentFlags().StringVar(&a.socket, "socket", def, "daemon socket (env MOAT_SOCKET)")
+	root.PersistentFlags().StringVar(&a.socket, "socket", "", "daemon socket (env MOAT_SOCKET; default: moat.sock in --run-dir, /run/moat/moat.sock)")
 	root.PersistentFlags().StringVar(&a.dataDir, "data", envOr("MOAT_DATA", "/var/lib/moat"), "data directory for the in-process daemon and `serve` (env MOAT_DATA)")
 	root.PersistentFlags().StringVar(&a.runDir, "run-dir", envOr("MOAT_RUN_DIR", "/run/moat"), "runtime state directory (env MOAT_RUN_DIR)")
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "warn", "daemon log level for the in-process daemon: debug, info, warn, error")
@@ -119,45 +116,10 @@ func (a *app) logger(w *os.File) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl}))
 }
 
-// connect returns a client of the running daemon, or of an in-process one when none
-// answers and this process is root.
-func (a *app) connect(ctx context.Context) (*sdk.Client, error) {
-	if a.client != nil {
-		return a.client, nil
-	}
-	c := sdk.NewUnix(a.socket)
-	err := c.Ping(ctx)
-	if err == nil {
-		if a.egressHosts != "" || a.egressDNS != "" || a.egressCA != "" || a.defaultDisk != "" || len(a.gitProtected) > 0 {
-			return nil, fmt.Errorf("--egress-hosts, --egress-dns, --egress-ca, --git-protected and --default-disk configure a daemon: a daemon already runs at %s, give them to its `moat serve`", a.socket)
-		}
-		a.client = c
-		return c, nil
-	}
-	if !errors.Is(err, sdk.ErrNoDaemon) {
-		return nil, fmt.Errorf("daemon at %s: %w", a.socket, err)
-	}
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("no moat daemon at %s, and running one in-process needs root: start it with `sudo moat serve`, or point --socket / MOAT_SOCKET at a running daemon", a.socket)
-	}
-	sock := filepath.Join(a.runDir, fmt.Sprintf("embedded-%d.sock", os.Getpid()))
-	cfg, err := a.daemonConfig()
-	if err != nil {
-		return nil, err
-	}
-	cfg.Socket = sock
-	_, stop, err := daemon.Start(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("starting in-process daemon: %w", err)
-	}
-	a.cleanup = stop
-	a.client = sdk.NewUnix(sock)
-	return a.client, nil
-}
-
 // daemonConfig is the configuration global flags give a daemon (serve or in-process).
 func (a *app) daemonConfig() (daemon.Config, error) {
-	cfg := daemon.Config{DataDir: a.dataDir, RunDir: a.runDir, Socket: a.socket, IDBase: a.idBase, Log: a.logger(os.Stderr), EgressDNS: a.egressDNS, EgressCA: a.egressCA, GitProtected: a.gitProtected}
+	sock, _ := a.socketPath()
+	cfg := daemon.Config{DataDir: a.dataDir, RunDir: a.runDir, Socket: sock, IDBase: a.idBase, Log: a.logger(os.Stderr), EgressDNS: a.egressDNS, EgressCA: a.egressCA, GitProtected: a.gitProtected}
 	if a.defaultDisk != "" {
 		n, err := parseSize(a.defaultDisk)
 		if err != nil || n <= 0 {

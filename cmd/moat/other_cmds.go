@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -38,7 +39,7 @@ func watchResize(ctx context.Context, fd int) <-chan sdk.TermSize {
 			case <-ctx.Done():
 				return
 			case <-sig:
-				if w, h, err := term.GetSize(fd); err == nil {
+				if w, h, err := term.GetSize(fd); err == nil && w > 0 && h > 0 {
 					select {
 					case out <- sdk.TermSize{Cols: uint32(w), Rows: uint32(h)}:
 					default:
@@ -205,13 +206,20 @@ func (a *app) doctorCmd() *cobra.Command {
 		Long:  "doctor exits 0 when at least one runtime works on this host.",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
 			var r doctor.Report
-			if err := c.Doctor(cmd.Context(), &r); err != nil {
+			c, err := a.reach(cmd.Context())
+			switch {
+			case errors.Is(err, sdk.ErrNoDaemon):
+				// The doctor is most wanted when no daemon starts: check the host from here.
+				r = doctor.Run(cmd.Context(), daemon.ProbeRuntime)
+				sock, _ := a.socketPath()
+				fmt.Fprintf(os.Stderr, "moat: no daemon at %s: checked this host without it (no storage checks)\n", sock)
+			case err != nil:
 				return err
+			default:
+				if err := c.Doctor(cmd.Context(), &r); err != nil {
+					return err
+				}
 			}
 			if asJSON {
 				if err := printJSON(r); err != nil {

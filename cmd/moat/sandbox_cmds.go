@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -155,15 +156,22 @@ func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Durati
 
 func (a *app) runCmd() *cobra.Command {
 	var f sandboxFlags
-	var keep, quiet bool
+	var keep, quiet, interactive, tty bool
 	var workdir, setup string
 	cmd := &cobra.Command{
-		Use:   "run [flags] -- CMD [ARG...]",
+		Use:   "run [flags] [--] CMD [ARG...]",
 		Short: "Run one command in a new sandbox, stream its output, exit with its code",
 		Long: `run creates a sandbox, runs CMD in it through bash -l -c as the sandbox's user,
 streams stdout and stderr, deletes the sandbox (unless --keep) and exits with CMD's exit code.
 A single CMD argument is a shell line ('make test && echo ok'); several are quoted as words.
-Without a running daemon, run starts one in-process (root only).
+Without a running daemon, run starts one in-process (root only; not when --socket or
+MOAT_SOCKET names a daemon); it is the only command that does. run's flags go before CMD:
+from CMD on, every argument is the command's, with or without a -- before CMD.
+
+CMD ends with a code of 128+N when signal N ended it (137 for the OOM killer, which run
+also says on stderr). A ^C (SIGINT) or SIGTERM to moat is passed on to CMD's process
+group; a second one kills it. -it runs CMD on a terminal wired to this one (like
+moat shell); -i alone forwards stdin even when it is a terminal.
 
 Network: nothing leaves the sandbox unless the policy allows it (--net, --allow, --deny,
 --policy). With --setup 'CMD', CMD runs first in the "setup" phase (package registries
@@ -178,13 +186,23 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 			if err != nil {
 				return err
 			}
+			if tty && interactive {
+				if err := needTerminal("moat run -it"); err != nil {
+					return err
+				}
+			}
 			ctx := cmd.Context()
 			if err := f.files.prepare(ctx, req.Repo); err != nil {
 				return err
 			}
-			c, err := a.connect(ctx)
+			c, err := a.connectOrStart(ctx)
 			if err != nil {
 				return err
+			}
+			if a.inProcess && keep && timeout > 0 {
+				// The in-process daemon ends with this command: nothing would stop the
+				// kept sandbox when its time is up.
+				return fmt.Errorf("--keep with --timeout needs a running daemon to stop the sandbox when its time is up; %s", startHint)
 			}
 			sb, err := c.Create(ctx, req)
 			if err != nil {
@@ -209,10 +227,19 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 			if workdir == "" && req.Repo != "" {
 				workdir = "/workspace"
 			}
-			execCtx := ctx
+			// From here a ^C goes to the command (a second one kills it); the sandbox is
+			// still deleted.
+			// On a terminal (-t), ^C is a key the sandbox's terminal reads.
+			fwdCtx, sigs := ctx, (<-chan syscall.Signal)(nil)
+			if !tty {
+				var stopSignals func()
+				fwdCtx, sigs, stopSignals = forwardSignals(ctx)
+				defer stopSignals()
+			}
+			execCtx := fwdCtx
 			if timeout > 0 {
 				var cancel context.CancelFunc
-				execCtx, cancel = context.WithTimeout(ctx, timeout)
+				execCtx, cancel = context.WithTimeout(fwdCtx, timeout)
 				defer cancel()
 			}
 			exitOf := func(code int, err error) error {
@@ -221,7 +248,7 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 						fmt.Fprintf(os.Stderr, "moat: timeout after %s\n", timeout)
 						return exitError{124}
 					}
-					if ctx.Err() != nil {
+					if fwdCtx.Err() != nil || ctx.Err() != nil {
 						return exitError{130}
 					}
 					return err
@@ -232,17 +259,35 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 				return nil
 			}
 			if setup != "" {
-				if err := runSetup(execCtx, c, sb.ID, workdir, setup, quiet); err != nil {
+				// The setup phase ends at the first ^C (ctx's end).
+				setupCtx, cancelSetup := context.WithCancel(execCtx)
+				defer context.AfterFunc(ctx, cancelSetup)()
+				defer cancelSetup()
+				if err := runSetup(setupCtx, c, sb.ID, workdir, setup, quiet); err != nil {
 					return exitOf(0, err)
 				}
 			}
-			return exitOf(c.Exec(execCtx, sb.ID, sdk.ExecRequest{
-				Cmd: "/bin/bash", Args: []string{"-l", "-c", shellLine(args)},
+			ereq := sdk.ExecRequest{
+				Cmd: "/bin/bash", Args: []string{"-l", "-c", "--", shellLine(args)},
 				Workdir: workdir, Stdout: os.Stdout, Stderr: os.Stderr, Stdin: stdinIfPiped(),
-			}))
+			}
+			if interactive {
+				ereq.Stdin = os.Stdin
+			}
+			if tty {
+				return exitOf(0, a.interactive(execCtx, c, sb.ID, ereq))
+			}
+			var end sdk.ExitError
+			ereq.End, ereq.Signals = &end, sigs
+			code, err := c.Exec(execCtx, sb.ID, ereq)
+			reportEnd(&end)
+			return exitOf(code, err)
 		},
 	}
 	f.register(cmd)
+	cmd.Flags().SetInterspersed(false)
+	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "forward stdin to the command even when it is a terminal")
+	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run the command on a pseudo-terminal fed with this stdin (-it: an interactive session, which needs a terminal)")
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the sandbox after the command ends")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "print no egress summary or setup report")
 	cmd.Flags().StringVar(&workdir, "workdir", "", "working directory inside (default: /workspace with --repo, else the user's home)")
@@ -318,10 +363,21 @@ func (a *app) execCmd() *cobra.Command {
 	var env []string
 	var tty bool
 	cmd := &cobra.Command{
-		Use:   "exec [flags] ID -- CMD [ARG...]",
+		Use:   "exec [flags] ID [--] CMD [ARG...]",
 		Short: "Run a command in a running sandbox",
-		Args:  cobra.MinimumNArgs(2),
+		Long: `exec runs CMD in sandbox ID through bash -l -c as the sandbox's user, streams its
+output and exits with its code (128+N when signal N ended it). A single CMD argument is a
+shell line; several are quoted as words. exec's flags go before CMD: from CMD on, every
+argument is the command's (moat exec ID ls -la), with or without a -- before CMD.
+Without -t, a ^C (SIGINT) or SIGTERM to moat is passed on to the command's process group;
+a second one kills the command.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			pos, command, err := commandArgs(cmd, args, 1)
+			if err != nil {
+				return err
+			}
+			id := pos[0]
 			envs, err := parseEnv(env)
 			if err != nil {
 				return err
@@ -330,29 +386,30 @@ func (a *app) execCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			prog, argv := execArgv(args[1:])
+			prog, argv := execArgv(command)
 			req := sdk.ExecRequest{
 				Cmd: prog, Args: argv,
 				User: user, Env: envs, Workdir: workdir, Stdout: os.Stdout, Stderr: os.Stderr, Stdin: stdinIfPiped(),
 			}
 			if tty {
-				return a.interactive(cmd.Context(), c, args[0], req)
+				return a.interactive(cmd.Context(), c, id, req)
 			}
+			ctx, sigs, stop := forwardSignals(cmd.Context())
+			defer stop()
 			var end sdk.ExitError
-			req.End = &end
-			code, err := c.Exec(cmd.Context(), args[0], req)
+			req.End, req.Signals = &end, sigs
+			code, err := c.Exec(ctx, id, req)
 			if err != nil {
 				return err
 			}
-			if end.Reason != "" {
-				fmt.Fprintf(os.Stderr, "moat: %s: %s\n", end.Status, end.Reason)
-			}
+			reportEnd(&end)
 			if code != 0 {
 				return exitError{code}
 			}
 			return nil
 		},
 	}
+	cmd.Flags().SetInterspersed(false)
 	cmd.Flags().StringVar(&user, "user", "", "user to run as (default: the sandbox's user)")
 	cmd.Flags().StringVar(&workdir, "workdir", "", "working directory (default: the user's home)")
 	cmd.Flags().StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE (repeatable)")
@@ -367,6 +424,9 @@ func (a *app) shellCmd() *cobra.Command {
 		Short: "Open an interactive login shell in a sandbox",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := needTerminal("moat shell"); err != nil {
+				return err
+			}
 			c, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
@@ -383,7 +443,7 @@ func (a *app) interactive(ctx context.Context, c *sdk.Client, id string, req sdk
 	fd := int(os.Stdin.Fd())
 	cols, rows := 80, 24
 	if term.IsTerminal(fd) {
-		if w, h, err := term.GetSize(fd); err == nil {
+		if w, h, err := term.GetSize(fd); err == nil && w > 0 && h > 0 {
 			cols, rows = w, h
 		}
 		old, err := term.MakeRaw(fd)
@@ -401,9 +461,16 @@ func (a *app) interactive(ctx context.Context, c *sdk.Client, id string, req sdk
 	}
 	req.Stdin, req.Stdout = os.Stdin, os.Stdout
 	req.Resize = watchResize(ctx, fd)
+	var end sdk.ExitError
+	req.End = &end
 	code, err := c.Exec(ctx, id, req)
 	if err != nil {
 		return err
+	}
+	if end.Reason != "" {
+		// Raw mode ends when this returns; the message must still start a line.
+		fmt.Fprint(os.Stderr, "\r\n")
+		reportEnd(&end)
 	}
 	if code != 0 {
 		return exitError{code}
@@ -591,13 +658,20 @@ func (a *app) serveCmd() *cobra.Command {
 	var max maxFlags
 	var ioBps, maxIOBps string
 	var ioIops, maxIOIops, fileBudget int64
+	var shareData bool
+	var install serveInstall
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the moat daemon",
 		Long: `serve runs the daemon: SQLite state under --data, the API on --socket (mode 0600) and,
 with --listen ADDR, on TCP for clients with an API key (moat apikey create). The TCP listener
 also serves the E2B-compatible API: point an E2B SDK program at it with
-E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
+E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.
+
+serve never takes over a socket a live daemon answers on, and refuses a data directory
+another daemon (serve or an in-process moat run) uses, unless --share-data.
+With --install it starts nothing: it writes a systemd unit that runs this binary as
+` + "`moat serve`" + ` with the other flags given (see --install).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if a.logLevel == "warn" {
@@ -608,6 +682,15 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 				return err
 			}
 			cfg.Listen = listen
+			cfg.Exclusive = !shareData
+			if !install.install {
+				if cfg.SocketListener, err = activatedSocket(); err != nil {
+					return err
+				}
+				if cfg.SocketListener != nil {
+					cfg.Socket = cfg.SocketListener.Addr().String()
+				}
+			}
 			if cmd.Flags().Changed("warm-runsc") {
 				warm = append(warm, "runsc:host="+strconv.Itoa(warmRunsc))
 			}
@@ -661,6 +744,10 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 					cfg.E2BTemplates[alias] = tmpl
 				}
 			}
+			if install.install {
+				// Every flag checked above: the unit starts a daemon that works.
+				return install.run(cmd)
+			}
 			d, err := daemon.New(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -670,6 +757,9 @@ E2B_API_URL=http://ADDR E2B_SANDBOX_URL=http://ADDR E2B_API_KEY=<key>.`,
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this TCP address (API keys required)")
+	cmd.Flags().BoolVar(&shareData, "share-data", false, "run even though another moat daemon (serve --share-data, or an in-process moat run) uses the data directory: both manage the same sandboxes")
+	install.register(cmd)
+	install.socket = func() string { p, _ := a.socketPath(); return p }
 	cmd.Flags().StringArrayVar(&warm, "warm", []string{"runc:host=2", "runc:debian=2"}, "warm pool: RUNTIME:TEMPLATE=N keeps N sandboxes of that kind (default limits and disk) started for fast creates (repeatable; N alone is runc:host=N, 0 turns a pool off; giving --warm replaces the defaults; a pool whose template does not exist yet fills once it does; runsc pools serve default limits only)")
 	cmd.Flags().IntVar(&warmRunsc, "warm-runsc", 0, "the same as --warm runsc:host=N")
 	cmd.Flags().BoolVar(&diskOvercommit, "disk-overcommit", false, "let drive sizes add up to more than the data filesystem holds: drives stay sparse, and once it is full every sandbox writing new blocks gets I/O errors (default: each drive is allocated in full at create, and a create that does not fit is refused)")

@@ -117,6 +117,17 @@ type Config struct {
 	// ArchiveKeep is how long drive archives are kept (--archive-keep; 0: for ever).
 	ArchiveKeep time.Duration
 	Log         *slog.Logger
+
+	// SocketListener, when set, is the unix listener the API is served on instead of one
+	// made at Socket (systemd socket activation, see activation.go); Socket then only
+	// names it in messages. The daemon neither checks, nor changes, nor removes its file.
+	SocketListener net.Listener
+
+	// Exclusive makes the daemon the only one on its data directory: it refuses to start
+	// while another moat daemon (a `moat serve`, an in-process `moat run`) uses it, and
+	// keeps others from starting there while it runs (datalock.go). `moat serve` sets it
+	// unless --share-data.
+	Exclusive bool
 }
 
 // Daemon is a running moat daemon.
@@ -129,8 +140,12 @@ type Daemon struct {
 	api     *apiserver.Server
 	closers []namedCloser
 	lock    *os.File
-	servers []*http.Server
-	wg      sync.WaitGroup
+	// dataLock marks the data directory as used by this daemon (datalock.go); sockIno
+	// is the inode of the socket it made, removed at shutdown only while it is still ours.
+	dataLock *os.File
+	sockIno  sockID
+	servers  []*http.Server
+	wg       sync.WaitGroup
 	// archives are the drive archives (listed, removed, expired after cfg.ArchiveKeep).
 	archives archives
 }
@@ -217,6 +232,14 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	if d.cfg.InitPath, err = stageInit(cfg.InitPath, cfg.RunDir); err != nil {
 		return nil, err
+	}
+	if d.dataLock, err = lockDataDir(cfg.DataDir, cfg.Socket, cfg.Exclusive); err != nil {
+		return nil, err
+	}
+	if cfg.SocketListener == nil {
+		if err := clearStaleSocket(cfg.Socket); err != nil {
+			return nil, err // before any work: another daemon has this socket
+		}
 	}
 	exclusive, err := d.takeLock()
 	if err != nil {
@@ -430,18 +453,8 @@ func (d *Daemon) addCloser(name string, fn func() error) {
 // Serve serves the API until ctx ends: on the unix socket (mode 0600) and, when
 // configured, on TCP with API keys. It also enforces sandbox timeouts.
 func (d *Daemon) Serve(ctx context.Context, ready func()) error {
-	if err := os.MkdirAll(filepath.Dir(d.cfg.Socket), 0o700); err != nil {
-		return err
-	}
-	_ = os.Remove(d.cfg.Socket)
-	old := unix.Umask(0o177)
-	ul, err := net.Listen("unix", d.cfg.Socket)
-	unix.Umask(old)
+	ul, err := d.unixListener()
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", d.cfg.Socket, err)
-	}
-	if err := os.Chmod(d.cfg.Socket, 0o600); err != nil {
-		ul.Close()
 		return err
 	}
 	d.serve(ul, d.api.Handler(nil))
@@ -537,7 +550,7 @@ func (d *Daemon) shutdownServers() error {
 		}
 	}
 	d.wg.Wait()
-	_ = os.Remove(d.cfg.Socket)
+	removeOwnSocket(d.cfg.Socket, d.sockIno)
 	return errors.Join(errs...)
 }
 
@@ -556,6 +569,8 @@ func (d *Daemon) Close() error {
 		d.lock.Close()
 		d.lock = nil
 	}
+	unlockDataDir(d.dataLock)
+	d.dataLock = nil
 	return errors.Join(errs...)
 }
 

@@ -400,9 +400,10 @@ func TestOOMKillRecorded(t *testing.T) {
 			if !strings.Contains(got.Error, "OOM killer") {
 				t.Errorf("reason %q does not name the OOM killer", got.Error)
 			}
-			// The exec's stream broke with the sandbox; its error says why.
-			if execErr == nil || !strings.Contains(execErr.Error(), "OOM killer") {
-				t.Errorf("the exec in the OOM-killed runsc sandbox: %v, want the OOM killer named", execErr)
+			// The exec's stream broke with the sandbox: it ended as an OOM-killed command
+			// does (sdk endedByOOM), 137 with the reason.
+			if execErr != nil || code != 137 || !strings.Contains(end.Reason, "OOM killer") {
+				t.Errorf("the exec in the OOM-killed runsc sandbox: code %d err %v end %+v, want 137 and the OOM killer named", code, execErr, end)
 			}
 		})
 	}

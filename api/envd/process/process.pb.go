@@ -26,13 +26,16 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Signal lists the signals a client may send.
+// Signal lists the signals a client may send. SIGINT is moat's addition (E2B's envd
+// has SIGTERM and SIGKILL): `moat exec` and `moat run` pass a ^C on to the command's
+// process group, as a terminal would.
 type Signal int32
 
 const (
 	Signal_SIGNAL_UNSPECIFIED Signal = 0
 	Signal_SIGNAL_SIGTERM     Signal = 15
 	Signal_SIGNAL_SIGKILL     Signal = 9
+	Signal_SIGNAL_SIGINT      Signal = 2
 )
 
 // Enum value maps for Signal.
@@ -41,11 +44,13 @@ var (
 		0:  "SIGNAL_UNSPECIFIED",
 		15: "SIGNAL_SIGTERM",
 		9:  "SIGNAL_SIGKILL",
+		2:  "SIGNAL_SIGINT",
 	}
 	Signal_value = map[string]int32{
 		"SIGNAL_UNSPECIFIED": 0,
 		"SIGNAL_SIGTERM":     15,
 		"SIGNAL_SIGKILL":     9,
+		"SIGNAL_SIGINT":      2,
 	}
 )
 
@@ -1812,11 +1817,12 @@ const file_process_process_proto_rawDesc = "" +
 	"\x03pid\x18\x01 \x01(\rH\x00R\x03pid\x12\x12\n" +
 	"\x03tag\x18\x02 \x01(\tH\x00R\x03tagB\n" +
 	"\n" +
-	"\bselector*H\n" +
+	"\bselector*[\n" +
 	"\x06Signal\x12\x16\n" +
 	"\x12SIGNAL_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSIGNAL_SIGTERM\x10\x0f\x12\x12\n" +
-	"\x0eSIGNAL_SIGKILL\x10\t2\x91\x04\n" +
+	"\x0eSIGNAL_SIGKILL\x10\t\x12\x11\n" +
+	"\rSIGNAL_SIGINT\x10\x022\x91\x04\n" +
 	"\aProcess\x123\n" +
 	"\x04List\x12\x14.process.ListRequest\x1a\x15.process.ListResponse\x12>\n" +
 	"\aConnect\x12\x17.process.ConnectRequest\x1a\x18.process.ConnectResponse0\x01\x128\n" +

@@ -239,6 +239,8 @@ func (ps *processService) SendSignal(_ context.Context, req *connect.Request[pb.
 		sig = syscall.SIGKILL
 	case pb.Signal_SIGNAL_SIGTERM:
 		sig = syscall.SIGTERM
+	case pb.Signal_SIGNAL_SIGINT:
+		sig = syscall.SIGINT
 	default:
 		return nil, invalidArgument("unsupported signal %v", req.Msg.GetSignal())
 	}
