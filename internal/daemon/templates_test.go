@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -364,53 +363,7 @@ func TestTemplateWithoutBash(t *testing.T) {
 // their libraries (no bash unless named) and a passwd with root and user.
 func importHostPrograms(t *testing.T, e *env, tmpl string, progs []string) {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	seen := map[string]bool{}
-	write := func(h *tar.Header, data []byte) {
-		if seen[h.Name] {
-			return
-		}
-		seen[h.Name] = true
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if data != nil {
-			if _, err := tw.Write(data); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	var addPath func(p string)
-	addPath = func(p string) {
-		parts := strings.Split(strings.TrimPrefix(filepath.Clean(p), "/"), "/")
-		cur := ""
-		for i, part := range parts {
-			cur = filepath.Join(cur, part)
-			fi, err := os.Lstat("/" + cur)
-			if err != nil {
-				t.Fatal(err)
-			}
-			switch {
-			case fi.Mode()&os.ModeSymlink != 0:
-				target, _ := os.Readlink("/" + cur)
-				write(&tar.Header{Name: cur, Typeflag: tar.TypeSymlink, Linkname: target, Mode: 0o777}, nil)
-				if !filepath.IsAbs(target) {
-					target = filepath.Join("/", filepath.Dir(cur), target)
-				}
-				addPath(filepath.Join(append([]string{target}, parts[i+1:]...)...))
-				return
-			case fi.IsDir():
-				write(&tar.Header{Name: cur + "/", Typeflag: tar.TypeDir, Mode: 0o755}, nil)
-			default:
-				data, err := os.ReadFile("/" + cur)
-				if err != nil {
-					t.Fatal(err)
-				}
-				write(&tar.Header{Name: cur, Typeflag: tar.TypeReg, Mode: int64(fi.Mode().Perm()), Size: int64(len(data))}, data)
-			}
-		}
-	}
+	im := newHostImage(t)
 	for _, b := range progs {
 		p := "/bin/" + b
 		if b != "sh" {
@@ -419,36 +372,13 @@ func importHostPrograms(t *testing.T, e *env, tmpl string, progs []string) {
 				t.Skipf("no %s on this host", b)
 			}
 		}
-		addPath(p)
-		out, err := exec.Command("ldd", p).Output()
-		if err != nil {
-			t.Fatalf("ldd %s: %v", p, err)
-		}
-		for _, f := range strings.Fields(string(out)) {
-			if strings.HasPrefix(f, "/") {
-				addPath(f)
-			}
-		}
+		im.program(p)
 	}
-	if seen["bin/bash"] || seen["usr/bin/bash"] {
+	if im.seen["bin/bash"] || im.seen["usr/bin/bash"] {
 		t.Fatal("the image has bash")
 	}
-	file := func(name, data string) {
-		write(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data))}, []byte(data))
-	}
-	for _, d := range []struct {
-		name string
-		mode int64
-		uid  int
-	}{{"etc", 0o755, 0}, {"tmp", 0o1777, 0}, {"home", 0o755, 0}, {"home/user", 0o755, 1000}, {"root", 0o700, 0}} {
-		write(&tar.Header{Name: d.name + "/", Typeflag: tar.TypeDir, Mode: d.mode, Uid: d.uid, Gid: d.uid}, nil)
-	}
-	file("etc/passwd", "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\n")
-	file("etc/group", "root:x:0:\nuser:x:1000:\n")
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	importLayerImage(t, e, tmpl, "nobash", buf.Bytes())
+	im.homes("/bin/sh")
+	importLayerImage(t, e, tmpl, "nobash", im.layer())
 }
 
 // awaitNoSandboxes waits until no sandbox is listed (deletions finish in the background).

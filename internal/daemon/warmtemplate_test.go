@@ -1,10 +1,7 @@
 package daemon_test
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,94 +25,22 @@ var toolsImageBinaries = []string{"bash", "env", "sort", "id", "grep", "ls", "ca
 // new version is a new layer, so a new template content).
 func importToolsImage(t *testing.T, e *env, tmpl, version string) {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	seen := map[string]bool{}
-	write := func(h *tar.Header, data []byte) {
-		if seen[h.Name] {
-			return
-		}
-		seen[h.Name] = true
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if data != nil {
-			if _, err := tw.Write(data); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	var addPath func(p string)
-	// addPath adds host path p (absolute) with its parent directories and every symlink
-	// on the way, as the host has them.
-	addPath = func(p string) {
-		parts := strings.Split(strings.TrimPrefix(filepath.Clean(p), "/"), "/")
-		cur := ""
-		for i, part := range parts {
-			cur = filepath.Join(cur, part)
-			fi, err := os.Lstat("/" + cur)
-			if err != nil {
-				t.Fatal(err)
-			}
-			switch {
-			case fi.Mode()&fs.ModeSymlink != 0:
-				target, _ := os.Readlink("/" + cur)
-				write(&tar.Header{Name: cur, Typeflag: tar.TypeSymlink, Linkname: target, Mode: 0o777}, nil)
-				if !filepath.IsAbs(target) {
-					target = filepath.Join("/", filepath.Dir(cur), target)
-				}
-				addPath(filepath.Join(append([]string{target}, parts[i+1:]...)...))
-				return
-			case fi.IsDir():
-				write(&tar.Header{Name: cur + "/", Typeflag: tar.TypeDir, Mode: 0o755}, nil)
-			default:
-				data, err := os.ReadFile("/" + cur)
-				if err != nil {
-					t.Fatal(err)
-				}
-				write(&tar.Header{Name: cur, Typeflag: tar.TypeReg, Mode: int64(fi.Mode().Perm()), Size: int64(len(data))}, data)
-			}
-		}
-	}
+	im := newHostImage(t)
 	for _, b := range toolsImageBinaries {
 		p, err := exec.LookPath(b)
 		if err != nil {
 			t.Skipf("no %s on this host", b)
 		}
-		addPath(p)
-		out, err := exec.Command("ldd", p).Output()
-		if err != nil {
-			t.Fatalf("ldd %s: %v", p, err)
-		}
-		for _, f := range strings.Fields(string(out)) {
-			if strings.HasPrefix(f, "/") {
-				addPath(f)
-			}
-		}
+		im.program(p)
 	}
-	addPath("/bin/bash") // the harness runs /bin/bash (on a usr-merged host, /bin is a link)
+	im.path("/bin/bash") // the harness runs /bin/bash (on a usr-merged host, /bin is a link)
 	mawk, _ := exec.LookPath("mawk")
-	addPath(filepath.Join(filepath.Dir(mawk), "mawk"))
-	file := func(name, data string, mode int64) {
-		write(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: mode, Size: int64(len(data))}, []byte(data))
-	}
-	dir := func(name string, mode int64, uid int) {
-		write(&tar.Header{Name: name + "/", Typeflag: tar.TypeDir, Mode: mode, Uid: uid, Gid: uid}, nil)
-	}
-	dir("etc", 0o755, 0)
-	dir("tmp", 0o1777, 0)
-	dir("home", 0o755, 0)
-	dir("home/user", 0o755, 1000)
-	dir("root", 0o700, 0)
-	file("etc/passwd", "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:user:/home/user:/bin/bash\n", 0o644)
-	file("etc/group", "root:x:0:\nuser:x:1000:\n", 0o644)
-	file("etc/moat-version", version+"\n", 0o644)
+	im.path(filepath.Join(filepath.Dir(mawk), "mawk"))
+	im.homes("/bin/bash")
+	im.file("etc/moat-version", version+"\n", 0o644)
 	data, _ := os.ReadFile(mawk)
-	file(strings.TrimPrefix(filepath.Join(filepath.Dir(mawk), "awk"), "/"), string(data), 0o755)
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	importLayerImage(t, e, tmpl, "tools", buf.Bytes())
+	im.file(strings.TrimPrefix(filepath.Join(filepath.Dir(mawk), "awk"), "/"), string(data), 0o755)
+	importLayerImage(t, e, tmpl, "tools", im.layer())
 }
 
 // poolStat is the counters of the pool of rt and tmpl.
