@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,9 +12,6 @@ import (
 	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
-	"github.com/moatdev/moat/internal/daemon"
-	"github.com/moatdev/moat/internal/sandbox"
-	"github.com/moatdev/moat/internal/testutil"
 	"github.com/moatdev/moat/sdk"
 )
 
@@ -25,31 +21,8 @@ import (
 // reports both medians and the saving. -benchtime 1x is enough: each iteration is the
 // whole measurement (runs per figure: MOAT_BENCH_RUNS, default 31).
 func BenchmarkExecArgv(b *testing.B) {
-	testutil.RequiresRoot(b)
-	runs := 31
-	if n, err := fmt.Sscan(os.Getenv("MOAT_BENCH_RUNS"), &runs); n != 1 || err != nil {
-		runs = 31
-	}
-	runDir := "/run/moat-bench-" + shortID()
-	cfg := daemon.Config{
-		DataDir: b.TempDir(), RunDir: runDir, Socket: filepath.Join(runDir, "moat.sock"),
-		InitPath: filepath.Join(testutil.Binaries(b), "moat-init"), IDBase: testutil.IDBase(b),
-		Log:           slog.New(slog.DiscardHandler),
-		DefaultLimits: sandbox.Limits{DiskBytes: 256 << 20, MemoryBytes: 512 << 20},
-	}
-	_, stop, err := daemon.Start(context.Background(), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c := sdk.NewUnix(cfg.Socket)
-	b.Cleanup(func() {
-		list, _ := c.List(context.Background())
-		for _, sb := range list {
-			_ = c.Delete(context.Background(), sb.ID)
-		}
-		stop()
-		os.RemoveAll(runDir)
-	})
+	c := benchDaemon(b, nil)
+	runs := benchRuns(31)
 	ctx := context.Background()
 	median := func(ds []time.Duration) time.Duration {
 		slices.Sort(ds)
@@ -95,27 +68,8 @@ func BenchmarkExecArgv(b *testing.B) {
 // layers from the cache), and reports both medians and their ratio (runs per figure:
 // MOAT_BENCH_RUNS, default 5; each cold run uses a new name in the RUN so nothing is cached).
 func BenchmarkTemplateRebuild(b *testing.B) {
-	testutil.RequiresRoot(b)
-	runs := 5
-	if n, err := fmt.Sscan(os.Getenv("MOAT_BENCH_RUNS"), &runs); n != 1 || err != nil {
-		runs = 5
-	}
-	runDir := "/run/moat-bench-" + shortID()
-	cfg := daemon.Config{
-		DataDir: b.TempDir(), RunDir: runDir, Socket: filepath.Join(runDir, "moat.sock"),
-		InitPath: filepath.Join(testutil.Binaries(b), "moat-init"), IDBase: testutil.IDBase(b),
-		Log:           slog.New(slog.DiscardHandler),
-		DefaultLimits: sandbox.Limits{DiskBytes: 256 << 20, MemoryBytes: 512 << 20},
-	}
-	_, stop, err := daemon.Start(context.Background(), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c := sdk.NewUnix(cfg.Socket)
-	b.Cleanup(func() {
-		stop()
-		os.RemoveAll(runDir)
-	})
+	c := benchDaemon(b, nil)
+	runs := benchRuns(5)
 	cx := b.TempDir()
 	if err := os.WriteFile(filepath.Join(cx, "f"), make([]byte, 1<<20), 0o644); err != nil {
 		b.Fatal(err)

@@ -3,17 +3,12 @@ package daemon_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
-	"github.com/moatdev/moat/internal/sandbox"
-	"github.com/moatdev/moat/internal/testutil"
 	"github.com/moatdev/moat/sdk"
 )
 
@@ -26,33 +21,11 @@ import (
 // enough: each iteration is the whole measurement (runs per figure: MOAT_BENCH_RUNS,
 // default 15).
 func BenchmarkIdleResume(b *testing.B) {
-	testutil.RequiresRoot(b)
-	runs := 15
-	if n, err := fmt.Sscan(os.Getenv("MOAT_BENCH_RUNS"), &runs); n != 1 || err != nil {
-		runs = 15
-	}
-	runDir := "/run/moat-bench-" + shortID()
-	cfg := daemon.Config{
-		DataDir: b.TempDir(), RunDir: runDir, Socket: filepath.Join(runDir, "moat.sock"),
-		InitPath: filepath.Join(testutil.Binaries(b), "moat-init"), IDBase: testutil.IDBase(b),
-		Log:           slog.New(slog.DiscardHandler),
-		DefaultLimits: sandbox.Limits{DiskBytes: 256 << 20, MemoryBytes: 512 << 20},
-		Warm:          map[string]int{"runc": 2, "runsc": 2},
-		IdleFreeze:    2 * time.Second,
-	}
-	_, stop, err := daemon.Start(context.Background(), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c := sdk.NewUnix(cfg.Socket)
-	b.Cleanup(func() {
-		list, _ := c.List(context.Background())
-		for _, sb := range list {
-			_ = c.Delete(context.Background(), sb.ID)
-		}
-		stop()
-		os.RemoveAll(runDir)
+	c := benchDaemon(b, func(c *daemon.Config) {
+		c.Warm = map[string]int{"runc": 2, "runsc": 2}
+		c.IdleFreeze = 2 * time.Second
 	})
+	runs := benchRuns(15)
 	ctx := context.Background()
 	for b.Loop() {
 		for _, rt := range []string{"runc", "runsc"} {
