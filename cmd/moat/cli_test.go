@@ -45,6 +45,9 @@ type cli struct {
 	args []string
 	// daemon is the test's `moat serve`, once a command needed it.
 	daemon *cliDaemon
+	// external: the test runs its own daemon, which args name (--socket): commands get
+	// args as they are and no daemon is started for them.
+	external bool
 }
 
 func newCLI(t *testing.T) *cli {
@@ -58,7 +61,7 @@ func newCLI(t *testing.T) *cli {
 	t.Cleanup(func() { os.RemoveAll(run) })
 	c := &cli{t: t, bin: bin, args: []string{"--data", t.TempDir(), "--run-dir", run,
 		"--id-base", strconv.FormatUint(uint64(testutil.IDBase(t)), 10)}}
-	t.Cleanup(c.stopDaemon)
+	t.Cleanup(func() { c.stopDaemonFinal(true) })
 	return c
 }
 

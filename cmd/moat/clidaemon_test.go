@@ -60,6 +60,9 @@ func (s *syncBuffer) String() string {
 // serve` (started, or restarted when c.args changed) and c.args without daemon flags.
 func (c *cli) argv(args ...string) []string {
 	c.t.Helper()
+	if c.external {
+		return append(slices.Clone(c.args), args...)
+	}
 	if c.daemon == nil && len(args) > 0 && args[0] == "run" {
 		return append(append(append([]string{}, c.args...), testDaemonFlags...), args...)
 	}
@@ -122,11 +125,28 @@ func (c *cli) ensureDaemon() {
 	c.daemon = d
 }
 
-// stopDaemon ends the test's `moat serve` (SIGTERM, then SIGKILL after a minute).
-func (c *cli) stopDaemon() {
+// stopDaemon ends the test's `moat serve` (SIGTERM, then SIGKILL after a minute). At the
+// test's end (final) its sandboxes are deleted first: they would outlive the daemon.
+func (c *cli) stopDaemon() { c.stopDaemonFinal(false) }
+
+func (c *cli) stopDaemonFinal(final bool) {
 	d := c.daemon
 	if d == nil {
 		return
+	}
+	if final {
+		cl := sdk.NewUnix(d.socket)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if list, err := cl.List(ctx); err == nil {
+			for _, sb := range list {
+				_ = cl.Delete(ctx, sb.ID)
+			}
+			for len(list) > 0 && ctx.Err() == nil {
+				time.Sleep(50 * time.Millisecond)
+				list, _ = cl.List(ctx)
+			}
+		}
+		cancel()
 	}
 	c.daemon = nil
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)

@@ -78,7 +78,7 @@ func serveCLI(t *testing.T, bin string) *cli {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	return &cli{t: t, bin: bin, args: []string{"--socket", sock}}
+	return &cli{t: t, bin: bin, args: []string{"--socket", sock}, external: true}
 }
 
 // statPy prints "PATH MODE OWNER" for each argument (stat(1) fails under runsc 2022: it

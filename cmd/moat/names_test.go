@@ -2,12 +2,8 @@ package main
 
 import (
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,40 +11,8 @@ import (
 	"github.com/moatdev/moat/internal/testutil"
 )
 
-// serve starts `moat serve` (no warm pools) for c and points c's commands at its socket;
-// at cleanup every sandbox left is deleted and the daemon ends (SIGTERM, then waited for).
-func (c *cli) serve() {
-	c.t.Helper()
-	sock := filepath.Join(c.args[3], "moat.sock") // the CLI's own run directory
-	args := slices.Clone(c.args)
-	args[5] = sock
-	cmd := exec.Command(c.bin, append(slices.Clone(args), "serve", "--warm", "0")...)
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	c.args = args[:6] // --data, --run-dir and --socket: the rest configure the daemon
-	c.t.Cleanup(func() {
-		c.run("", "rm", "--all", "--force")
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(60 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if c.t.Failed() {
-			c.t.Logf("daemon log:\n%s", logs.String())
-		}
-	})
-	testutil.WaitFor(c.t, 30*time.Second, "the daemon's socket", func() bool {
-		_, err := os.Stat(sock)
-		return err == nil
-	})
-}
+// serve makes sure the test's `moat serve` runs (clidaemon_test.go).
+func (c *cli) serve() { c.ensureDaemon() }
 
 // TestCLINames: --name and --label at create, names and unique ID prefixes wherever an ID
 // goes (exec, inspect, stop), the errors of a taken name, an ambiguous prefix and a bad

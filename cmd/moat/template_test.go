@@ -96,13 +96,7 @@ func TestCLITemplateBuildRm(t *testing.T) {
 func TestCLITemplateBuildKilled(t *testing.T) {
 	c := newCLI(t)
 	socket := filepath.Join(t.TempDir(), "moat.sock")
-	args := slices.Clone(c.args)
-	for i := range args {
-		if args[i] == "--socket" {
-			args[i+1] = socket
-		}
-	}
-	args = append(args, "serve")
+	args := append(slices.Clone(c.args), "--socket", socket, "serve")
 	serve := func() *exec.Cmd {
 		cmd := exec.Command(c.bin, args...)
 		cmd.Stderr = os.Stderr
