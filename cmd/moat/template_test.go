@@ -96,7 +96,7 @@ func TestCLITemplateBuildRm(t *testing.T) {
 func TestCLITemplateBuildKilled(t *testing.T) {
 	c := newCLI(t)
 	socket := filepath.Join(t.TempDir(), "moat.sock")
-	args := append(slices.Clone(c.args), "--socket", socket, "serve")
+	args := append(slices.Clone(c.args), "--socket", socket, "serve", "--warm", "0")
 	serve := func() *exec.Cmd {
 		cmd := exec.Command(c.bin, args...)
 		cmd.Stderr = os.Stderr
@@ -106,6 +106,8 @@ func TestCLITemplateBuildKilled(t *testing.T) {
 		cl := sdk.NewUnix(socket)
 		for deadline := time.Now().Add(time.Minute); cl.Ping(context.Background()) != nil; time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				_ = cmd.Wait()
 				t.Fatal("moat serve did not come up")
 			}
 		}
