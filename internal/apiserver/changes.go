@@ -30,11 +30,11 @@ func (s *Server) SetChanges(c Changes) { s.changes = c }
 // them like every route of a sandbox.
 func (s *Server) changeRoutes() []route {
 	return []route{
-		{"GET /v1/sandboxes/{id}/changes", s.listChanges},
-		{"GET /v1/sandboxes/{id}/changes/{cid}", s.getChange},
-		{"GET /v1/sandboxes/{id}/changes/{cid}/patch", s.changePatch},
-		{"POST /v1/sandboxes/{id}/changes/{cid}/approve", s.decideChange(true)},
-		{"POST /v1/sandboxes/{id}/changes/{cid}/deny", s.decideChange(false)},
+		{"GET /v1/sandboxes/{id}/changes", s.listChanges, byKey},
+		{"GET /v1/sandboxes/{id}/changes/{cid}", s.getChange, byKey},
+		{"GET /v1/sandboxes/{id}/changes/{cid}/patch", s.changePatch, byKey},
+		{"POST /v1/sandboxes/{id}/changes/{cid}/approve", s.decideChange(true), byKey},
+		{"POST /v1/sandboxes/{id}/changes/{cid}/deny", s.decideChange(false), byKey},
 	}
 }
 

@@ -18,7 +18,7 @@ type Checkpoints interface {
 }
 
 func (s *Server) checkpointRoutes() []route {
-	return []route{{"POST /v1/sandboxes/{id}/checkpoint", s.checkpoint}}
+	return []route{{"POST /v1/sandboxes/{id}/checkpoint", s.checkpoint, byKey}}
 }
 
 // ToAPICheckpoint converts a checkpoint result to its wire form.

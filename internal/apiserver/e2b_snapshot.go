@@ -37,10 +37,10 @@ import (
 // e2bRoutes; DELETE /templates/{id} is deleteSnapshot's route in the SDK).
 func (s *Server) e2bSnapshotRoutes() []route {
 	return []route{
-		{"POST /sandboxes/{id}/snapshots", s.e2bCreateSnapshot},
-		{"GET /snapshots", s.e2bListSnapshots},
-		{"DELETE /templates/{template}", s.e2bDeleteSnapshot},
-		{"POST /sandboxes/{id}/fork", s.e2bFork},
+		{"POST /sandboxes/{id}/snapshots", s.e2bCreateSnapshot, byKey},
+		{"GET /snapshots", s.e2bListSnapshots, byKey},
+		{"DELETE /templates/{template}", s.e2bDeleteSnapshot, byKey},
+		{"POST /sandboxes/{id}/fork", s.e2bFork, byKey},
 	}
 }
 

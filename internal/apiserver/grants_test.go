@@ -133,10 +133,10 @@ func TestCreateGrants(t *testing.T) {
 	}
 
 	// Grants change on the unix socket only, and apply to the key's next request.
-	if _, err := withGrant.SetAPIKeySecrets(ctx, none.ID, []string{"B_TOKEN"}); !errors.Is(err, sdk.ErrUnauthenticated) {
+	if _, err := withGrant.SetAPIKeySecrets(ctx, none.ID, []string{"B_TOKEN"}); !errors.Is(err, sdk.ErrPermissionDenied) {
 		t.Errorf("a TCP client changed grants: %v", err)
 	}
-	if _, err := withGrant.CreateAPIKey(ctx, "B_TOKEN"); !errors.Is(err, sdk.ErrUnauthenticated) {
+	if _, err := withGrant.CreateAPIKey(ctx, "B_TOKEN"); !errors.Is(err, sdk.ErrPermissionDenied) {
 		t.Errorf("a TCP client made a key: %v", err)
 	}
 	if k, err := op.SetAPIKeySecrets(ctx, none.ID, []string{"B_TOKEN"}); err != nil || strings.Join(k.Secrets, ",") != "B_TOKEN" {

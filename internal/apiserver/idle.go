@@ -73,15 +73,11 @@ type Archives interface {
 func (s *Server) SetArchives(a Archives) { s.archives = a }
 
 func (s *Server) idleRoutes() []route {
-	return []route{{"GET /v1/archives", s.listArchives}, {"DELETE /v1/archives/{id}", s.deleteArchive}}
+	return []route{{"GET /v1/archives", s.listArchives, socketOnly}, {"DELETE /v1/archives/{id}", s.deleteArchive, socketOnly}}
 }
 
 // deleteArchive removes one drive archive: operator only, as listing.
 func (s *Server) deleteArchive(w http.ResponseWriter, r *http.Request) {
-	if !sandbox.CallerFrom(r.Context()).Operator {
-		writeError(w, fmt.Errorf("drive archives are removed on the daemon's unix socket only: %w", errdefs.ErrPermissionDenied))
-		return
-	}
 	if s.archives == nil {
 		writeError(w, fmt.Errorf("no drive archive of sandbox %s: %w", r.PathValue("id"), errdefs.ErrNotFound))
 		return
@@ -94,12 +90,8 @@ func (s *Server) deleteArchive(w http.ResponseWriter, r *http.Request) {
 }
 
 // listArchives answers the drive archives. They hold the files of deleted sandboxes of
-// every owner, so only the operator may list them.
+// every owner, so only the operator may list them (socketOnly in the route table).
 func (s *Server) listArchives(w http.ResponseWriter, r *http.Request) {
-	if !sandbox.CallerFrom(r.Context()).Operator {
-		writeError(w, fmt.Errorf("drive archives are listed on the daemon's unix socket only: %w", errdefs.ErrPermissionDenied))
-		return
-	}
 	out := []v1.Archive{}
 	if s.archives != nil {
 		list, err := s.archives.Archives(r.Context())

@@ -14,7 +14,7 @@ import (
 
 // nameRoutes are the routes of this file.
 func (s *Server) nameRoutes() []route {
-	return []route{{"POST /v1/sandboxes/prune", s.prune}}
+	return []route{{"POST /v1/sandboxes/prune", s.prune, byKey}}
 }
 
 // resolvePath makes the {id} of a native route the ID of the sandbox it refers to: a full

@@ -112,13 +112,31 @@ type Server struct {
 
 	// archives lists the drive archives of sandboxes deleted unused (SetArchives); nil: none.
 	archives Archives
+	// routes is the route table, access each pattern's access class (the gate's).
+	routes []route
+	access map[string]access
 }
 
-// route is one entry of the route table.
+// route is one entry of the route table: its pattern, its handler and who may call it.
 type route struct {
 	pattern string
 	h       http.HandlerFunc
+	access  access
 }
+
+// access is who may call a route. It is declared with each route in the table, and the
+// gate (Handler) enforces it before any handler runs: nothing else decides it.
+type access int
+
+const (
+	// byKey: an API key on a TCP listener, or anyone on the unix socket (the operator).
+	byKey access = iota
+	// public: anyone, no key asked (liveness).
+	public
+	// socketOnly: the operator on the daemon's unix socket only; an API key is refused
+	// (403) however valid: API keys, secrets, drive archives, template administration.
+	socketOnly
+)
 
 // New builds the route table: moat's native API under /v1/, the E2B-compatible control
 // plane beside it (e2b.go).
@@ -155,33 +173,33 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 	}
 	// The one route table.
 	routes := []route{
-		{"GET /v1/health", s.health},
-		{"POST /v1/sandboxes", s.create},
-		{"GET /v1/sandboxes", s.list},
-		{"GET /v1/sandboxes/{id}", s.get},
-		{"DELETE /v1/sandboxes/{id}", s.delete},
-		{"POST /v1/sandboxes/{id}/stop", s.lifecycle((Sandboxes).Stop)},
-		{"POST /v1/sandboxes/{id}/start", s.lifecycle((Sandboxes).Start)},
-		{"POST /v1/sandboxes/{id}/pause", s.lifecycle((Sandboxes).Pause)},
-		{"POST /v1/sandboxes/{id}/resume", s.lifecycle((Sandboxes).Resume)},
-		{"GET /v1/sandboxes/{id}/events", s.sandboxEvents},
-		{"PUT /v1/sandboxes/{id}/policy", s.setPolicy},
-		{"GET /v1/sandboxes/{id}/egress", s.egressLog},
-		{"/v1/sandboxes/{id}/envd/{rest...}", s.envd},
-		{"GET /v1/templates", s.listTemplates},
-		{"POST /v1/templates/build", s.templateOp(Templates.Build)},
-		{"POST /v1/templates/import", s.templateOp(Templates.Import)},
-		{"POST /v1/templates/pull", s.templateOp(Templates.Pull)},
-		{"GET /v1/doctor", s.runDoctor},
-		{"POST /v1/apikeys", s.createKey},
-		{"GET /v1/apikeys", s.listKeys},
-		{"DELETE /v1/apikeys/{id}", s.deleteKey},
-		{"PUT /v1/apikeys/{id}/secrets", s.setKeySecrets},
-		{"PUT /v1/apikeys/{id}/max", s.setKeyMax},
-		{"GET /v1/secrets", s.listSecrets},
-		{"PUT /v1/secrets/{name}", s.setSecret},
-		{"PUT /v1/secrets/{name}/scope", s.setSecretScope},
-		{"DELETE /v1/secrets/{name}", s.deleteSecret},
+		{"GET /v1/health", s.health, byKey},
+		{"POST /v1/sandboxes", s.create, byKey},
+		{"GET /v1/sandboxes", s.list, byKey},
+		{"GET /v1/sandboxes/{id}", s.get, byKey},
+		{"DELETE /v1/sandboxes/{id}", s.delete, byKey},
+		{"POST /v1/sandboxes/{id}/stop", s.lifecycle((Sandboxes).Stop), byKey},
+		{"POST /v1/sandboxes/{id}/start", s.lifecycle((Sandboxes).Start), byKey},
+		{"POST /v1/sandboxes/{id}/pause", s.lifecycle((Sandboxes).Pause), byKey},
+		{"POST /v1/sandboxes/{id}/resume", s.lifecycle((Sandboxes).Resume), byKey},
+		{"GET /v1/sandboxes/{id}/events", s.sandboxEvents, byKey},
+		{"PUT /v1/sandboxes/{id}/policy", s.setPolicy, byKey},
+		{"GET /v1/sandboxes/{id}/egress", s.egressLog, byKey},
+		{"/v1/sandboxes/{id}/envd/{rest...}", s.envd, byKey},
+		{"GET /v1/templates", s.listTemplates, byKey},
+		{"POST /v1/templates/build", s.templateOp(Templates.Build), byKey},
+		{"POST /v1/templates/import", s.templateOp(Templates.Import), socketOnly},
+		{"POST /v1/templates/pull", s.templateOp(Templates.Pull), byKey},
+		{"GET /v1/doctor", s.runDoctor, byKey},
+		{"POST /v1/apikeys", s.createKey, socketOnly},
+		{"GET /v1/apikeys", s.listKeys, socketOnly},
+		{"DELETE /v1/apikeys/{id}", s.deleteKey, socketOnly},
+		{"PUT /v1/apikeys/{id}/secrets", s.setKeySecrets, socketOnly},
+		{"PUT /v1/apikeys/{id}/max", s.setKeyMax, socketOnly},
+		{"GET /v1/secrets", s.listSecrets, socketOnly},
+		{"PUT /v1/secrets/{name}", s.setSecret, socketOnly},
+		{"PUT /v1/secrets/{name}/scope", s.setSecretScope, socketOnly},
+		{"DELETE /v1/secrets/{name}", s.deleteSecret, socketOnly},
 	}
 	routes = append(routes, s.workspaceRoutes()...)
 	routes = append(routes, s.changeRoutes()...)
@@ -192,13 +210,15 @@ func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doct
 	routes = append(routes, s.statsRoutes()...)
 	routes = append(routes, s.templateRoutes()...)
 	routes = append(routes, s.e2bRoutes()...)
-	routes = append(routes, route{"GET /health", s.health})
+	routes = append(routes, route{"GET /health", s.health, public})
+	s.routes, s.access = routes, map[string]access{}
 	for _, r := range routes {
 		h := r.h
 		if strings.Contains(r.pattern, "/sandboxes/{id}") {
 			h = s.owned(h, strings.Contains(r.pattern, "/v1/"))
 		}
 		s.mux.HandleFunc(r.pattern, h)
+		s.access[r.pattern] = r.access
 	}
 	s.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		if s.notAllowed(w, r, writeError) {
@@ -237,7 +257,9 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 			s.mux.ServeHTTP(w, r.WithContext(sandbox.WithCaller(r.Context(), sandbox.Caller{Operator: true})))
 			return
 		}
-		if r.Method == http.MethodGet && r.URL.Path == "/health" {
+		_, pattern := s.mux.Handler(r)
+		how := s.access[pattern] // a path no route matches: byKey, then the fallback's 404/501
+		if how == public {
 			s.mux.ServeHTTP(w, r)
 			return
 		}
@@ -259,12 +281,8 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 			return
 		}
 		caller.Operator = false
-		if strings.HasPrefix(r.URL.Path, "/v1/apikeys") {
-			writeError(w, fmt.Errorf("API keys are managed on the daemon's unix socket only: %w", errdefs.ErrUnauthenticated))
-			return
-		}
-		if strings.HasPrefix(r.URL.Path, "/v1/secrets") {
-			writeError(w, fmt.Errorf("secrets are managed on the daemon's unix socket only: %w", errdefs.ErrUnauthenticated))
+		if how == socketOnly {
+			fail(w, fmt.Errorf("%s is for the operator on the daemon's unix socket only, not API keys: %w", pattern, errdefs.ErrPermissionDenied))
 			return
 		}
 		s.mux.ServeHTTP(w, r.WithContext(sandbox.WithCaller(r.Context(), caller)))

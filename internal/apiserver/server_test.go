@@ -141,7 +141,7 @@ func TestAuthGate(t *testing.T) {
 			t.Errorf("key %q: %d %s", c.key, code, body)
 		}
 	}
-	if code, _ := call(t, "POST", api.URL+"/v1/apikeys", "good", nil); code != 401 {
+	if code, _ := call(t, "POST", api.URL+"/v1/apikeys", "good", nil); code != 403 {
 		t.Errorf("key management over TCP: %d", code)
 	}
 }

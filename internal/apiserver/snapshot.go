@@ -28,12 +28,12 @@ func (s *Server) SetSnapshots(sn Snapshots) { s.snaps = sn }
 
 func (s *Server) snapshotRoutes() []route {
 	return []route{
-		{"POST /v1/sandboxes/{id}/snapshot", s.takeSnapshot},
-		{"POST /v1/sandboxes/{id}/restore", s.restoreSnapshot},
-		{"POST /v1/sandboxes/{id}/fork", s.forkSandbox},
-		{"GET /v1/snapshots", s.listSnapshots},
-		{"GET /v1/snapshots/{snap}", s.getSnapshot},
-		{"DELETE /v1/snapshots/{snap}", s.deleteSnapshot},
+		{"POST /v1/sandboxes/{id}/snapshot", s.takeSnapshot, byKey},
+		{"POST /v1/sandboxes/{id}/restore", s.restoreSnapshot, byKey},
+		{"POST /v1/sandboxes/{id}/fork", s.forkSandbox, byKey},
+		{"GET /v1/snapshots", s.listSnapshots, byKey},
+		{"GET /v1/snapshots/{snap}", s.getSnapshot, byKey},
+		{"DELETE /v1/snapshots/{snap}", s.deleteSnapshot, byKey},
 	}
 }
 

@@ -13,8 +13,8 @@ import (
 
 func (s *Server) statsRoutes() []route {
 	return []route{
-		{"GET /v1/sandboxes/{id}/stats", s.sandboxStats},
-		{"GET /v1/sandboxes/{id}/logs", s.sandboxLogs},
+		{"GET /v1/sandboxes/{id}/stats", s.sandboxStats, byKey},
+		{"GET /v1/sandboxes/{id}/logs", s.sandboxLogs, byKey},
 	}
 }
 

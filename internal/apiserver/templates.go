@@ -8,7 +8,6 @@ import (
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/errdefs"
-	"github.com/moatdev/moat/internal/sandbox"
 )
 
 // TemplateAdmin removes templates and builds them from Dockerfiles.
@@ -22,28 +21,25 @@ func (s *Server) SetTemplateAdmin(t TemplateAdmin) { s.templateAdmin = t }
 
 func (s *Server) templateRoutes() []route {
 	return []route{
-		{"DELETE /v1/templates/{name}", s.removeTemplate},
-		{"POST /v1/templates/dockerfile", s.buildDockerfile},
+		{"DELETE /v1/templates/{name}", s.removeTemplate, socketOnly},
+		{"POST /v1/templates/dockerfile", s.buildDockerfile, socketOnly},
 	}
 }
 
-// operatorOnly answers 403 unless the caller is the unix socket's operator: templates are
-// shared by every API key, and a build reads its context from the daemon's host.
-func (s *Server) operatorOnly(w http.ResponseWriter, r *http.Request, what string) bool {
-	if sandbox.CallerFrom(r.Context()).Operator && s.templateAdmin != nil {
-		return true
-	}
+// adminReady answers 501 when template administration is not installed. Its routes are
+// socketOnly in the route table (templates are shared by every API key, and a build reads
+// its context from the daemon's host), so only the operator gets here.
+func (s *Server) adminReady(w http.ResponseWriter, what string) bool {
 	if s.templateAdmin == nil {
 		writeError(w, fmt.Errorf("%s is not available: %w", what, errdefs.ErrNotImplemented))
 		return false
 	}
-	writeError(w, fmt.Errorf("%s is done on the daemon's unix socket only: %w", what, errdefs.ErrPermissionDenied))
-	return false
+	return true
 }
 
 // removeTemplate serves DELETE /v1/templates/{name}[?force=true].
 func (s *Server) removeTemplate(w http.ResponseWriter, r *http.Request) {
-	if !s.operatorOnly(w, r, "template removal") {
+	if !s.adminReady(w, "template removal") {
 		return
 	}
 	force := false
@@ -66,7 +62,7 @@ func (s *Server) removeTemplate(w http.ResponseWriter, r *http.Request) {
 // buildDockerfile serves POST /v1/templates/dockerfile: progress as NDJSON lines, the last
 // with the template and the build report, or the error.
 func (s *Server) buildDockerfile(w http.ResponseWriter, r *http.Request) {
-	if !s.operatorOnly(w, r, "building templates from a Dockerfile") {
+	if !s.adminReady(w, "building templates from a Dockerfile") {
 		return
 	}
 	var req v1.DockerfileRequest

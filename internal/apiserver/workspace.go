@@ -26,9 +26,9 @@ func (s *Server) SetWorkspaces(w Workspaces) { s.workspaces = w }
 
 func (s *Server) workspaceRoutes() []route {
 	return []route{
-		{"GET /v1/sandboxes/{id}/diff", s.workspaceDiff},
-		{"GET /v1/sandboxes/{id}/diff/patch", s.workspacePatch},
-		{"POST /v1/sandboxes/{id}/export", s.workspaceExport},
+		{"GET /v1/sandboxes/{id}/diff", s.workspaceDiff, byKey},
+		{"GET /v1/sandboxes/{id}/diff/patch", s.workspacePatch, byKey},
+		{"POST /v1/sandboxes/{id}/export", s.workspaceExport, byKey},
 	}
 }
 

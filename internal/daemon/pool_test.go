@@ -135,7 +135,7 @@ func TestListenAPIKeys(t *testing.T) {
 		t.Errorf("wrong key: %v", err)
 	}
 	remote := sdk.NewHTTP("http://"+addr, key.Key)
-	if _, err := remote.CreateAPIKey(ctx); !errors.Is(err, sdk.ErrUnauthenticated) {
+	if _, err := remote.CreateAPIKey(ctx); !errors.Is(err, sdk.ErrPermissionDenied) {
 		t.Errorf("key management over TCP: %v", err)
 	}
 	sb, err := remote.Create(ctx, v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 128 << 20})
