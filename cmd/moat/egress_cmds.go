@@ -37,7 +37,7 @@ type policyFlags struct {
 func (p *policyFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&p.net, "net", "", "egress: allow-all or deny-all (default: deny-all, or only what --allow names)")
-	fl.StringArrayVar(&p.allow, "allow", nil, "allow HOST[:PORT], *.DOMAIN, CIDR or a set such as `registries` (repeatable)")
+	fl.StringArrayVar(&p.allow, "allow", nil, "allow `HOST`[:PORT], *.DOMAIN, CIDR or a set such as registries (repeatable)")
 	fl.StringArrayVar(&p.deny, "deny", nil, "deny HOST[:PORT], *.DOMAIN or CIDR; deny rules win (repeatable)")
 	fl.StringArrayVar(&p.http, "http", nil, "allow HOST[:PORTS] and only the requests named: 'HOST [METHOD[,METHOD]] [/PATH-PREFIX]'; moat terminates TLS to check each (repeatable)")
 	fl.StringVar(&p.file, "policy", "", "egress policy file (YAML; may name phases)")

@@ -12,9 +12,11 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/egress"
@@ -63,7 +65,7 @@ func main() {
 		os.Exit(ee.code)
 	case err != nil:
 		// Errors may quote what a sandbox chose (paths, names, moat-init's messages).
-		fmt.Fprintln(os.Stderr, "moat:", termSafe(err.Error()))
+		fmt.Fprintln(os.Stderr, "moat:", termSafe(oneLine(err.Error())))
 		os.Exit(1)
 	}
 }
@@ -79,16 +81,10 @@ runtime (runc, crun or gVisor's runsc), its own user namespace and uid range, se
 limits, an overlay root with no host mounts, and no network path out.`,
 	}
 	root.PersistentFlags().StringVar(&a.socket, "socket", "", "daemon socket (env MOAT_SOCKET; default: moat.sock in --run-dir, /run/moat/moat.sock)")
-	root.PersistentFlags().StringVar(&a.dataDir, "data", envOr("MOAT_DATA", "/var/lib/moat"), "data directory for the in-process daemon and `serve` (env MOAT_DATA)")
+	root.PersistentFlags().StringVar(&a.dataDir, "data", envOr("MOAT_DATA", "/var/lib/moat"), "the daemon's data directory `DIR` (serve and the in-process daemon of run; env MOAT_DATA)")
 	root.PersistentFlags().StringVar(&a.runDir, "run-dir", envOr("MOAT_RUN_DIR", "/run/moat"), "runtime state directory (env MOAT_RUN_DIR)")
-	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "warn", "daemon log level for the in-process daemon: debug, info, warn, error")
 	root.PersistentFlags().Uint32Var(&a.idBase, "id-base", 0, "host uid of the first sandbox's root (tests running several daemons)")
 	_ = root.PersistentFlags().MarkHidden("id-base")
-	root.PersistentFlags().StringVar(&a.egressHosts, "egress-hosts", "", "hosts file (ADDRESS NAME...) the egress proxy uses before DNS; pinned addresses may be private or loopback (serve and the in-process daemon)")
-	root.PersistentFlags().StringVar(&a.egressDNS, "egress-dns", "", "upstream DNS server IP:PORT the egress proxy resolves names with (default: the host's resolver)")
-	root.PersistentFlags().StringVar(&a.defaultDisk, "default-disk", "", "drive size of sandboxes that do not give --disk, allocated in full on the data filesystem (serve and the in-process daemon; default 10G)")
-	root.PersistentFlags().StringArrayVar(&a.gitProtected, "git-protected", nil, "repository path glob (anchored, ** across directories) a sandbox's git push may not touch, besides .github/workflows/**, .gitlab-ci.yml, .circleci/**, CODEOWNERS and .moat/**; repeatable (serve and the in-process daemon)")
-	root.PersistentFlags().StringVar(&a.egressCA, "egress-ca", "", "PEM file of extra CA certificates the egress proxy trusts upstream when it injects credentials")
 	root.AddCommand(
 		a.serveCmd(), a.runCmd(), a.createCmd(), a.execCmd(), a.lsCmd(), a.inspectCmd(), a.archiveCmd(),
 		a.lifecycleCmd("stop", "Stop a sandbox's processes; its drive is kept"),
@@ -100,7 +96,57 @@ limits, an overlay root with no host mounts, and no network path out.`,
 		a.diffCmd(), a.exportCmd(), a.changesCmd(), a.changeCmd(),
 		a.snapshotCmd(), a.restoreCmd(), a.forkCmd(), a.checkpointCmd(),
 	)
+	// The flags that configure a daemon appear only on the commands that start one.
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "serve", "run", "bench":
+			a.daemonFlags(c.Flags())
+		}
+	}
+	strictGroups(root)
 	return root
+}
+
+// daemonFlags are the flags that configure a daemon: `moat serve`, the in-process daemon
+// of `moat run`, and the daemons of `moat bench`.
+func (a *app) daemonFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&a.logLevel, "log-level", "warn", "daemon log level for the in-process daemon: debug, info, warn, error")
+	fs.StringVar(&a.egressHosts, "egress-hosts", "", "hosts file (ADDRESS NAME...) the egress proxy uses before DNS; pinned addresses may be private or loopback (serve and the in-process daemon)")
+	fs.StringVar(&a.egressDNS, "egress-dns", "", "upstream DNS server IP:PORT the egress proxy resolves names with (default: the host's resolver)")
+	fs.StringVar(&a.defaultDisk, "default-disk", "", "drive size of sandboxes that do not give --disk, allocated in full on the data filesystem (serve and the in-process daemon; default 10G)")
+	fs.StringArrayVar(&a.gitProtected, "git-protected", nil, "repository path glob (anchored, ** across directories) a sandbox's git push may not touch, besides .github/workflows/**, .gitlab-ci.yml, .circleci/**, CODEOWNERS and .moat/**; repeatable (serve and the in-process daemon)")
+	fs.StringVar(&a.egressCA, "egress-ca", "", "PEM file of extra CA certificates the egress proxy trusts upstream when it injects credentials")
+}
+
+// strictGroups makes each command that only groups others (moat template, moat archive, …)
+// refuse an unknown subcommand with a suggestion and a non-zero exit, instead of printing
+// its help and succeeding; alone, it prints its help.
+func strictGroups(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		strictGroups(sub)
+	}
+	if !c.HasParent() || !c.HasSubCommands() || c.Runnable() {
+		return
+	}
+	c.Args = cobra.ArbitraryArgs
+	c.SuggestionsMinimumDistance = 2
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "; did you mean " + strings.Join(s, " or ") + "?"
+		}
+		return fmt.Errorf("%s (see %s --help)", msg, cmd.CommandPath())
+	}
+}
+
+// oneLine puts cobra's multi-line "unknown command … Did you mean this?" on one line.
+func oneLine(msg string) string {
+	msg = strings.TrimSpace(msg)
+	msg = strings.Replace(msg, "\n\nDid you mean this?\n\t", "; did you mean ", 1)
+	return strings.ReplaceAll(msg, "\n\t", " or ")
 }
 
 func envOr(k, def string) string {

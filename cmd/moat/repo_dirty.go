@@ -30,7 +30,7 @@ type fileFlags struct {
 }
 
 func (f *fileFlags) register(fl *pflag.FlagSet) {
-	fl.StringArrayVar(&f.uploads, "upload", nil, "HOST_PATH:SANDBOX_PATH: copy a host file or directory into the sandbox before anything runs, as `moat cp` does (repeatable)")
+	fl.StringArrayVar(&f.uploads, "upload", nil, "copy the host file or directory `HOST_PATH:SANDBOX_PATH` into the sandbox before anything runs, as moat cp does (repeatable)")
 	fl.BoolVar(&f.repoDirty, "repo-dirty", false, "with --repo, also copy the work tree's uncommitted changes (modified, staged, deleted and untracked files not ignored by git) into /workspace")
 }
 
