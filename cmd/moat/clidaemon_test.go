@@ -22,7 +22,7 @@ var testDaemonFlags = []string{"--default-disk", "1G"}
 // value.
 func daemonOnly(flag string) bool {
 	switch flag {
-	case "--egress-hosts", "--egress-dns", "--egress-ca", "--git-protected", "--default-disk":
+	case "--egress-hosts", "--egress-dns", "--egress-ca", "--git-protected", "--default-disk", "--listen":
 		return true
 	}
 	return false

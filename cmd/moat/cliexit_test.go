@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -323,7 +324,11 @@ func TestCLINoDaemon(t *testing.T) {
 	c := newCLI(t)
 	bare := func(env []string, args ...string) (string, string, int) {
 		t.Helper()
-		cmd := exec.Command(c.bin, append(append(clientArgs(c.args), testDaemonFlags...), args...)...)
+		argv := clientArgs(c.args)
+		if slices.Contains(args, "run") { // the daemon's flags are run's (and serve's) only
+			argv = append(argv, testDaemonFlags...)
+		}
+		cmd := exec.Command(c.bin, append(argv, args...)...)
 		cmd.Env = append(os.Environ(), env...)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb

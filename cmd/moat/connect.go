@@ -51,6 +51,9 @@ func (a *app) reach(ctx context.Context) (*sdk.Client, error) {
 	if a.client != nil {
 		return a.client, nil
 	}
+	if host := a.hostURL(); host != "" {
+		return a.reachRemote(ctx, host)
+	}
 	sock, _ := a.socketPath()
 	c := sdk.NewUnix(sock)
 	err := c.Ping(ctx)
@@ -77,7 +80,7 @@ func (a *app) reach(ctx context.Context) (*sdk.Client, error) {
 // `moat serve` (daemon.Config.Exclusive), and ends with this command.
 func (a *app) connectOrStart(ctx context.Context) (*sdk.Client, error) {
 	c, err := a.reach(ctx)
-	if !errors.Is(err, sdk.ErrNoDaemon) {
+	if !errors.Is(err, sdk.ErrNoDaemon) || a.hostURL() != "" {
 		return c, err
 	}
 	sock, chosen := a.socketPath()

@@ -31,6 +31,7 @@ func (e exitError) Error() string { return "exit status " + strconv.Itoa(e.code)
 // app holds the global flags and the lazily connected client.
 type app struct {
 	socket   string
+	host     string // --host: a daemon's --listen URL (remote.go)
 	dataDir  string
 	runDir   string
 	logLevel string
@@ -82,6 +83,7 @@ limits, an overlay root with no host mounts, and no network path out.`,
 	}
 	root.PersistentFlags().StringVar(&a.socket, "socket", "", "daemon socket (env MOAT_SOCKET; default: moat.sock in --run-dir, /run/moat/moat.sock)")
 	root.PersistentFlags().StringVar(&a.dataDir, "data", envOr("MOAT_DATA", "/var/lib/moat"), "the daemon's data directory `DIR` (serve and the in-process daemon of run; env MOAT_DATA)")
+	root.PersistentFlags().StringVar(&a.host, "host", "", "drive the daemon listening at this `URL` (its --listen, e.g. http://10.0.0.5:7070; env MOAT_HOST) with the API key in MOAT_API_KEY, instead of the local socket")
 	root.PersistentFlags().StringVar(&a.runDir, "run-dir", envOr("MOAT_RUN_DIR", "/run/moat"), "runtime state directory (env MOAT_RUN_DIR)")
 	root.PersistentFlags().Uint32Var(&a.idBase, "id-base", 0, "host uid of the first sandbox's root (tests running several daemons)")
 	_ = root.PersistentFlags().MarkHidden("id-base")

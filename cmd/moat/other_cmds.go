@@ -344,6 +344,7 @@ func (a *app) apikeyCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "apikey", Short: "Manage API keys for the daemon's TCP listener and the secrets they may bind"}
 	var grants []string
 	var createMax, setMax maxFlags
+	var createJSON bool
 	create := &cobra.Command{
 		Use:   "create [--secrets NAME,...] [--max-cpus N] [--max-memory SIZE] [--max-pids N] [--max-disk SIZE]",
 		Short: "Create an API key; prints the key alone on stdout (it is stored hashed)",
@@ -369,11 +370,15 @@ every key.`,
 			if err != nil {
 				return err
 			}
+			if createJSON {
+				return printJSON(k)
+			}
 			fmt.Println(k.Key)
 			return nil
 		},
 	}
 	create.Flags().StringSliceVar(&grants, "secrets", nil, "secrets the key's clients may bind (comma-separated or repeated)")
+	create.Flags().BoolVar(&createJSON, "json", false, "print the key's record as JSON (id, key, secrets, max)")
 	createMax.register(create, "the key's sandboxes")
 	limit := &cobra.Command{
 		Use:   "limit ID [--max-cpus N] [--max-memory SIZE] [--max-pids N] [--max-disk SIZE]",
