@@ -85,7 +85,7 @@ func (m *Manager) Checkpoint(ctx context.Context, id, name string) (*CheckpointR
 	if err != nil {
 		return nil, err
 	}
-	_ = m.store.AddEvent(context.WithoutCancel(ctx), id, "checkpoint", method+" "+sn.ID+": "+reason)
+	m.event(context.WithoutCancel(ctx), id, "checkpoint", method+" "+sn.ID+": "+reason)
 	return &CheckpointResult{Method: method, Reason: reason, Note: CheckpointNote, Snapshot: sn, Took: time.Since(t0)}, nil
 }
 

@@ -498,7 +498,7 @@ func (m *Manager) idleAct(ctx context.Context, id string, _ IdleAction) error {
 			}
 			path, err := ar.ArchiveDrive(ctx, id)
 			if err != nil {
-				_ = m.store.AddEvent(ctx, id, "archive_failed", err.Error())
+				m.event(ctx, id, "archive_failed", err.Error())
 				return fmt.Errorf("archiving the drive before deleting (kept; retried): %w", err)
 			}
 			detail += "; drive archived to " + path

@@ -666,8 +666,10 @@ func (m *Manager) down(id string, runtime string) error {
 		}
 	} else {
 		// The runtime went away since: try every runtime we have, one of them may know it.
-		for _, rt := range m.runtimes {
-			_ = rt.Stop(ctx, id)
+		for name, rt := range m.runtimes {
+			if err := rt.Stop(ctx, id); err != nil {
+				m.log.Debug("stopping with another runtime", "sandbox", id, "runtime", name, "err", err)
+			}
 		}
 	}
 	m.envd.CloseIdleConnections()
@@ -745,6 +747,31 @@ func (m *Manager) stopLocked(ctx context.Context, sb *Sandbox, reason string) (*
 	return m.stopFor(ctx, sb, reason, "")
 }
 
+// stopAfter stops sb (the caller holds its lock) where no caller can be told of a
+// failure (a failed start, reconcile, expiry): what goes wrong is logged. stopFor has
+// already recorded a failed teardown in the record's error.
+func (m *Manager) stopAfter(ctx context.Context, sb *Sandbox, reason, by string) {
+	if _, err := m.stopFor(ctx, sb, reason, by); err != nil {
+		m.log.Error("recording a stopped sandbox", "sandbox", sb.ID, "reason", reason, "err", err)
+	}
+}
+
+// event records an event of sandbox id; a failure is logged (the operation it records
+// has happened either way).
+func (m *Manager) event(ctx context.Context, id, kind, detail string) {
+	if err := m.store.AddEvent(context.WithoutCancel(ctx), id, kind, detail); err != nil {
+		m.log.Error("recording an event", "sandbox", id, "kind", kind, "err", err)
+	}
+}
+
+// deleteLogged deletes sandbox id in the background of another operation (a failed
+// fork or hand-over, a stale warm sandbox): a failure is logged.
+func (m *Manager) deleteLogged(ctx context.Context, id, why string) {
+	if err := m.Delete(context.WithoutCancel(ctx), id); err != nil {
+		m.log.Error("deleting sandbox", "sandbox", id, "why", why, "err", err)
+	}
+}
+
 // stopFor is stopLocked recording who stopped the sandbox (Sandbox.StopReason).
 func (m *Manager) stopFor(ctx context.Context, sb *Sandbox, reason, by string) (*Sandbox, error) {
 	downErr := m.down(sb.ID, sb.Runtime)
@@ -802,7 +829,7 @@ func (m *Manager) startLocked(ctx context.Context, id string) (*Sandbox, error) 
 		return nil, err
 	}
 	if err := m.up(ctx, sb, tmpl, extra); err != nil {
-		_, _ = m.stopLocked(ctx, sb, err.Error())
+		m.stopAfter(ctx, sb, err.Error(), "")
 		return nil, fmt.Errorf("starting sandbox %s: %w", id, err)
 	}
 	return m.store.Update(ctx, id, func(s *Sandbox) error {
@@ -1020,7 +1047,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			unlock()
 		case sb.State == StateCreating:
 			unlock := m.lock(sb.ID)
-			_, _ = m.stopLocked(ctx, sb, "interrupted while starting (daemon restart)")
+			m.stopAfter(ctx, sb, "interrupted while starting (daemon restart)", "")
 			unlock()
 		case sb.State == StateRunning || sb.State == StatePaused:
 			older := m.fromOlderDaemon(sb.ID)
@@ -1038,7 +1065,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 				reason = "started by an older moat without an output FIFO, a token pipe and closed directories; start it again"
 			}
 			unlock := m.lock(sb.ID)
-			_, _ = m.stopLocked(ctx, sb, reason)
+			m.stopAfter(ctx, sb, reason, "")
 			unlock()
 		case sb.State == StateStopped:
 			// Leftovers of a crash between teardown steps are removed; the drive stays.
@@ -1208,19 +1235,21 @@ func (m *Manager) expire(ctx context.Context, id string, now time.Time) {
 		if cur.State == StateRunning {
 			if err := m.runtimes[cur.Runtime].Pause(ctx, id); err != nil {
 				m.log.Error("pausing sandbox at its timeout", "sandbox", id, "err", err)
-				_, _ = m.stopLocked(ctx, cur, "timeout reached; pausing failed: "+err.Error())
+				m.stopAfter(ctx, cur, "timeout reached; pausing failed: "+err.Error(), "")
 				break
 			}
 		}
-		_, _ = m.store.Update(ctx, id, func(s *Sandbox) error {
+		if _, err := m.store.Update(ctx, id, func(s *Sandbox) error {
 			if s.State != StateRunning && s.State != StatePaused {
 				return fmt.Errorf("sandbox %s became %s: %w", id, s.State, errdefs.ErrConflict)
 			}
 			s.State, s.ExpiresAt, s.StopReason = StatePaused, nil, StopTimeout
 			return nil
-		})
+		}); err != nil {
+			m.log.Error("recording a sandbox paused at its timeout", "sandbox", id, "err", err)
+		}
 	default:
-		_, _ = m.stopFor(ctx, cur, "timeout reached", StopTimeout)
+		m.stopAfter(ctx, cur, "timeout reached", StopTimeout)
 	}
 	unlock()
 }

@@ -414,7 +414,7 @@ func (m *Manager) claim(ctx context.Context, p *pool, opts CreateOptions, tmpl T
 		m.bg.Add(1)
 		go func() {
 			defer m.bg.Done()
-			_ = m.Delete(context.Background(), e.id)
+			m.deleteLogged(context.Background(), e.id, "a warm sandbox of an older template")
 		}()
 		return nil
 	}
@@ -422,7 +422,7 @@ func (m *Manager) claim(ctx context.Context, p *pool, opts CreateOptions, tmpl T
 	if err != nil {
 		p.failed.Add(1)
 		m.log.Warn("handing over a warm sandbox failed; creating one", "sandbox", e.id, "err", err)
-		_ = m.Delete(context.WithoutCancel(ctx), e.id)
+		m.deleteLogged(ctx, e.id, "a warm sandbox whose hand-over failed")
 		return nil
 	}
 	p.hits.Add(1)

@@ -134,7 +134,7 @@ func (m *Manager) snapshotLocked(ctx context.Context, id, name string, fork bool
 	}
 	sn.Method = method
 	if !fork {
-		_ = m.store.AddEvent(context.WithoutCancel(ctx), sb.ID, "snapshot", sn.ID)
+		m.event(context.WithoutCancel(ctx), sb.ID, "snapshot", sn.ID)
 	}
 	return sn, nil
 }
@@ -321,7 +321,7 @@ func (m *Manager) createFrom(ctx context.Context, opts CreateOptions, sn *Snapsh
 			m.destroy(sb.ID)
 			return nil, err
 		}
-		_ = m.store.AddEvent(ctx, sb.ID, "fork_lazy", "made stopped: its first call starts it")
+		m.event(ctx, sb.ID, "fork_lazy", "made stopped: its first call starts it")
 		return made, nil
 	}
 	if err := m.up(ctx, sb, tmpl, extra); err != nil {
@@ -389,7 +389,7 @@ func (m *Manager) Restore(ctx context.Context, id, snap string) (*Sandbox, error
 	}); err != nil {
 		return nil, err
 	}
-	_ = m.store.AddEvent(context.WithoutCancel(ctx), id, "restore", snap)
+	m.event(context.WithoutCancel(ctx), id, "restore", snap)
 	if !wasRunning {
 		return sb, nil
 	}
@@ -489,7 +489,7 @@ func (m *Manager) Fork(ctx context.Context, id string, o ForkOptions) (*ForkRepo
 		child, err := m.createFrom(ctx, forkOptions(parent), sn, id, o.Lazy)
 		if err != nil {
 			for _, c := range rep.Forks {
-				_ = m.Delete(context.WithoutCancel(ctx), c.ID)
+				m.deleteLogged(ctx, c.ID, "a fork made before another failed")
 			}
 			return nil, fmt.Errorf("fork of %s: %w", id, err)
 		}
@@ -512,7 +512,9 @@ func (m *Manager) ReconcileSnapshots(ctx context.Context) {
 	for _, st := range all {
 		if sn, err := decodeSnapshot(st); err == nil && sn.Fork {
 			m.log.Warn("removing the snapshot of an interrupted fork", "snapshot", sn.ID)
-			_ = ss.DeleteSnapshot(sn.ID)
+			if err := ss.DeleteSnapshot(sn.ID); err != nil {
+				m.log.Error("removing the snapshot of an interrupted fork", "snapshot", sn.ID, "err", err)
+			}
 		}
 	}
 }
