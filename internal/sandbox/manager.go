@@ -127,7 +127,7 @@ func NewManager(cfg Config, st Store, runtimes map[string]Runtime, storage Stora
 		cfg.HealthTimeout = 20 * time.Second
 	}
 	m := &Manager{
-		cfg: cfg, store: st, runtimes: runtimes, storage: storage, network: network, egress: egress, ns: ns, log: log,
+		cfg: cfg, store: checkedStore{st}, runtimes: runtimes, storage: storage, network: network, egress: egress, ns: ns, log: log,
 		pools: map[PoolKey]*pool{}, done: make(chan struct{}),
 	}
 	m.newPools()

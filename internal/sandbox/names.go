@@ -241,7 +241,7 @@ func ParseFilters(exprs []string) (Filter, error) {
 			f.Names = append(f.Names, arg)
 		case "state":
 			st := State(arg)
-			if _, known := transitions[st]; !known {
+			if !st.Known() {
 				return Filter{}, fmt.Errorf("filter %q: state %q: want creating, running, paused, stopped or deleting: %w", e, arg, errdefs.ErrInvalidArgument)
 			}
 			f.States = append(f.States, st)

@@ -27,23 +27,29 @@ const (
 	StateDeleting State = "deleting"
 )
 
-// transitions is the one table of legal lifecycle moves.
-var transitions = map[State][]State{
-	StateCreating: {StateRunning, StateStopped, StateDeleting},
-	StateRunning:  {StatePaused, StateStopped, StateDeleting},
-	StatePaused:   {StateRunning, StateStopped, StateDeleting},
-	StateStopped:  {StateCreating, StateDeleting},
-	StateDeleting: {},
-}
-
-// CanTransition reports whether a sandbox in state from may move to state to.
-func CanTransition(from, to State) bool {
-	for _, s := range transitions[from] {
-		if s == to {
-			return true
-		}
+// Known says whether s is one of the lifecycle states.
+func (s State) Known() bool {
+	switch s {
+	case StateCreating, StateRunning, StatePaused, StateStopped, StateDeleting:
+		return true
 	}
 	return false
+}
+
+// CanTransition reports whether a sandbox in state from may move to state to: the one
+// table of legal lifecycle moves, enforced on every update of a record (checkedStore).
+func CanTransition(from, to State) bool {
+	switch from {
+	case StateCreating:
+		return to == StateRunning || to == StateStopped || to == StateDeleting
+	case StateRunning:
+		return to == StatePaused || to == StateStopped || to == StateDeleting
+	case StatePaused:
+		return to == StateRunning || to == StateStopped || to == StateDeleting
+	case StateStopped:
+		return to == StateCreating || to == StateDeleting
+	}
+	return false // deleting is final; an unknown state goes nowhere
 }
 
 // checkTransition returns an ErrConflict-class error when from → to is not allowed.
