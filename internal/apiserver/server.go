@@ -687,7 +687,7 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 		Name:      sb.Name, Labels: sb.Labels,
 		PidsLimitHits: sb.PidsLimitHits, LastPidsLimitAt: sb.LastPidsLimitAt,
 	}
-	if sb.Runtime != "runsc" {
+	if !sandbox.TraitsOf(sb.Runtime).OwnKernel {
 		out.HostUID = sb.HostIDs().Host
 	}
 	out.Policy = ToAPIPolicy(sb.EgressPolicy())

@@ -418,11 +418,7 @@ func (d *Daemon) dataFSCheck(stor *storage.Store) doctor.Check {
 // ProbeRuntime is the doctor's runtime probe.
 func ProbeRuntime(ctx context.Context, name string) doctor.Runtime {
 	p := moatruntime.Probe(ctx, name)
-	iso := "container (shared kernel)"
-	if name == "runsc" {
-		iso = "gVisor (user-space kernel)"
-	}
-	return doctor.Runtime{Name: name, Path: p.Path, Version: p.Version, Usable: p.Works, Isolation: iso, Problem: p.Err, Fix: p.Hint}
+	return doctor.Runtime{Name: name, Path: p.Path, Version: p.Version, Usable: p.Works, Isolation: sandbox.TraitsOf(name).Isolation, Problem: p.Err, Fix: p.Hint}
 }
 
 // takeLock takes the data directory lock: exclusive when no other moat process holds it

@@ -372,10 +372,11 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 		caPEM = pem
 		netDone <- nil
 	}()
-	// gVisor has its own kernel and no user namespace of ours: its layers are not idmapped
-	// and its files belong to root of the host-side filesystem view.
+	// A runtime with its own kernel has no user namespace of ours: its layers are not
+	// idmapped and its files belong to root of the host-side filesystem view.
+	ownKernel := TraitsOf(sb.Runtime).OwnKernel
 	req := MountRequest{ID: sb.ID, Template: tmpl, Extra: extra, Target: p.rootfs, UserNS: p.userns, RootUID: ids.Host}
-	if sb.Runtime == "runsc" {
+	if ownKernel {
 		req.UserNS, req.RootUID = "", 0
 	}
 	mountErr := m.storage.Mount(ctx, req)
@@ -411,7 +412,7 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 		// without CAP_SYS_RESOURCE): moat-init lowers its own before anything runs.
 		spec.InitEnv = append(spec.InitEnv, "MOAT_NOFILE="+strconv.FormatInt(sb.Limits.Nofile, 10))
 	}
-	if sb.Runtime == "runsc" {
+	if ownKernel {
 		spec.UserNS = ""
 	}
 	rt := m.runtimes[sb.Runtime]

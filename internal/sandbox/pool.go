@@ -202,7 +202,7 @@ func (m *Manager) fitsPool(opts *CreateOptions, askedNofile bool) *pool {
 		opts.Limits.IOBps != warm.IOBps || opts.Limits.IOIops != warm.IOIops {
 		return nil
 	}
-	if opts.Runtime == "runsc" && opts.Limits != (Limits{MemoryBytes: warm.MemoryBytes, CPUs: warm.CPUs, Pids: warm.Pids,
+	if TraitsOf(opts.Runtime).FixedLimits && opts.Limits != (Limits{MemoryBytes: warm.MemoryBytes, CPUs: warm.CPUs, Pids: warm.Pids,
 		DiskBytes: warm.DiskBytes, Nofile: opts.Limits.Nofile, IOBps: warm.IOBps, IOIops: warm.IOIops}) {
 		return nil
 	}

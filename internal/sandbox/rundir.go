@@ -28,7 +28,7 @@ import (
 // sandboxDirAccess returns the group and mode of the run directory of a sandbox on runtime
 // whose user namespace maps to ids (see above). Unknown runtimes are treated like runc.
 func sandboxDirAccess(runtime string, ids IDRange) (gid int, mode fs.FileMode) {
-	if runtime == "runsc" {
+	if TraitsOf(runtime).OwnKernel {
 		return 0, 0o700
 	}
 	return int(ids.Host), 0o710

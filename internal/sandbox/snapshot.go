@@ -91,7 +91,7 @@ func decodeSnapshot(st StoredSnapshot) (*Snapshot, error) {
 
 // driveIDBase is the host uid of the sandbox's root in the files of its drive.
 func driveIDBase(sb *Sandbox) uint32 {
-	if sb.Runtime == "runsc" {
+	if TraitsOf(sb.Runtime).OwnKernel {
 		return 0
 	}
 	return sb.HostIDs().Host

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/moatdev/moat/internal/errdefs"
@@ -55,5 +56,25 @@ func TestCheckedStore(t *testing.T) {
 	}
 	if CanTransition(StateDeleting, StateRunning) || !StateDeleting.Known() || State("gone").Known() {
 		t.Error("the table: deleting is final, and only the five states are known")
+	}
+}
+
+// TestTraitsOf: runsc has its own kernel and fixed limits; runc, crun and an unknown name
+// are containers on the shared kernel.
+func TestTraitsOf(t *testing.T) {
+	for _, c := range []struct {
+		rt          string
+		own, fixed  bool
+		isolationIn string
+	}{
+		{"runsc", true, true, "gVisor"},
+		{"runc", false, false, "shared kernel"},
+		{"crun", false, false, "shared kernel"},
+		{"", false, false, "shared kernel"},
+	} {
+		tr := TraitsOf(c.rt)
+		if tr.OwnKernel != c.own || tr.FixedLimits != c.fixed || !strings.Contains(tr.Isolation, c.isolationIn) {
+			t.Errorf("TraitsOf(%q) = %+v", c.rt, tr)
+		}
 	}
 }

@@ -112,7 +112,7 @@ var errPidsSeen = errors.New("pids-limit hits already recorded")
 // PidsCounter and a "pids_limit" event. It returns how many were new.
 func (m *Manager) notePids(ctx context.Context, sb *Sandbox) uint64 {
 	pc, ok := m.runtimes[sb.Runtime].(PidsCounter)
-	if !ok || sb.Runtime == "runsc" {
+	if !ok || TraitsOf(sb.Runtime).OwnKernel {
 		return 0
 	}
 	p, err := pc.Pids(ctx, sb.ID)
