@@ -348,7 +348,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		IDBase:        cfg.IDBase,
 		Secrets:       sec,
 		DefaultIdle:   cfg.DefaultIdle, DefaultDeleteAfter: cfg.DefaultDeleteAfter, IdleFreeze: cfg.IdleFreeze,
-	}, st, runtimes, stor, net, d.Egress, ns, d.log.With("component", "sandbox"))
+	}, sandbox.Deps{Store: st, Runtimes: runtimes, Storage: stor, Network: net, Egress: d.Egress, Namespaces: ns, Log: d.log.With("component", "sandbox")})
 	d.Manager.SetHook(failpoint)
 	// Closed after background work (reverse order): a deletion still closes its own.
 	d.addCloser("init logs", func() error { d.Manager.CloseLogs(); return nil })

@@ -118,14 +118,26 @@ type Manager struct {
 	act sync.Map // id → *activity
 }
 
-// NewManager wires a Manager. runtimes maps runtime names ("runc", "runsc", …) to drivers;
-// only those that work on this host should be present.
-func NewManager(cfg Config, st Store, runtimes map[string]Runtime, storage Storage, network Network, egress Egress, ns Namespaces, log *slog.Logger) *Manager {
+// Deps are the subsystems a Manager drives, supplied by the composition root.
+type Deps struct {
+	Store Store
+	// Runtimes maps runtime names ("runc", "runsc", …) to drivers; only those that work
+	// on this host should be present.
+	Runtimes   map[string]Runtime
+	Storage    Storage
+	Network    Network
+	Egress     Egress
+	Namespaces Namespaces
+	Log        *slog.Logger
+}
+
+// NewManager wires a Manager.
+func NewManager(cfg Config, d Deps) *Manager {
 	if cfg.HealthTimeout == 0 {
 		cfg.HealthTimeout = 20 * time.Second
 	}
 	m := &Manager{
-		cfg: cfg, store: checkedStore{st}, runtimes: runtimes, storage: storage, network: network, egress: egress, ns: ns, log: log,
+		cfg: cfg, store: checkedStore{d.Store}, runtimes: d.Runtimes, storage: d.Storage, network: d.Network, egress: d.Egress, ns: d.Namespaces, log: d.Log,
 		pools: map[PoolKey]*pool{}, done: make(chan struct{}),
 	}
 	m.newPools()

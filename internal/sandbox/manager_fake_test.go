@@ -280,7 +280,8 @@ func (e *fakeEnv) manager() *sandbox.Manager {
 		RunDir: e.run, DataDir: e.t.TempDir(), InitPath: "/bin/true", HealthTimeout: 2 * time.Second,
 		DefaultLimits: sandbox.Limits{MemoryBytes: 256 << 20, CPUs: 1, Pids: 64, DiskBytes: 64 << 20},
 		Host:          sandbox.Capacity{MemoryBytes: 8 << 30, CPUs: 2, Pids: 1 << 20, FileMax: 1 << 20, DiskBytes: 1 << 40},
-	}, hookedStore{e.st, e}, map[string]sandbox.Runtime{"runc": fakeRuntime{e.w}}, fakeStorage{e.w}, fakeNetwork{e.w}, fakeEgress{e.w}, fakeNS{e.w}, log)
+	}, sandbox.Deps{Store: hookedStore{e.st, e}, Runtimes: map[string]sandbox.Runtime{"runc": fakeRuntime{e.w}},
+		Storage: fakeStorage{e.w}, Network: fakeNetwork{e.w}, Egress: fakeEgress{e.w}, Namespaces: fakeNS{e.w}, Log: log})
 	e.t.Cleanup(func() { m.Close() })
 	return m
 }
