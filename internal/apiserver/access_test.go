@@ -16,7 +16,7 @@ var pathValues = regexp.MustCompile(`\{[a-z]+(\.\.\.)?\}`)
 // socketOnly route is refused with 403. The table itself must mark the routes of API keys,
 // secrets and drive archives socketOnly, so a new route there cannot be added open to keys.
 func TestRouteAccess(t *testing.T) {
-	s := New(&fakeSandboxes{}, nil, nil, nil, nil, nil, E2BConfig{}, slog.New(slog.DiscardHandler))
+	s := New(Deps{Sandboxes: &fakeSandboxes{}, Log: slog.New(slog.DiscardHandler)})
 	api := httptest.NewServer(s.Handler(keys{"good": true}))
 	t.Cleanup(api.Close)
 	if len(s.routes) < 50 {

@@ -94,7 +94,7 @@ func TestChangeRoutes(t *testing.T) {
 	}
 	defer st.Close()
 	sbs := &storedSandboxes{st: st}
-	s := New(sbs, nil, noEvents{}, storeKeys{st}, nil, nil, E2BConfig{}, slog.New(slog.DiscardHandler))
+	s := New(Deps{Sandboxes: sbs, Events: noEvents{}, Keys: storeKeys{st}, Log: slog.New(slog.DiscardHandler)})
 	s.SetChanges(&fakeChanges{})
 	srv := httptest.NewServer(s.Handler(nil))
 	defer srv.Close()

@@ -153,7 +153,7 @@ func (b *buildingTemplates) Pull(context.Context, v1.TemplateRequest, func(strin
 // an unknown template is a 404 naming the known ones.
 func TestE2BBaseBuiltOnFirstUse(t *testing.T) {
 	tpl := &buildingTemplates{builds: make(chan string, 4), release: make(chan struct{})}
-	s := New(&fakeSandboxes{}, tpl, nil, nil, nil, nil, E2BConfig{}, slog.New(slog.DiscardHandler))
+	s := New(Deps{Sandboxes: &fakeSandboxes{}, Templates: tpl, Log: slog.New(slog.DiscardHandler)})
 	api := httptest.NewServer(s.Handler(keys{"good": true}))
 	defer api.Close()
 	create := func(tmpl string) (int, string) {

@@ -74,7 +74,7 @@ func TestCreateGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	s := New(&grantingSandboxes{}, nil, nil, storeKeys{st}, nil, nil, E2BConfig{}, slog.New(slog.DiscardHandler))
+	s := New(Deps{Sandboxes: &grantingSandboxes{}, Keys: storeKeys{st}, Log: slog.New(slog.DiscardHandler)})
 	unix := httptest.NewServer(s.Handler(nil))
 	defer unix.Close()
 	tcp := httptest.NewServer(s.Handler(st))

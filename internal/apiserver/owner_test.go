@@ -119,7 +119,7 @@ func TestSandboxOwnership(t *testing.T) {
 		return slices.DeleteFunc(slices.Clone(seen), func(s string) bool { return !strings.HasPrefix(s, id+" ") })
 	}
 	sbs := &storedSandboxes{fakeSandboxes: fakeSandboxes{envd: envd}, st: st}
-	s := New(sbs, nil, noEvents{}, storeKeys{st}, nil, nil, E2BConfig{}, slog.New(slog.DiscardHandler))
+	s := New(Deps{Sandboxes: sbs, Events: noEvents{}, Keys: storeKeys{st}, Log: slog.New(slog.DiscardHandler)})
 	chs := &fakeChanges{}
 	s.SetChanges(chs)
 	unix := httptest.NewServer(s.Handler(nil))

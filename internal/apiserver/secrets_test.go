@@ -123,7 +123,7 @@ func (m *memSecrets) value(name string) (string, bool) {
 // handler (API key "good"); the daemon's log goes to the returned buffer.
 func secretsServer(t *testing.T, sec Secrets) (unix, tcp *httptest.Server, log *secretLog) {
 	log = &secretLog{}
-	s := New(&fakeSandboxes{}, nil, nil, nil, sec, nil, E2BConfig{}, slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	s := New(Deps{Sandboxes: &fakeSandboxes{}, Secrets: sec, Log: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	unix = httptest.NewServer(s.Handler(nil))
 	t.Cleanup(unix.Close)
 	tcp = httptest.NewServer(s.Handler(keys{"good": true}))

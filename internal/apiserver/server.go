@@ -138,9 +138,24 @@ const (
 	socketOnly
 )
 
+// Deps are what the API serves, supplied by the composition root (nil: the routes that
+// need it answer that it is not available). The parts added later (workspaces, changes,
+// snapshots, archives, template administration) are set with the Set* methods.
+type Deps struct {
+	Sandboxes Sandboxes
+	Templates Templates
+	Events    Events
+	Keys      APIKeys
+	Secrets   Secrets
+	Doctor    func(context.Context) any
+	E2B       E2BConfig
+	Log       *slog.Logger
+}
+
 // New builds the route table: moat's native API under /v1/, the E2B-compatible control
 // plane beside it (e2b.go).
-func New(sb Sandboxes, tpl Templates, ev Events, keys APIKeys, sec Secrets, doctor func(context.Context) any, e2b E2BConfig, log *slog.Logger) *Server {
+func New(d Deps) *Server {
+	sb, tpl, ev, keys, sec, doctor, e2b, log := d.Sandboxes, d.Templates, d.Events, d.Keys, d.Secrets, d.Doctor, d.E2B, d.Log
 	if e2b.Templates == nil {
 		e2b.Templates = DefaultE2BTemplates
 	}

@@ -108,7 +108,7 @@ func newTestServer(t *testing.T) (*httptest.Server, *httptest.Server, chan http.
 		fmt.Fprintf(w, "%s %s?%s", r.Method, r.URL.Path, r.URL.RawQuery)
 	}))
 	t.Cleanup(envd.Close)
-	s := New(&fakeSandboxes{envd: envd}, nil, nil, nil, nil, nil, E2BConfig{}, slog.New(slog.DiscardHandler))
+	s := New(Deps{Sandboxes: &fakeSandboxes{envd: envd}, Log: slog.New(slog.DiscardHandler)})
 	api := httptest.NewServer(s.Handler(keys{"good": true}))
 	t.Cleanup(api.Close)
 	return api, envd, seen
@@ -219,7 +219,7 @@ func TestEnvdForwardFixedLength(t *testing.T) {
 		io.Copy(io.Discard, r.Body)
 	}))
 	defer envd.Close()
-	s := New(&fakeSandboxes{envd: envd}, nil, nil, nil, nil, nil, E2BConfig{}, slog.New(slog.DiscardHandler))
+	s := New(Deps{Sandboxes: &fakeSandboxes{envd: envd}, Log: slog.New(slog.DiscardHandler)})
 	api := httptest.NewServer(s.Handler(nil))
 	defer api.Close()
 	pr, pw := io.Pipe()

@@ -55,7 +55,7 @@ func TestWorkspaceRoutes(t *testing.T) {
 	}
 	defer st.Close()
 	sbs := &storedSandboxes{st: st}
-	s := New(sbs, nil, noEvents{}, storeKeys{st}, nil, nil, E2BConfig{}, slog.New(slog.DiscardHandler))
+	s := New(Deps{Sandboxes: sbs, Events: noEvents{}, Keys: storeKeys{st}, Log: slog.New(slog.DiscardHandler)})
 	unix := httptest.NewServer(s.Handler(nil))
 	defer unix.Close()
 	tcp := httptest.NewServer(s.Handler(st))

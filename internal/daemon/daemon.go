@@ -376,13 +376,17 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if exclusive {
 		tmpls.removeBuildSandboxes(ctx)
 	}
-	d.api = apiserver.New(d.Manager, tmpls, events{st, d.Egress}, apiKeys{st}, secretStore{sec, d.Manager}, func(ctx context.Context) any {
-		r := doctor.Run(ctx, ProbeRuntime)
-		r.Storage = append(r.Storage, d.dataFSCheck(stor))
-		r.Storage = append(r.Storage, snapshotCheck(stor))
-		r.Storage = append(r.Storage, checkpointChecks(ctx, d.Manager)...)
-		return r
-	}, apiserver.E2BConfig{Templates: cfg.E2BTemplates}, d.log.With("component", "api"))
+	d.api = apiserver.New(apiserver.Deps{
+		Sandboxes: d.Manager, Templates: tmpls, Events: events{st, d.Egress}, Keys: apiKeys{st}, Secrets: secretStore{sec, d.Manager},
+		Doctor: func(ctx context.Context) any {
+			r := doctor.Run(ctx, ProbeRuntime)
+			r.Storage = append(r.Storage, d.dataFSCheck(stor))
+			r.Storage = append(r.Storage, snapshotCheck(stor))
+			r.Storage = append(r.Storage, checkpointChecks(ctx, d.Manager)...)
+			return r
+		},
+		E2B: apiserver.E2BConfig{Templates: cfg.E2BTemplates}, Log: d.log.With("component", "api"),
+	})
 	d.api.SetTemplateAdmin(tmpls)
 	d.api.SetWorkspaces(&workspaces{
 		m: d.Manager, gitDir: filepath.Join(cfg.DataDir, "git"), protected: protected, log: d.log.With("component", "workspace"),
