@@ -331,16 +331,30 @@ func (f *File) Close() error { return f.closer.Close() }
 // writing the content anywhere. Only regular files can be read; moat-init refuses
 // devices, FIFOs and directories (ErrInvalidArgument).
 func (c *Client) ReadFile(ctx context.Context, id, path, user string) (*File, error) {
+	resp, err := c.getIdentity(ctx, id, "files", path, user)
+	if err != nil {
+		return nil, err
+	}
+	if resp.ContentLength < 0 {
+		resp.Body.Close()
+		return nil, fmt.Errorf("reading %s: the sandbox did not announce the file's length", path)
+	}
+	return &File{Reader: io.LimitReader(resp.Body, resp.ContentLength), Size: resp.ContentLength, closer: resp.Body}, nil
+}
+
+// getIdentity GETs envd route (files, moat/tar) of sandbox id for path as user, asking for
+// the content as it is and refusing an answer in another encoding (the sandbox is not
+// trusted). Asked explicitly, identity also turns off the transport's transparent gzip,
+// which would hide the length.
+func (c *Client) getIdentity(ctx context.Context, id, route, path, user string) (*http.Response, error) {
 	q := url.Values{"path": {path}}
 	if user != "" {
 		q.Set("username", user)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/sandboxes/"+url.PathEscape(id)+"/envd/files?"+q.Encode(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/sandboxes/"+url.PathEscape(id)+"/envd/"+route+"?"+q.Encode(), nil)
 	if err != nil {
 		return nil, err
 	}
-	// Asked explicitly, identity also turns off the transport's transparent gzip, which
-	// would hide the length.
 	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := c.sendRequest(req)
 	if err != nil {
@@ -350,11 +364,7 @@ func (c *Client) ReadFile(ctx context.Context, id, path, user string) (*File, er
 		resp.Body.Close()
 		return nil, fmt.Errorf("reading %s: the sandbox answered with content encoding %.40q, not the identity asked for", path, enc)
 	}
-	if resp.ContentLength < 0 {
-		resp.Body.Close()
-		return nil, fmt.Errorf("reading %s: the sandbox did not announce the file's length", path)
-	}
-	return &File{Reader: io.LimitReader(resp.Body, resp.ContentLength), Size: resp.ContentLength, closer: resp.Body}, nil
+	return resp, nil
 }
 
 // WriteFile writes r to path in sandbox id (as user), creating parent directories.

@@ -69,22 +69,9 @@ func (t *TarStream) Close() error { return t.resp.Body.Close() }
 // extract the stream with internal/tarcopy (or an equally careful extractor) and check
 // Err at its end.
 func (c *Client) ReadTar(ctx context.Context, id, path, user string) (*TarStream, error) {
-	q := url.Values{"path": {path}}
-	if user != "" {
-		q.Set("username", user)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/sandboxes/"+url.PathEscape(id)+"/envd/moat/tar?"+q.Encode(), nil)
+	resp, err := c.getIdentity(ctx, id, "moat/tar", path, user)
 	if err != nil {
 		return nil, err
-	}
-	req.Header.Set("Accept-Encoding", "identity")
-	resp, err := c.sendRequest(req)
-	if err != nil {
-		return nil, err
-	}
-	if enc := resp.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
-		resp.Body.Close()
-		return nil, fmt.Errorf("reading %s: the sandbox answered with content encoding %.40q, not the identity asked for", path, enc)
 	}
 	return &TarStream{resp: resp}, nil
 }

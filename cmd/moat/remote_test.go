@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,14 +58,7 @@ func TestCLIRemote(t *testing.T) {
 		cmd.Env = append(cmd.Env, env...)
 		var o, eb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &o, &eb
-		err := cmd.Run()
-		var ee *exec.ExitError
-		code := 0
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
+		code := exitOf(t, cmd.Run())
 		return o.String(), eb.String(), code
 	}
 	env := []string{"MOAT_HOST=http://" + addr, "MOAT_API_KEY=" + key.Key}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -23,14 +22,7 @@ func TestCLIStrict(t *testing.T) {
 		cmd := exec.Command(bin, append([]string{"--socket", filepath.Join(t.TempDir(), "none.sock")}, args...)...)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		var ee *exec.ExitError
-		code := 0
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
+		code := exitOf(t, cmd.Run())
 		return out.String(), errb.String(), code
 	}
 	for _, c := range []struct {
