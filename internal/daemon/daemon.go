@@ -694,14 +694,6 @@ func upstreamRoots(extra string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// builtinLimits are a new sandbox's limits when neither it nor the daemon's configuration
-// says otherwise (then lowered to the host's and the operator's maxima). Nofile has no
-// default: it follows from pids and the file budget. The drive throttle (16 MiB/s and 400
-// requests/s, reads and writes each) is the highest measured here that kept a peer's fsync
-// p90 at its level alone next to a neighbour writing with O_DSYNC (TestNoisyNeighbourIO:
-// 0.55× alone, unthrottled 8×; 32 MiB/s and 400: 1.8×; 64 MiB/s and 1000: 4.7×).
-var builtinLimits = sandbox.Limits{MemoryBytes: 2 << 30, CPUs: 2, Pids: 1024, DiskBytes: 10 << 30, IOBps: 16 << 20, IOIops: 400}
-
 // IOUnthrottled in Config.DefaultLimits.IOBps or IOIops turns that default drive throttle
 // off (0 there means the built-in default).
 const IOUnthrottled = -1
@@ -709,7 +701,7 @@ const IOUnthrottled = -1
 // defaultLimits is builtinLimits with the non-zero fields of configured (IOUnthrottled: 0,
 // no throttle).
 func defaultLimits(configured sandbox.Limits) sandbox.Limits {
-	d := builtinLimits
+	d := sandbox.BuiltinLimits()
 	if configured.MemoryBytes > 0 {
 		d.MemoryBytes = configured.MemoryBytes
 	}

@@ -78,16 +78,16 @@ func TestLimitListener(t *testing.T) {
 // TestDefaultLimits: configured defaults replace the built-in ones field by field, and
 // IOUnthrottled turns a default drive throttle off.
 func TestDefaultLimits(t *testing.T) {
-	if got := defaultLimits(sandbox.Limits{}); got != builtinLimits {
-		t.Errorf("nothing configured: %+v, want the built-in %+v", got, builtinLimits)
+	if got := defaultLimits(sandbox.Limits{}); got != sandbox.BuiltinLimits() {
+		t.Errorf("nothing configured: %+v, want the built-in %+v", got, sandbox.BuiltinLimits())
 	}
 	got := defaultLimits(sandbox.Limits{DiskBytes: 1 << 30, IOBps: IOUnthrottled, IOIops: 100})
-	want := builtinLimits
+	want := sandbox.BuiltinLimits()
 	want.DiskBytes, want.IOBps, want.IOIops = 1<<30, 0, 100
 	if got != want {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
-	if got := defaultLimits(sandbox.Limits{IOIops: IOUnthrottled}); got.IOIops != 0 || got.IOBps != builtinLimits.IOBps {
+	if got := defaultLimits(sandbox.Limits{IOIops: IOUnthrottled}); got.IOIops != 0 || got.IOBps != sandbox.BuiltinLimits().IOBps {
 		t.Errorf("iops off: %+v", got)
 	}
 }

@@ -26,14 +26,6 @@ const ociVersion = "1.0.2"
 // defaultPath is the PATH moat-init starts with unless InitEnv sets one.
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// DefaultLimits are the limits used for every field of sandbox.Limits that is zero.
-// DiskBytes is not a cgroup limit (the drive's size bounds the disk) and has no default here.
-var DefaultLimits = sandbox.Limits{
-	MemoryBytes: 2 << 30,
-	CPUs:        2,
-	Pids:        1024,
-}
-
 // Capabilities is the sandbox's capability set: bounding = effective = permitted;
 // inheritable and ambient stay empty, so a program that drops to a non-root user keeps no
 // capability. It is Docker's default set minus CAP_NET_RAW and CAP_MKNOD. Every
@@ -262,16 +254,18 @@ func validID(id string) bool {
 	return true
 }
 
-// effectiveLimits fills zero limits from DefaultLimits.
+// effectiveLimits fills zero cgroup limits from sandbox.BuiltinLimits (the manager gives
+// every sandbox its effective limits; this is for a spec built without them).
 func effectiveLimits(l sandbox.Limits) sandbox.Limits {
+	def := sandbox.BuiltinLimits()
 	if l.MemoryBytes == 0 {
-		l.MemoryBytes = DefaultLimits.MemoryBytes
+		l.MemoryBytes = def.MemoryBytes
 	}
 	if l.CPUs == 0 {
-		l.CPUs = DefaultLimits.CPUs
+		l.CPUs = def.CPUs
 	}
 	if l.Pids == 0 {
-		l.Pids = DefaultLimits.Pids
+		l.Pids = def.Pids
 	}
 	if l.Nofile == 0 {
 		l.Nofile = sandbox.DefaultNofile

@@ -19,6 +19,17 @@ type Capacity struct {
 	DiskBytes   int64 // size of the data filesystem that holds the drives
 }
 
+// BuiltinLimits are a new sandbox's limits when neither it nor the daemon's configuration
+// says otherwise (then lowered to the host's and the operator's maxima): the one place they
+// are defined. Nofile has no default: it follows from pids and the file budget. The drive
+// throttle (16 MiB/s and 400 requests/s, reads and writes each) is the highest measured here
+// that kept a peer's fsync p90 at its level alone next to a neighbour writing with O_DSYNC
+// (TestNoisyNeighbourIO: 0.55× alone, unthrottled 8×; 32 MiB/s and 400: 1.8×; 64 MiB/s and
+// 1000: 4.7×).
+func BuiltinLimits() Limits {
+	return Limits{MemoryBytes: 2 << 30, CPUs: 2, Pids: 1024, DiskBytes: 10 << 30, IOBps: 16 << 20, IOIops: 400}
+}
+
 // HostShare is the part of the host's pids and open files (1/HostShare) that one sandbox
 // may take at most, so that no single sandbox exhausts them for the host and its peers.
 const HostShare = 4
