@@ -35,10 +35,10 @@ type E2BConfig struct {
 	DefaultTimeout time.Duration
 }
 
-// DefaultE2BTemplates is the mapping when none is configured: E2B programs assume `base`
+// DefaultE2BTemplates returns the mapping when none is configured: E2B programs assume `base`
 // has user `user` with passwordless sudo, bash, git and python3 — the clean Debian
 // template.
-var DefaultE2BTemplates = map[string]string{"base": "debian"}
+func DefaultE2BTemplates() map[string]string { return map[string]string{"base": "debian"} }
 
 // EnvdVersion is the envd protocol version moat-init implements, as E2B reports it: the
 // SDK enables features by it (octet-stream uploads 0.5.7, file metadata 0.6.2, watch

@@ -157,7 +157,7 @@ type Deps struct {
 func New(d Deps) *Server {
 	sb, tpl, ev, keys, sec, doctor, e2b, log := d.Sandboxes, d.Templates, d.Events, d.Keys, d.Secrets, d.Doctor, d.E2B, d.Log
 	if e2b.Templates == nil {
-		e2b.Templates = DefaultE2BTemplates
+		e2b.Templates = DefaultE2BTemplates()
 	}
 	if e2b.DefaultTimeout == 0 {
 		e2b.DefaultTimeout = 300 * time.Second

@@ -366,10 +366,12 @@ type HeldRequest struct {
 	Size     int64       `json:"size"`
 }
 
-// KeptHeaders are the request headers a held push keeps: the body's type and encoding,
+// KeptHeaders returns the request headers a held push keeps: the body's type and encoding,
 // git's protocol and agent, and Authorization (the placeholder of the sandbox's binding,
 // which the interceptor swaps for the credential when the push is applied).
-var KeptHeaders = []string{"Content-Type", "Content-Encoding", "Accept", "Accept-Encoding", "Git-Protocol", "User-Agent", "Authorization"}
+func KeptHeaders() []string {
+	return []string{"Content-Type", "Content-Encoding", "Accept", "Accept-Encoding", "Git-Protocol", "User-Agent", "Authorization"}
+}
 
 // Hold stores a new record r (Decision Held) with its request and body (size bytes from
 // body), and sets its expiry. When the sandbox already has MaxHeld changes waiting, or

@@ -309,7 +309,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 
 	runtimes := map[string]sandbox.Runtime{}
 	unusable := map[string]string{}
-	for _, name := range moatruntime.Names {
+	for _, name := range moatruntime.Names() {
 		if name == "crun" {
 			if why := moatruntime.CrunCgroupProblem(); why != "" {
 				unusable[name] = why

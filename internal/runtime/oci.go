@@ -32,8 +32,8 @@ import (
 	"github.com/moatdev/moat/internal/sandbox"
 )
 
-// Names are the runtimes moat knows, fastest first.
-var Names = []string{"runc", "crun", "runsc"}
+// Names returns the runtimes moat knows, fastest first.
+func Names() []string { return []string{"runc", "crun", "runsc"} }
 
 // DefaultTimeout bounds each runtime invocation when Options.Timeout is zero.
 const DefaultTimeout = 30 * time.Second
@@ -92,7 +92,7 @@ var _ sandbox.Runtime = (*OCI)(nil)
 // with ErrInvalidArgument for an unknown name and ErrUnavailable when the binary is missing.
 // It does not check that the runtime works on this host; Probe does.
 func New(name string, opts Options, log *slog.Logger) (*OCI, error) {
-	if !slices.Contains(Names, name) {
+	if !slices.Contains(Names(), name) {
 		return nil, fmt.Errorf("runtime %q: %w", name, errdefs.ErrInvalidArgument)
 	}
 	if log == nil {

@@ -24,7 +24,7 @@ import (
 // and /usr/local/sbin, where distributions put runc). It fails with ErrInvalidArgument for
 // an unknown name and ErrUnavailable when the binary is not installed.
 func Available(name string) (string, error) {
-	if !slices.Contains(Names, name) {
+	if !slices.Contains(Names(), name) {
 		return "", fmt.Errorf("runtime %q: %w", name, errdefs.ErrInvalidArgument)
 	}
 	if p, err := exec.LookPath(name); err == nil {

@@ -8,7 +8,7 @@ import (
 
 func TestProbe(t *testing.T) {
 	requireRoot(t)
-	for _, name := range Names {
+	for _, name := range Names() {
 		t.Run(name, func(t *testing.T) {
 			r := Probe(context.Background(), name)
 			t.Logf("%s: path=%q version=%q works=%v took=%v err=%q hint=%q", name, r.Path, r.Version, r.Works, r.Took, r.Err, r.Hint)

@@ -39,7 +39,7 @@ func TestSeccompForbidden(t *testing.T) {
 	if dup := intersect(allowedSyscalls, forbiddenSyscalls); len(dup) > 0 {
 		t.Fatalf("both allowed and forbidden: %v", dup)
 	}
-	for _, rt := range Names {
+	for _, rt := range Names() {
 		p := seccompProfile(rt)
 		for _, name := range append(slices.Clone(mustDeny), forbiddenSyscalls...) {
 			if r := allowRules(p, name); len(r) > 0 {
@@ -76,7 +76,7 @@ func TestSeccompShape(t *testing.T) {
 		}
 		seen[n] = true
 	}
-	for _, rt := range Names {
+	for _, rt := range Names() {
 		p := seccompProfile(rt)
 		if p.DefaultAction != specs.ActErrno || p.DefaultErrnoRet == nil || *p.DefaultErrnoRet != uint(unix.EPERM) {
 			t.Errorf("%s: default %s %v", rt, p.DefaultAction, p.DefaultErrnoRet)
@@ -240,7 +240,7 @@ func TestSeccompSockets(t *testing.T) {
 		{"socketpair", unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_SCTP, eperm},
 		{"socketpair", unix.AF_NETLINK, unix.SOCK_RAW, 0, eperm},
 	}
-	for _, rt := range Names {
+	for _, rt := range Names() {
 		p := seccompProfile(rt)
 		for _, c := range cases {
 			if got := evalSeccomp(t, p, c.call, c.family, c.typ, c.protocol); got != c.want {

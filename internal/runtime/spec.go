@@ -216,8 +216,8 @@ func validateContainerSpec(cs sandbox.ContainerSpec, runtimeName string) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("container spec: "+format+": %w", append(args, errdefs.ErrInvalidArgument)...)
 	}
-	if !slices.Contains(Names, runtimeName) {
-		return bad("unknown runtime %q (want one of %s)", runtimeName, strings.Join(Names, ", "))
+	if !slices.Contains(Names(), runtimeName) {
+		return bad("unknown runtime %q (want one of %s)", runtimeName, strings.Join(Names(), ", "))
 	}
 	if !validID(cs.ID) {
 		return bad("bad container id %q", cs.ID)

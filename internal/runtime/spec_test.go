@@ -169,7 +169,7 @@ func TestBuildSpecCapabilities(t *testing.T) {
 
 // TestBuildSpecMounts: moat-init is the only host path in the sandbox.
 func TestBuildSpecMounts(t *testing.T) {
-	for _, rt := range Names {
+	for _, rt := range Names() {
 		cs := testContainerSpec(rt)
 		s, err := buildSpec(cs, rt, v1Host)
 		if err != nil {
@@ -337,7 +337,7 @@ func TestBuildSpecRejects(t *testing.T) {
 // TestBuildSpecJSON: the spec is valid JSON of the runtime-spec types and survives a round
 // trip unchanged; InitInput (the access token) is nowhere in it.
 func TestBuildSpecJSON(t *testing.T) {
-	for _, rt := range Names {
+	for _, rt := range Names() {
 		s, err := buildSpec(testContainerSpec(rt), rt, v1Host)
 		if err != nil {
 			t.Fatal(err)

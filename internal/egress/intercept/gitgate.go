@@ -227,7 +227,7 @@ func (s *session) reportLater(id string, od objDecision) {
 func (s *session) hold(w http.ResponseWriter, r *http.Request, req *gitgate.Request, spool *os.File, size int64, ev GitEvent) bool {
 	ev.Held = true
 	hp := HeldPush{Event: ev, Method: r.Method, Path: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery, Header: http.Header{}, Body: spool, Size: size}
-	for _, k := range changes.KeptHeaders {
+	for _, k := range changes.KeptHeaders() {
 		if v := r.Header.Values(k); len(v) > 0 {
 			hp.Header[http.CanonicalHeaderKey(k)] = slices.Clone(v)
 		}
