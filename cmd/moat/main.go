@@ -30,12 +30,14 @@ func (e exitError) Error() string { return "exit status " + strconv.Itoa(e.code)
 
 // app holds the global flags and the lazily connected client.
 type app struct {
-	socket   string
-	host     string // --host: a daemon's --listen URL (remote.go)
-	dataDir  string
-	runDir   string
-	logLevel string
-	idBase   uint32
+	socket string
+	host   string // --host: a daemon's --listen URL (remote.go)
+	// quietProgress: template operations print no progress lines (moat template --quiet).
+	quietProgress bool
+	dataDir       string
+	runDir        string
+	logLevel      string
+	idBase        uint32
 	// egressHosts and egressDNS configure the egress proxy of `serve` and of the
 	// in-process daemon.
 	egressHosts  string
@@ -141,6 +143,13 @@ func strictGroups(c *cobra.Command) {
 			msg += "; did you mean " + strings.Join(s, " or ") + "?"
 		}
 		return fmt.Errorf("%s (see %s --help)", msg, cmd.CommandPath())
+	}
+}
+
+// progress prints a progress line of a long operation on stderr, unless --quiet.
+func (a *app) progress(msg string) {
+	if !a.quietProgress {
+		fmt.Fprintln(os.Stderr, termSafe(msg))
 	}
 }
 

@@ -53,6 +53,7 @@ func watchResize(ctx context.Context, fd int) <-chan sdk.TermSize {
 
 func (a *app) templateCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "template", Short: "Manage templates (root filesystems for sandboxes)"}
+	cmd.PersistentFlags().BoolVarP(&a.quietProgress, "quiet", "q", false, "print no progress lines while a template is built, imported or pulled (errors still)")
 	var asJSON bool
 	ls := &cobra.Command{
 		Use:   "ls",
@@ -179,7 +180,7 @@ func (a *app) templateOp(ctx context.Context, op string, req v1.TemplateRequest)
 	if err != nil {
 		return err
 	}
-	t, err := c.TemplateOp(ctx, op, req, func(msg string) { fmt.Fprintln(os.Stderr, termSafe(msg)) })
+	t, err := c.TemplateOp(ctx, op, req, a.progress)
 	if err != nil {
 		return err
 	}

@@ -68,7 +68,7 @@ func (a *app) buildDockerfile(cmd *cobra.Command, name, file, contextDir string,
 	if err != nil {
 		return err
 	}
-	t, rep, err := c.BuildDockerfile(cmd.Context(), req, func(msg string) { fmt.Fprintln(os.Stderr, termSafe(msg)) })
+	t, rep, err := c.BuildDockerfile(cmd.Context(), req, a.progress)
 	if err != nil {
 		return err
 	}

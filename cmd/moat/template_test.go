@@ -192,4 +192,7 @@ func TestCLITemplateBuildFromImage(t *testing.T) {
 	if code != 0 || !strings.Contains(e, "using template tiny-1") || !strings.Contains(e, "using cached layer") {
 		t.Errorf("second build: %d %s", code, e)
 	}
+	if out, e, code := c.run("", "template", "build", "--quiet", "ontiny3", "--file", df); code != 0 || e != "" || !strings.Contains(out, "ontiny3") {
+		t.Errorf("quiet build: %d stdout %q stderr %q (want no progress)", code, out, e)
+	}
 }
