@@ -3,7 +3,6 @@ package storage
 import (
 	"bytes"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -417,7 +416,7 @@ func TestMountMissingDrive(t *testing.T) {
 }
 
 // measure returns the median duration of n runs of f.
-func measure(t *testing.T, n int, f func(i int)) time.Duration {
+func measure(n int, f func(i int)) time.Duration {
 	var ds []time.Duration
 	for i := range n {
 		start := time.Now()
@@ -428,11 +427,17 @@ func measure(t *testing.T, n int, f func(i int)) time.Duration {
 	return ds[len(ds)/2]
 }
 
-// TestTimings logs the median times of CreateDrive and Mount (run with -v to see them).
-func TestTimings(t *testing.T) {
-	if testing.Short() {
-		t.Skip("timing")
+// BenchmarkDriveMount reports the median times of CreateDrive (the first, which formats,
+// and later ones) and of Mount and Unmount of the host template, beside formatting each drive
+// with mkfs.ext4 directly measured in the same run. -benchtime 1x: each iteration is the whole
+// measurement.
+func BenchmarkDriveMount(b *testing.B) {
+	for b.Loop() {
+		driveMountFigures(b)
 	}
+}
+
+func driveMountFigures(t *testing.B) {
 	s, run := newTestStore(t)
 	ctx := ctxT(t)
 	tmpl, err := s.Template(ctx, HostTemplate)
@@ -449,7 +454,7 @@ func TestTimings(t *testing.T) {
 		t.Fatal(err)
 	}
 	firstDur := time.Since(first)
-	create := measure(t, n, func(i int) {
+	create := measure(n, func(i int) {
 		if err := s.CreateDrive(ctx, id(i), size); err != nil {
 			t.Fatal(err)
 		}
@@ -459,7 +464,7 @@ func TestTimings(t *testing.T) {
 		dir, _ := sandboxDirs(t, run, id(i))
 		users = append(users, newUserNS(t, dir, testHostUID))
 	}
-	mount := measure(t, n, func(i int) {
+	mount := measure(n, func(i int) {
 		_, rootfs := filepath.Split(filepath.Join(run, "sandboxes", id(i), "rootfs"))
 		target := filepath.Join(run, "sandboxes", id(i), rootfs)
 		err := s.Mount(ctx, sandbox.MountRequest{ID: id(i), Template: tmpl, Target: target, UserNS: users[i], RootUID: testHostUID})
@@ -467,20 +472,21 @@ func TestTimings(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	unmount := measure(t, n, func(i int) {
+	unmount := measure(n, func(i int) {
 		if err := s.Unmount(ctx, id(i), filepath.Join(run, "sandboxes", id(i), "rootfs")); err != nil {
 			t.Fatal(err)
 		}
 	})
 	var st syscall.Stat_t
 	_ = syscall.Stat(s.drivePath(id(0)), &st)
-	t.Logf("CreateDrive 256 MiB: first (formats) %v, median of %d later %v; image uses %d KiB",
-		firstDur.Round(time.Microsecond), n, create.Round(time.Microsecond), st.Blocks/2)
-	t.Logf("Mount (host template, idmapped): median %v; Unmount median %v",
-		mount.Round(time.Microsecond), unmount.Round(time.Microsecond))
+	t.ReportMetric(float64(firstDur.Microseconds())/1000, "first-create-ms")
+	t.ReportMetric(float64(create.Microseconds())/1000, "create-p50-ms")
+	t.ReportMetric(float64(st.Blocks/2), "image-KiB")
+	t.ReportMetric(float64(mount.Microseconds())/1000, "mount-p50-ms")
+	t.ReportMetric(float64(unmount.Microseconds())/1000, "unmount-p50-ms")
 
 	// For comparison: formatting each drive with mkfs.ext4 directly.
-	direct := measure(t, 7, func(i int) {
+	direct := measure(7, func(i int) {
 		p := filepath.Join(t.TempDir(), "d.img")
 		f, err := os.Create(p)
 		if err != nil {
@@ -492,6 +498,6 @@ func TestTimings(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	t.Logf("mkfs.ext4 per drive instead (256 MiB, sparse): median %v", direct.Round(time.Microsecond))
-	_ = io.Discard
+	t.ReportMetric(float64(direct.Microseconds())/1000, "mkfs-p50-ms")
+	t.ReportMetric(float64(create)/float64(direct), "create/mkfs")
 }
