@@ -724,8 +724,6 @@ func TestStartFailureCleansUp(t *testing.T) {
 	}
 }
 
-// TestStartLatency measures Start (create + start + running) for each runtime and logs the
-// median, next to the runtime's own `run` of a trivial container as the baseline.
 // BenchmarkStart reports, per runtime, the median time of Start of a sandbox's container
 // (5 runs) beside the runtime's own run of /bin/true (Probe) in the same run, and their
 // ratio. -benchtime 1x: each iteration is the whole measurement.
