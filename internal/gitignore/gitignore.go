@@ -200,20 +200,22 @@ func literal(r rune) string {
 	return regexp.QuoteMeta(string(r))
 }
 
-// classes are the POSIX classes wildmatch knows, as ASCII rune ranges.
-var classes = map[string][][2]rune{
-	"alnum":  {{'0', '9'}, {'A', 'Z'}, {'a', 'z'}},
-	"alpha":  {{'A', 'Z'}, {'a', 'z'}},
-	"blank":  {{' ', ' '}, {'\t', '\t'}},
-	"cntrl":  {{0, 0x1f}, {0x7f, 0x7f}},
-	"digit":  {{'0', '9'}},
-	"graph":  {{0x21, 0x7e}},
-	"lower":  {{'a', 'z'}},
-	"print":  {{0x20, 0x7e}},
-	"punct":  {{0x21, 0x2f}, {0x3a, 0x40}, {0x5b, 0x60}, {0x7b, 0x7e}},
-	"space":  {{'\t', '\r'}, {' ', ' '}},
-	"upper":  {{'A', 'Z'}},
-	"xdigit": {{'0', '9'}, {'A', 'F'}, {'a', 'f'}},
+// classes returns the POSIX classes wildmatch knows, as ASCII rune ranges.
+func classes() map[string][][2]rune {
+	return map[string][][2]rune{
+		"alnum":  {{'0', '9'}, {'A', 'Z'}, {'a', 'z'}},
+		"alpha":  {{'A', 'Z'}, {'a', 'z'}},
+		"blank":  {{' ', ' '}, {'\t', '\t'}},
+		"cntrl":  {{0, 0x1f}, {0x7f, 0x7f}},
+		"digit":  {{'0', '9'}},
+		"graph":  {{0x21, 0x7e}},
+		"lower":  {{'a', 'z'}},
+		"print":  {{0x20, 0x7e}},
+		"punct":  {{0x21, 0x2f}, {0x3a, 0x40}, {0x5b, 0x60}, {0x7b, 0x7e}},
+		"space":  {{'\t', '\r'}, {' ', ' '}},
+		"upper":  {{'A', 'Z'}},
+		"xdigit": {{'0', '9'}, {'A', 'F'}, {'a', 'f'}},
+	}
 }
 
 // bracket translates the bracket expression at the start of s ("[...]") into a regexp
@@ -253,7 +255,7 @@ func bracket(s string) (class string, n int, ok bool) {
 				return "", 0, false
 			}
 			name := s[i+2 : i+2+end]
-			rs, known := classes[name]
+			rs, known := classes()[name]
 			if !known {
 				return "", 0, false
 			}

@@ -88,7 +88,7 @@ func FuzzParseAccessToken(f *testing.F) {
 			}
 		}
 		for k, v := range ans.Permissions {
-			if permLevels[v] == 0 || permLevels[v] > permLevels[perms[k]] {
+			if permLevels()[v] == 0 || permLevels()[v] > permLevels()[perms[k]] {
 				t.Fatalf("accepted permission %s:%s", k, v)
 			}
 		}

@@ -83,7 +83,9 @@ var repoRule = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
 var permRule = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 
 // permLevels orders permission levels; a grant above the level asked for is refused.
-var permLevels = map[string]int{"read": 1, "write": 2, "admin": 3}
+func permLevels() map[string]int {
+	return map[string]int{"read": 1, "write": 2, "admin": 3}
+}
 
 // gitHubApp mints GitHub App installation tokens limited to the configured repositories
 // and permissions. It prints itself (fmt, slog) as its App and installation only.
@@ -242,7 +244,7 @@ func checkPermissions(in map[string]string) (map[string]string, error) {
 		if !permRule.MatchString(k) {
 			return nil, fmt.Errorf("GitHub App: permission name %.80q: %w", k, errdefs.ErrInvalidArgument)
 		}
-		if permLevels[v] == 0 {
+		if permLevels()[v] == 0 {
 			return nil, fmt.Errorf("GitHub App: permission %s: level %.40q is not read, write or admin: %w", k, v, errdefs.ErrInvalidArgument)
 		}
 		out[k] = v
@@ -450,7 +452,7 @@ func checkGrant(ans accessTokenAnswer, repos []string, perms map[string]string) 
 		if !ok {
 			return fmt.Errorf("token has permission %.80q, not asked for: %w", k, ErrOverGranted)
 		}
-		if g := permLevels[got]; g == 0 || g > permLevels[want] {
+		if g := permLevels()[got]; g == 0 || g > permLevels()[want] {
 			return fmt.Errorf("token has %.80q permission %.40q, asked for %s: %w", k, got, want, ErrOverGranted)
 		}
 	}

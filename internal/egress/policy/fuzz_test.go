@@ -55,7 +55,7 @@ func FuzzParseRule(f *testing.F) {
 				t.Fatalf("allow %q does not name %v", text, req.Addr)
 			}
 		}
-		if _, isSet := builtinSets[r.host]; isSet && r.kind == kindName && r.ports.all() {
+		if _, isSet := builtinSets()[r.host]; isSet && r.kind == kindName && r.ports.all() {
 			return // text is a set reference, not this name
 		}
 		if d := p.Decide(req); !d.Allow || d.Rule != "allow "+text {

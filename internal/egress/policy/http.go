@@ -179,7 +179,7 @@ func (p *Policy) DecideHTTP(name string, port uint16, method, path string) Decis
 			}
 			return true
 		}
-		if h := setHints[r.set]; h != "" {
+		if h := setHints()[r.set]; h != "" {
 			hint = " (" + h + ")"
 		}
 		return false

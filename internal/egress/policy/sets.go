@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// builtinSets are the named sets every policy knows. A user set of the same name extends
+// builtinSets returns the named sets every policy knows. A user set of the same name extends
 // one. Read-only: BuiltinSets hands out copies.
 //
 // "registries" is read-only: its members are HTTP rules allowing GET and HEAD (and, where
@@ -16,45 +16,49 @@ import (
 // otherwise carry data out under a token the sandbox brings itself. "registries-publish"
 // is the explicit opt-in to publishing: the same hosts and the upload endpoints, every
 // method. Both terminate TLS to the registries with the sandbox's CA (see HTTP rules).
-var builtinSets = map[string][]string{
-	"registries": {
-		// npm and Yarn: package documents and tarballs under the package's name
-		"registry.npmjs.org:443 GET,HEAD", "registry.yarnpkg.com:443 GET,HEAD",
-		// PyPI: the simple and JSON indexes, and the package files
-		"pypi.org:443 GET,HEAD /simple/", "pypi.org:443 GET,HEAD /pypi/",
-		"files.pythonhosted.org:443 GET,HEAD /packages/",
-		// Go: module proxy and checksum database
-		"proxy.golang.org:443 GET,HEAD", "sum.golang.org:443 GET,HEAD",
-		// crates.io: API (downloads redirect to static.crates.io), sparse index, downloads
-		"crates.io:443 GET,HEAD /api/v1/crates", "index.crates.io:443 GET,HEAD", "static.crates.io:443 GET,HEAD",
-		// Debian: APT uses plain HTTP by default (packages are signed)
-		"deb.debian.org:80 GET,HEAD", "deb.debian.org:443 GET,HEAD",
-		"security.debian.org:80 GET,HEAD", "security.debian.org:443 GET,HEAD",
-		// RubyGems
-		"rubygems.org:443 GET,HEAD", "index.rubygems.org:443 GET,HEAD",
-		// Maven Central
-		"repo.maven.apache.org:443 GET,HEAD /maven2/", "repo1.maven.org:443 GET,HEAD /maven2/",
-	},
-	"registries-publish": {
-		"registry.npmjs.org:443 *", "registry.yarnpkg.com:443 *",
-		"pypi.org:443 *", "files.pythonhosted.org:443 *", "upload.pypi.org:443 *",
-		"proxy.golang.org:443 *", "sum.golang.org:443 *",
-		"crates.io:443 *", "index.crates.io:443 *", "static.crates.io:443 *",
-		"deb.debian.org:80 *", "deb.debian.org:443 *", "security.debian.org:80 *", "security.debian.org:443 *",
-		"rubygems.org:443 *", "index.rubygems.org:443 *",
-		"repo.maven.apache.org:443 *", "repo1.maven.org:443 *",
-	},
+func builtinSets() map[string][]string {
+	return map[string][]string{
+		"registries": {
+			// npm and Yarn: package documents and tarballs under the package's name
+			"registry.npmjs.org:443 GET,HEAD", "registry.yarnpkg.com:443 GET,HEAD",
+			// PyPI: the simple and JSON indexes, and the package files
+			"pypi.org:443 GET,HEAD /simple/", "pypi.org:443 GET,HEAD /pypi/",
+			"files.pythonhosted.org:443 GET,HEAD /packages/",
+			// Go: module proxy and checksum database
+			"proxy.golang.org:443 GET,HEAD", "sum.golang.org:443 GET,HEAD",
+			// crates.io: API (downloads redirect to static.crates.io), sparse index, downloads
+			"crates.io:443 GET,HEAD /api/v1/crates", "index.crates.io:443 GET,HEAD", "static.crates.io:443 GET,HEAD",
+			// Debian: APT uses plain HTTP by default (packages are signed)
+			"deb.debian.org:80 GET,HEAD", "deb.debian.org:443 GET,HEAD",
+			"security.debian.org:80 GET,HEAD", "security.debian.org:443 GET,HEAD",
+			// RubyGems
+			"rubygems.org:443 GET,HEAD", "index.rubygems.org:443 GET,HEAD",
+			// Maven Central
+			"repo.maven.apache.org:443 GET,HEAD /maven2/", "repo1.maven.org:443 GET,HEAD /maven2/",
+		},
+		"registries-publish": {
+			"registry.npmjs.org:443 *", "registry.yarnpkg.com:443 *",
+			"pypi.org:443 *", "files.pythonhosted.org:443 *", "upload.pypi.org:443 *",
+			"proxy.golang.org:443 *", "sum.golang.org:443 *",
+			"crates.io:443 *", "index.crates.io:443 *", "static.crates.io:443 *",
+			"deb.debian.org:80 *", "deb.debian.org:443 *", "security.debian.org:80 *", "security.debian.org:443 *",
+			"rubygems.org:443 *", "index.rubygems.org:443 *",
+			"repo.maven.apache.org:443 *", "repo1.maven.org:443 *",
+		},
+	}
 }
 
-// setHints say what to do when a request is refused by a built-in set's HTTP rules.
-var setHints = map[string]string{
-	"registries": "the registries set is read-only; allow registries-publish to publish",
+// setHints says what to do when a request is refused by a built-in set's HTTP rules.
+func setHints() map[string]string {
+	return map[string]string{
+		"registries": "the registries set is read-only; allow registries-publish to publish",
+	}
 }
 
 // BuiltinSets returns a copy of the built-in named sets.
 func BuiltinSets() map[string][]string {
-	out := make(map[string][]string, len(builtinSets))
-	for name, members := range builtinSets {
+	out := make(map[string][]string, len(builtinSets()))
+	for name, members := range builtinSets() {
 		out[name] = slices.Clone(members)
 	}
 	return out
@@ -95,11 +99,11 @@ func parseMember(name, text string) (member, error) {
 func resolveSets(user map[string][]string) (map[string][]member, error) {
 	isSet := func(s string) bool {
 		s = strings.ToLower(strings.TrimSpace(s))
-		_, builtin := builtinSets[s]
+		_, builtin := builtinSets()[s]
 		_, own := user[s]
 		return builtin || own
 	}
-	out := make(map[string][]member, len(builtinSets)+len(user))
+	out := make(map[string][]member, len(builtinSets())+len(user))
 	add := func(name string, texts []string) error {
 		for _, text := range texts {
 			if isSet(text) {
@@ -113,8 +117,8 @@ func resolveSets(user map[string][]string) (map[string][]member, error) {
 		}
 		return nil
 	}
-	for _, name := range slices.Sorted(maps.Keys(builtinSets)) {
-		if err := add(name, builtinSets[name]); err != nil {
+	for _, name := range slices.Sorted(maps.Keys(builtinSets())) {
+		if err := add(name, builtinSets()[name]); err != nil {
 			return nil, fmt.Errorf("built-in %w", err)
 		}
 	}

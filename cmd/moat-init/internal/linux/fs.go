@@ -91,15 +91,17 @@ func WriteMetadata(path string, md map[string]string) error {
 // Filesystem magic numbers (statfs f_type) of network and FUSE filesystems,
 // on which inotify misses changes made elsewhere. 9p is left out: gVisor's
 // gofer mounts report it although the sandbox owns their contents.
-var networkFS = map[int64]string{
-	0x6969:     "nfs",
-	0x517b:     "smb",
-	0xfe534d42: "smb2",
-	0xff534d42: "cifs",
-	0x65735546: "fuse",
-	0x5346414f: "afs",
-	0x00c36400: "ceph",
-	0x73757245: "coda",
+func networkFS() map[int64]string {
+	return map[int64]string{
+		0x6969:     "nfs",
+		0x517b:     "smb",
+		0xfe534d42: "smb2",
+		0xff534d42: "cifs",
+		0x65735546: "fuse",
+		0x5346414f: "afs",
+		0x00c36400: "ceph",
+		0x73757245: "coda",
+	}
 }
 
 // NetworkFS returns the name of the network filesystem path is on, or ""
@@ -109,5 +111,5 @@ func NetworkFS(path string) (string, error) {
 	if err := unix.Statfs(path, &st); err != nil {
 		return "", fmt.Errorf("statfs %s: %w", path, err)
 	}
-	return networkFS[int64(st.Type)], nil
+	return networkFS()[int64(st.Type)], nil
 }
