@@ -13,7 +13,9 @@ import (
 // advertisement because Policy.Decide would refuse a push that uses it. Without them, git
 // refuses --signed and -o itself, before sending anything, with its own clear message ("the
 // receiving end does not support ...").
-var refusedCapabilities = []string{"push-cert", "push-options"}
+func refusedCapabilities() []string {
+	return []string{"push-cert", "push-options"}
+}
 
 // FilterAdvertisement copies a receive-pack advertisement (the body of GET
 // .../info/refs?service=git-receive-pack from the git host) from src to dst, removing the
@@ -92,7 +94,7 @@ func filterCaps(caps []byte) []byte {
 	for c := range bytes.FieldsSeq(body) {
 		name, _, _ := bytes.Cut(c, []byte("="))
 		keep := true
-		for _, r := range refusedCapabilities {
+		for _, r := range refusedCapabilities() {
 			if string(name) == r {
 				keep = false
 			}

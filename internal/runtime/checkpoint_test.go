@@ -123,7 +123,7 @@ func counterBundle(t testing.TB, id string) (bundle, out string) {
 		Process: &specs.Process{
 			// moat's capability set, no_new_privs, its seccomp profile and cgroup limits:
 			// what a restore must give back.
-			Capabilities:    &specs.LinuxCapabilities{Bounding: Capabilities, Effective: Capabilities, Permitted: Capabilities},
+			Capabilities:    &specs.LinuxCapabilities{Bounding: Capabilities(), Effective: Capabilities(), Permitted: Capabilities()},
 			NoNewPrivileges: true,
 			Args:            []string{"/bin/sh", "-c", `tok="$$-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"; i=0; while :; do i=$((i+1)); echo "$tok $i" > /tmp/c; sleep 0.05; done`},
 			Env:             []string{defaultPath},

@@ -323,7 +323,7 @@ func capMask(t testing.TB) uint64 {
 		"CAP_SYS_CHROOT": 18, "CAP_AUDIT_WRITE": 29, "CAP_SETFCAP": 31,
 	}
 	var m uint64
-	for _, c := range Capabilities {
+	for _, c := range Capabilities() {
 		n, ok := nums[c]
 		if !ok {
 			t.Fatalf("capability %s has no number in the test table", c)

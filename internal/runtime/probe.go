@@ -146,8 +146,8 @@ func probeRun(ctx context.Context, name, bin string) (err error) {
 				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace},
 			},
 			CgroupsPath:   "/moat/" + id,
-			MaskedPaths:   slices.Clone(maskedPaths),
-			ReadonlyPaths: slices.Clone(readonlyPaths),
+			MaskedPaths:   slices.Clone(maskedPaths()),
+			ReadonlyPaths: slices.Clone(readonlyPaths()),
 		},
 	}
 	bundle := filepath.Join(dir, "bundle")

@@ -46,33 +46,39 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 //     CAP_IPC_OWNER, CAP_LINUX_IMMUTABLE, CAP_NET_BROADCAST, CAP_DAC_READ_SEARCH, CAP_BPF,
 //     CAP_PERFMON, CAP_CHECKPOINT_RESTORE: host-wide state, hardware, or bypasses of
 //     permission checks that no agent workload needs.
-var Capabilities = []string{
-	"CAP_CHOWN",            // package managers and tar set file owners
-	"CAP_DAC_OVERRIDE",     // root inside may read/write any file of the sandbox
-	"CAP_FSETID",           // keep setuid/setgid bits when root edits a file
-	"CAP_FOWNER",           // chmod/utime on files of other sandbox users
-	"CAP_SETGID",           // sudo, su, and daemons dropping privileges
-	"CAP_SETUID",           // idem
-	"CAP_SETFCAP",          // installing packages that carry file capabilities
-	"CAP_SETPCAP",          // dropping capabilities from the bounding set
-	"CAP_NET_BIND_SERVICE", // dev servers on ports < 1024
-	"CAP_SYS_CHROOT",       // build tools (debootstrap, mock) and package scripts
-	"CAP_KILL",             // root may signal every sandbox process
-	"CAP_AUDIT_WRITE",      // PAM (sudo, login) writes audit records or fails
+func Capabilities() []string {
+	return []string{
+		"CAP_CHOWN",            // package managers and tar set file owners
+		"CAP_DAC_OVERRIDE",     // root inside may read/write any file of the sandbox
+		"CAP_FSETID",           // keep setuid/setgid bits when root edits a file
+		"CAP_FOWNER",           // chmod/utime on files of other sandbox users
+		"CAP_SETGID",           // sudo, su, and daemons dropping privileges
+		"CAP_SETUID",           // idem
+		"CAP_SETFCAP",          // installing packages that carry file capabilities
+		"CAP_SETPCAP",          // dropping capabilities from the bounding set
+		"CAP_NET_BIND_SERVICE", // dev servers on ports < 1024
+		"CAP_SYS_CHROOT",       // build tools (debootstrap, mock) and package scripts
+		"CAP_KILL",             // root may signal every sandbox process
+		"CAP_AUDIT_WRITE",      // PAM (sudo, login) writes audit records or fails
+	}
 }
 
 // maskedPaths are hidden (a bind of /dev/null or an empty read-only tmpfs): they expose
 // host kernel state (memory, keys, timers, firmware, power capping side channels).
-var maskedPaths = []string{
-	"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-	"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
-	"/sys/firmware", "/sys/devices/virtual/powercap",
+func maskedPaths() []string {
+	return []string{
+		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+		"/sys/firmware", "/sys/devices/virtual/powercap",
+	}
 }
 
 // readonlyPaths are remounted read-only: kernel tunables and triggers that are not (all)
 // namespaced.
-var readonlyPaths = []string{
-	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+func readonlyPaths() []string {
+	return []string{
+		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+	}
 }
 
 // hostFeatures is what the spec depends on about the host. BuildSpec detects it; tests
@@ -166,9 +172,9 @@ func buildSpec(cs sandbox.ContainerSpec, runtimeName string, host hostFeatures) 
 			// setuid does not elevate and sudo does not work under gVisor.)
 			NoNewPrivileges: false,
 			Capabilities: &specs.LinuxCapabilities{
-				Bounding:  slices.Clone(Capabilities),
-				Effective: slices.Clone(Capabilities),
-				Permitted: slices.Clone(Capabilities),
+				Bounding:  slices.Clone(Capabilities()),
+				Effective: slices.Clone(Capabilities()),
+				Permitted: slices.Clone(Capabilities()),
 				// Inheritable and ambient stay empty: capabilities never survive an
 				// exec as a non-root user.
 			},
@@ -193,8 +199,8 @@ func buildSpec(cs sandbox.ContainerSpec, runtimeName string, host hostFeatures) 
 			CgroupsPath:   "/moat/" + cs.ID,
 			Resources:     resources(lim, host),
 			Seccomp:       seccompProfile(runtimeName),
-			MaskedPaths:   slices.Clone(maskedPaths),
-			ReadonlyPaths: slices.Clone(readonlyPaths),
+			MaskedPaths:   slices.Clone(maskedPaths()),
+			ReadonlyPaths: slices.Clone(readonlyPaths()),
 		},
 	}
 	if gvisor {

@@ -119,7 +119,7 @@ func TestBuildSpecRuntimes(t *testing.T) {
 			if s.Linux.CgroupsPath != "/moat/"+cs.ID {
 				t.Errorf("cgroupsPath %q", s.Linux.CgroupsPath)
 			}
-			if !slices.Equal(s.Linux.MaskedPaths, maskedPaths) || !slices.Equal(s.Linux.ReadonlyPaths, readonlyPaths) {
+			if !slices.Equal(s.Linux.MaskedPaths, maskedPaths()) || !slices.Equal(s.Linux.ReadonlyPaths, readonlyPaths()) {
 				t.Error("masked/readonly paths differ")
 			}
 			for _, m := range []string{"/proc/kcore", "/proc/keys", "/sys/firmware", "/proc/sched_debug"} {
@@ -162,7 +162,7 @@ func TestBuildSpecCapabilities(t *testing.T) {
 	}
 	// The exported slice is not shared with the spec.
 	c.Bounding[0] = "CAP_SYS_ADMIN"
-	if Capabilities[0] == "CAP_SYS_ADMIN" {
+	if Capabilities()[0] == "CAP_SYS_ADMIN" {
 		t.Fatal("BuildSpec aliases Capabilities")
 	}
 }

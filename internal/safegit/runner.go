@@ -31,37 +31,39 @@ const (
 // configuration is read after every file and is "protected" configuration, so it wins over
 // anything a repository's config could say. It is exported to every git process git
 // starts (GIT_CONFIG_PARAMETERS), e.g. pack-objects and index-pack.
-var baseConfig = []string{
-	"core.hooksPath=/dev/null",
-	"core.fsmonitor=false",
-	"core.untrackedCache=false",
-	"core.sshCommand=false",
-	"core.askPass=false",
-	"core.attributesFile=/dev/null",
-	"core.excludesFile=/dev/null",
-	"core.pager=cat",
-	"core.editor=false",
-	"core.quotePath=false",
-	"credential.helper=",
-	"protocol.allow=never",
-	"transfer.fsckObjects=true",
-	"fetch.fsckObjects=true",
-	"receive.fsckObjects=true",
-	"submodule.recurse=false",
-	"fetch.recurseSubmodules=false",
-	"gc.auto=0",
-	"maintenance.auto=false",
-	"log.mailmap=false",
-	"mailmap.file=/dev/null",
-	"mailmap.blob=",
-	"log.showSignature=false",
-	"commit.gpgSign=false",
-	"tag.gpgSign=false",
-	"gpg.program=false",
-	"color.ui=false",
-	"diff.noprefix=false",
-	"diff.mnemonicPrefix=false",
-	"diff.relative=false",
+func baseConfig() []string {
+	return []string{
+		"core.hooksPath=/dev/null",
+		"core.fsmonitor=false",
+		"core.untrackedCache=false",
+		"core.sshCommand=false",
+		"core.askPass=false",
+		"core.attributesFile=/dev/null",
+		"core.excludesFile=/dev/null",
+		"core.pager=cat",
+		"core.editor=false",
+		"core.quotePath=false",
+		"credential.helper=",
+		"protocol.allow=never",
+		"transfer.fsckObjects=true",
+		"fetch.fsckObjects=true",
+		"receive.fsckObjects=true",
+		"submodule.recurse=false",
+		"fetch.recurseSubmodules=false",
+		"gc.auto=0",
+		"maintenance.auto=false",
+		"log.mailmap=false",
+		"mailmap.file=/dev/null",
+		"mailmap.blob=",
+		"log.showSignature=false",
+		"commit.gpgSign=false",
+		"tag.gpgSign=false",
+		"gpg.program=false",
+		"color.ui=false",
+		"diff.noprefix=false",
+		"diff.mnemonicPrefix=false",
+		"diff.relative=false",
+	}
 }
 
 // Runner runs git with an isolated environment. It is safe for concurrent use.
@@ -131,7 +133,7 @@ func (r *Runner) env() []string {
 // invocation is one git command.
 type invocation struct {
 	gitDir string   // --git-dir; "" only for commands that need no repository
-	config []string // extra -c key=value after baseConfig
+	config []string // extra -c key=value after baseConfig()
 	args   []string
 	stdin  io.Reader
 	stdout io.Writer // nil: collected, at most maxOut bytes
@@ -157,7 +159,7 @@ func (r *Runner) argv(inv invocation) []string {
 	if inv.gitDir != "" {
 		a = append(a, "--git-dir="+inv.gitDir)
 	}
-	for _, c := range baseConfig {
+	for _, c := range baseConfig() {
 		a = append(a, "-c", c)
 	}
 	for _, c := range inv.config {

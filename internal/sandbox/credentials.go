@@ -127,7 +127,7 @@ func reservedEnv(name string) bool {
 		"SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS":
 		return true
 	}
-	return slices.Contains(bundleEnv, name) || strings.HasPrefix(name, "LD_") || strings.HasPrefix(name, "MOAT_") || strings.HasPrefix(name, "LC_")
+	return slices.Contains(bundleEnv(), name) || strings.HasPrefix(name, "LD_") || strings.HasPrefix(name, "MOAT_") || strings.HasPrefix(name, "LC_")
 }
 
 // MatchesHost reports whether the credential is bound to host (a normalized name) on
@@ -164,7 +164,9 @@ func nameMatches(name, host string) bool {
 
 // bundleEnv are the trust variables pointed at the CA bundle (credentialEnv); a
 // placeholder may not take their names (reservedEnv).
-var bundleEnv = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT", "NPM_CONFIG_CAFILE", "CARGO_HTTP_CAINFO"}
+func bundleEnv() []string {
+	return []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT", "NPM_CONFIG_CAFILE", "CARGO_HTTP_CAINFO"}
+}
 
 // credentialEnv adds the placeholders of env-var bindings to env and, when the sandbox has
 // an interception CA, points the usual trust variables at the files moat-init writes
@@ -179,7 +181,7 @@ func credentialEnv(env map[string]string, creds []Credential, ca bool) map[strin
 		}
 	}
 	if ca {
-		for _, k := range bundleEnv {
+		for _, k := range bundleEnv() {
 			env[k] = "/etc/moat/ca-bundle.pem"
 		}
 		env["NODE_EXTRA_CA_CERTS"] = "/etc/moat/ca.pem"

@@ -28,7 +28,9 @@ const (
 // hole punch, so free) rather than lazily by the kernel after each mount; the journal is not
 // zeroed (a fresh journal needs no zeroes). No blocks are reserved for root: the whole size
 // is the sandbox's.
-var mkfsArgs = []string{"-q", "-F", "-m", "0", "-E", "lazy_itable_init=0,lazy_journal_init=1,nodiscard"}
+func mkfsArgs() []string {
+	return []string{"-q", "-F", "-m", "0", "-E", "lazy_itable_init=0,lazy_journal_init=1,nodiscard"}
+}
 
 // maxDriveTemplates bounds the formatted images kept for reuse (one per distinct size).
 const maxDriveTemplates = 4
@@ -158,7 +160,7 @@ func (s *Store) pruneDriveTemplates() {
 func (s *Store) drivePathRaw(name string) string { return s.dir + "/drives/" + name }
 
 func mkfs(ctx context.Context, path string, extra ...string) error {
-	args := append(append(append([]string(nil), mkfsArgs...), extra...), path)
+	args := append(append(append([]string(nil), mkfsArgs()...), extra...), path)
 	cmd := exec.CommandContext(ctx, "mkfs.ext4", args...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"}
 	out, err := cmd.CombinedOutput()

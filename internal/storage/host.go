@@ -46,32 +46,38 @@ import (
 // content on first use by a process and reused afterwards.
 
 // hostEtcFiles are the host files copied into the synthesized /etc (if present).
-var hostEtcFiles = []string{
-	"adduser.conf", "bash.bashrc", "bindresvport.blacklist", "ca-certificates.conf",
-	"debian_version", "deluser.conf", "ethertypes", "gai.conf", "host.conf", "inputrc",
-	"issue", "issue.net", "ld.so.cache", "ld.so.conf", "locale.alias", "locale.conf",
-	"locale.gen", "localtime", "login.defs", "lsb-release", "magic", "magic.mime",
-	"manpath.config", "mime.types", "networks", "os-release", "pam.conf", "profile",
-	"protocols", "rpc", "services", "shells", "sudo.conf", "timezone", "xattr.conf",
-	"ssl/openssl.cnf",
-	"default/locale", "default/useradd", "default/nss", "default/keyboard",
-	"security/access.conf", "security/capability.conf", "security/faillock.conf",
-	"security/group.conf", "security/limits.conf", "security/namespace.conf",
-	"security/pam_env.conf", "security/pwquality.conf", "security/sepermit.conf",
-	"security/time.conf",
+func hostEtcFiles() []string {
+	return []string{
+		"adduser.conf", "bash.bashrc", "bindresvport.blacklist", "ca-certificates.conf",
+		"debian_version", "deluser.conf", "ethertypes", "gai.conf", "host.conf", "inputrc",
+		"issue", "issue.net", "ld.so.cache", "ld.so.conf", "locale.alias", "locale.conf",
+		"locale.gen", "localtime", "login.defs", "lsb-release", "magic", "magic.mime",
+		"manpath.config", "mime.types", "networks", "os-release", "pam.conf", "profile",
+		"protocols", "rpc", "services", "shells", "sudo.conf", "timezone", "xattr.conf",
+		"ssl/openssl.cnf",
+		"default/locale", "default/useradd", "default/nss", "default/keyboard",
+		"security/access.conf", "security/capability.conf", "security/faillock.conf",
+		"security/group.conf", "security/limits.conf", "security/namespace.conf",
+		"security/pam_env.conf", "security/pwquality.conf", "security/sepermit.conf",
+		"security/time.conf",
+	}
 }
 
 // hostEtcDirs are host directories copied recursively (without following symlinks).
-var hostEtcDirs = []string{
-	"alternatives", "bash_completion.d", "ld.so.conf.d", "pam.d", "profile.d",
-	"security/limits.d", "skel", "ssl/certs", "terminfo",
+func hostEtcDirs() []string {
+	return []string{
+		"alternatives", "bash_completion.d", "ld.so.conf.d", "pam.d", "profile.d",
+		"security/limits.d", "skel", "ssl/certs", "terminfo",
+	}
 }
 
 // hostEtcNever may not be copied even if an allowlisted directory contains them.
-var hostEtcNever = []string{
-	"passwd", "shadow", "group", "gshadow", "sudoers", "sudoers.d", "ssh", "ssl/private",
-	"apt", "security/opasswd", "subuid", "subgid", "machine-id", "hostname", "hosts",
-	"resolv.conf", "nsswitch.conf", "environment", "ld.so.preload", "gitconfig",
+func hostEtcNever() []string {
+	return []string{
+		"passwd", "shadow", "group", "gshadow", "sudoers", "sudoers.d", "ssh", "ssl/private",
+		"apt", "security/opasswd", "subuid", "subgid", "machine-id", "hostname", "hosts",
+		"resolv.conf", "nsswitch.conf", "environment", "ld.so.preload", "gitconfig",
+	}
 }
 
 // hostUsrHidden are paths below the host's /usr that sandboxes never see: the configuration
@@ -86,16 +92,20 @@ var hostEtcNever = []string{
 // builds it at its first use of the template); a path whose parent is a symbolic link is
 // left alone (it resolves outside the host's /usr, where the sandbox sees only the
 // synthesized layer, or to another place in /usr).
-var hostUsrHidden = []string{
-	"etc", "local/etc",
-	"pip.conf", "local/pip.conf",
-	"local/cargo/credentials", "local/cargo/credentials.toml",
-	"local/bundle/config",
+func hostUsrHidden() []string {
+	return []string{
+		"etc", "local/etc",
+		"pip.conf", "local/pip.conf",
+		"local/cargo/credentials", "local/cargo/credentials.toml",
+		"local/bundle/config",
+	}
 }
 
 // usrMergeDirs become symlinks into usr (as on the host) or, on a host without usr-merge,
 // extra parts bind-mounted from the host.
-var usrMergeDirs = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+func usrMergeDirs() []string {
+	return []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+}
 
 const (
 	hostLayerFormat = "moat host layer v2"
@@ -173,7 +183,7 @@ func (s *Store) hostEntries() ([]hostEntry, []sandbox.Part, error) {
 	es = append(es, hostEntry{path: "var/run", mode: fs.ModeSymlink | 0o777, link: "../run"})
 
 	var extra []sandbox.Part
-	for _, d := range usrMergeDirs {
+	for _, d := range usrMergeDirs() {
 		fi, err := os.Lstat(filepath.Join(s.hostRoot, d))
 		switch {
 		case err != nil:
@@ -226,12 +236,12 @@ func (s *Store) hostEntries() ([]hostEntry, []sandbox.Part, error) {
 		es = append(es, e)
 		return nil
 	}
-	for _, rel := range hostEtcFiles {
+	for _, rel := range hostEtcFiles() {
 		if err := add(rel); err != nil {
 			return nil, nil, err
 		}
 	}
-	for _, top := range hostEtcDirs {
+	for _, top := range hostEtcDirs() {
 		root := filepath.Join(etc, top)
 		fi, err := os.Lstat(root)
 		if err != nil || !fi.IsDir() || neverCopy(top) {
@@ -263,7 +273,7 @@ func (s *Store) hostEntries() ([]hostEntry, []sandbox.Part, error) {
 		}
 	}
 	// Configuration under the host's /usr is whited out in the layer's usr/.
-	for _, rel := range hostUsrHidden {
+	for _, rel := range hostUsrHidden() {
 		parents, ok, err := hostUsrParents(filepath.Join(s.hostRoot, "usr"), rel)
 		if err != nil {
 			return nil, nil, err
@@ -306,7 +316,7 @@ func slicesClone(es []hostEntry) []hostEntry { return append([]hostEntry(nil), e
 
 // neverCopy reports whether rel (relative to /etc) is or lies below a denied name.
 func neverCopy(rel string) bool {
-	for _, n := range hostEtcNever {
+	for _, n := range hostEtcNever() {
 		if rel == n || strings.HasPrefix(rel, n+"/") {
 			return true
 		}
