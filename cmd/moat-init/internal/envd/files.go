@@ -31,6 +31,22 @@ type uploadedEntry struct {
 
 // fileUser resolves the user of a /files request: the username query
 // parameter, else the Authorization header, else the default user.
+// fileTarget is the user and the resolved ?path= of a file or tar request; on a bad user
+// (401) or path (400) it has answered and returns ok false.
+func (s *Server) fileTarget(w http.ResponseWriter, r *http.Request) (u *users.User, path string, ok bool) {
+	u, err := s.fileUser(r)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, err)
+		return nil, "", false
+	}
+	path, err = resolvePath(r.URL.Query().Get("path"), u)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return nil, "", false
+	}
+	return u, path, true
+}
+
 func (s *Server) fileUser(r *http.Request) (*users.User, error) {
 	name := r.URL.Query().Get("username")
 	if name == "" {
@@ -48,19 +64,13 @@ func (s *Server) fileUser(r *http.Request) (*users.User, error) {
 // opened is sent, with that Content-Length when uncompressed: a file that grows
 // while it is read cannot stream forever.
 func (s *Server) download(w http.ResponseWriter, r *http.Request) {
-	u, err := s.fileUser(r)
-	if err != nil {
-		writeError(w, http.StatusUnauthorized, err)
-		return
-	}
-	path, err := resolvePath(r.URL.Query().Get("path"), u)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err)
+	u, path, ok := s.fileTarget(w, r)
+	if !ok {
 		return
 	}
 	var f *os.File
 	var fi os.FileInfo
-	err = linux.RunAs(credOf(u), func() error {
+	err := linux.RunAs(credOf(u), func() error {
 		var err error
 		f, fi, err = openRegular(path)
 		return err

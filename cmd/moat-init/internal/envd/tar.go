@@ -24,14 +24,8 @@ import (
 // being one is 400, a missing P 404. The X-Moat-Tar-Status trailer is "ok" when the
 // stream is complete, else the error that cut it short.
 func (s *Server) tarDownload(w http.ResponseWriter, r *http.Request) {
-	u, err := s.fileUser(r)
-	if err != nil {
-		writeError(w, http.StatusUnauthorized, err)
-		return
-	}
-	path, err := resolvePath(r.URL.Query().Get("path"), u)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err)
+	u, path, ok := s.fileTarget(w, r)
+	if !ok {
 		return
 	}
 	name := filepath.Base(path)
@@ -39,7 +33,7 @@ func (s *Server) tarDownload(w http.ResponseWriter, r *http.Request) {
 		name = "root"
 	}
 	var skipped int
-	err = linux.RunAs(credOf(u), func() error {
+	err := linux.RunAs(credOf(u), func() error {
 		fi, err := os.Stat(path)
 		if err != nil {
 			return err
@@ -78,19 +72,13 @@ func (s *Server) tarDownload(w http.ResponseWriter, r *http.Request) {
 // the destination, or pass through a symlink the stream made, are refused (400) and end
 // the extraction; what was made before stays. The response is {"entries","bytes"}.
 func (s *Server) tarUpload(w http.ResponseWriter, r *http.Request) {
-	u, err := s.fileUser(r)
-	if err != nil {
-		writeError(w, http.StatusUnauthorized, err)
-		return
-	}
-	path, err := resolvePath(r.URL.Query().Get("path"), u)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err)
+	u, path, ok := s.fileTarget(w, r)
+	if !ok {
 		return
 	}
 	into := r.URL.Query().Get("into") == "1"
 	var st tarcopy.Stats
-	err = linux.RunAs(credOf(u), func() error {
+	err := linux.RunAs(credOf(u), func() error {
 		dir, top := path, ""
 		if !into {
 			if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
