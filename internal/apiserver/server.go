@@ -554,6 +554,19 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, list)
 }
 
+// progressStream starts an NDJSON answer of a long operation: progress sends one line
+// (flushed at once); enc writes the last line, with the result or the error.
+func progressStream(w http.ResponseWriter) (enc *json.Encoder, progress func(string)) {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	enc = json.NewEncoder(w)
+	return enc, func(msg string) {
+		_ = enc.Encode(v1.Progress{Message: msg})
+		_ = rc.Flush()
+	}
+}
+
 // templateOp runs a long template operation, streaming progress as NDJSON lines; the last
 // line carries the result or the error.
 func (s *Server) templateOp(op func(Templates, context.Context, v1.TemplateRequest, func(string)) (v1.Template, error)) http.HandlerFunc {
@@ -563,14 +576,7 @@ func (s *Server) templateOp(op func(Templates, context.Context, v1.TemplateReque
 			writeError(w, err)
 			return
 		}
-		w.Header().Set("Content-Type", "application/x-ndjson")
-		w.WriteHeader(http.StatusOK)
-		rc := http.NewResponseController(w)
-		enc := json.NewEncoder(w)
-		progress := func(msg string) {
-			_ = enc.Encode(v1.Progress{Message: msg})
-			_ = rc.Flush()
-		}
+		enc, progress := progressStream(w)
 		t, err := op(s.templates, r.Context(), req, progress)
 		if err != nil {
 			s.log.Error("template operation failed", "name", req.Name, "err", err)

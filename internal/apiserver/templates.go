@@ -2,7 +2,6 @@ package apiserver
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 
@@ -70,14 +69,7 @@ func (s *Server) buildDockerfile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	enc := json.NewEncoder(w)
-	progress := func(msg string) {
-		_ = enc.Encode(v1.Progress{Message: msg})
-		_ = rc.Flush()
-	}
+	enc, progress := progressStream(w)
 	t, rep, err := s.templateAdmin.BuildFile(r.Context(), req, progress)
 	if err != nil {
 		s.log.Warn("template build failed", "name", req.Name, "err", err)
