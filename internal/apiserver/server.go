@@ -471,6 +471,13 @@ type envdDest struct {
 // envd forwards /v1/sandboxes/{id}/envd/<rest> to the sandbox's moat-init, adding the
 // sandbox's access token. Only running sandboxes are reachable.
 func (s *Server) envd(w http.ResponseWriter, r *http.Request) {
+	s.forwardRunning(w, r, "/"+r.PathValue("rest"), "not running")
+}
+
+// forwardRunning forwards r to path rest of the moat-init of the sandbox the request names
+// (resumed if idle, held in use until the answer ends); a sandbox that is not running
+// answers 409 with why.
+func (s *Server) forwardRunning(w http.ResponseWriter, r *http.Request, rest, why string) {
 	sb, release, err := s.sandboxes.Acquire(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
@@ -478,10 +485,10 @@ func (s *Server) envd(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	if sb.State != sandbox.StateRunning {
-		writeError(w, fmt.Errorf("sandbox %s is %s, not running: %w", sb.ID, sb.State, errdefs.ErrConflict))
+		writeError(w, fmt.Errorf("sandbox %s is %s, %s: %w", sb.ID, sb.State, why, errdefs.ErrConflict))
 		return
 	}
-	s.forward(w, r, envdDest{id: sb.ID, token: sb.AccessToken, rest: "/" + r.PathValue("rest")})
+	s.forward(w, r, envdDest{id: sb.ID, token: sb.AccessToken, rest: rest})
 }
 
 // forward sends r to the moat-init of dest.id.

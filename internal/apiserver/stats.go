@@ -1,11 +1,9 @@
 package apiserver
 
 import (
-	"fmt"
 	"net/http"
 
 	v1 "github.com/moatdev/moat/api/v1"
-	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/sandbox"
 )
 
@@ -47,15 +45,5 @@ func toAPIStats(u sandbox.Usage) v1.SandboxStats {
 // whose output the sandbox's moat-init keeps, or one process's output (v1.ProcessLog,
 // v1.LogChunk NDJSON), answered by moat-init (envd logs.go) through the envd forward.
 func (s *Server) sandboxLogs(w http.ResponseWriter, r *http.Request) {
-	sb, release, err := s.sandboxes.Acquire(r.Context(), r.PathValue("id"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer release()
-	if sb.State != sandbox.StateRunning {
-		writeError(w, fmt.Errorf("sandbox %s is %s: the output of its processes went with them: %w", sb.ID, sb.State, errdefs.ErrConflict))
-		return
-	}
-	s.forward(w, r, envdDest{id: sb.ID, token: sb.AccessToken, rest: "/moat/logs"})
+	s.forwardRunning(w, r, "/moat/logs", "and the output of its processes went with them")
 }
