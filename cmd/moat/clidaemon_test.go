@@ -1,15 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sync"
 	"syscall"
 	"time"
 
+	"github.com/moatdev/moat/internal/testutil"
 	"github.com/moatdev/moat/sdk"
 )
 
@@ -33,26 +32,8 @@ type cliDaemon struct {
 	cmd    *exec.Cmd
 	args   []string // c.args it was started with
 	socket string
-	stderr *syncBuffer
+	stderr *testutil.SyncBuffer
 	done   chan error
-}
-
-// syncBuffer is a bytes.Buffer safe for the daemon's writes and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // argv is the command line of `moat args...`: a `run` while no daemon was started gets
@@ -92,7 +73,7 @@ func (c *cli) ensureDaemon() {
 		return
 	}
 	c.stopDaemon()
-	d := &cliDaemon{args: slices.Clone(c.args), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	d := &cliDaemon{args: slices.Clone(c.args), stderr: &testutil.SyncBuffer{}, done: make(chan error, 1)}
 	argv := append(append(append([]string{}, c.args...), testDaemonFlags...), "serve", "--warm", "0")
 	d.cmd = exec.Command(c.bin, argv...)
 	d.cmd.Stdout, d.cmd.Stderr = d.stderr, d.stderr

@@ -298,7 +298,7 @@ func TestCLIRunInteractive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tty.Close()
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	go io.Copy(out, tty)
 	// Typed ahead: the terminal holds the line until moat reads it for the sandbox.
 	if _, err := tty.Write([]byte("abc\r")); err != nil {
@@ -497,7 +497,7 @@ func TestCLIExecTTYInterrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tty.Close()
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	go io.Copy(out, tty)
 	testutil.WaitFor(t, time.Minute, "the command to start", func() bool { return strings.Contains(out.String(), "ready") })
 	if _, err := tty.Write([]byte{0x03}); err != nil {
@@ -535,7 +535,7 @@ func TestCLIServeSocketActivation(t *testing.T) {
 	argv := append(append(append([]string{"-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"`, c.bin}, c.args...), testDaemonFlags...), "serve", "--warm", "0")
 	d := exec.Command("sh", argv...)
 	d.ExtraFiles = []*os.File{f}
-	var derr syncBuffer
+	var derr testutil.SyncBuffer
 	d.Stdout, d.Stderr = &derr, &derr
 	if err := d.Start(); err != nil {
 		t.Fatal(err)

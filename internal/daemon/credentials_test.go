@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	v1 "github.com/moatdev/moat/api/v1"
@@ -51,7 +50,7 @@ func TestCredentialBrokering(t *testing.T) {
 	hosts := filepath.Join(t.TempDir(), "hosts")
 	os.WriteFile(hosts, []byte("127.0.0.4 api.test other.test\n"), 0o644)
 
-	var daemonLog syncBuffer
+	var daemonLog testutil.SyncBuffer
 	e := newEnvWith(t, func(c *daemon.Config) {
 		in.configure(c)
 		data, _ := os.ReadFile(hosts)
@@ -284,24 +283,6 @@ func tlsServe(t *testing.T, up testutil.UpstreamCA, h http.Handler) int {
 	go srv.ServeTLS(ln, "", "")
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // gitServer serves a bare repository NAME.git under /git/ over git's smart HTTP protocol

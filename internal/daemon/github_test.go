@@ -16,6 +16,7 @@ import (
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
+	"github.com/moatdev/moat/internal/testutil"
 	"github.com/moatdev/moat/internal/testutil/fakegithub"
 )
 
@@ -49,7 +50,7 @@ func TestGitHubAppTokens(t *testing.T) {
 		http.NotFound(w, r)
 	}), "git.test")
 
-	var daemonLog syncBuffer
+	var daemonLog testutil.SyncBuffer
 	e := newEnvWith(t, func(c *daemon.Config) {
 		in.configure(c)
 		c.EgressHosts["git.test"] = []netip.Addr{netip.MustParseAddr("127.0.0.4")}

@@ -3,6 +3,7 @@
 package testutil
 
 import (
+	"bytes"
 	"crypto/rand"
 	"net"
 	"os"
@@ -116,4 +117,23 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writers and readers (a subprocess's
+// output written while the test reads it).
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
