@@ -24,6 +24,7 @@ import (
 	"github.com/moatdev/moat/internal/doctor"
 	"github.com/moatdev/moat/internal/egress"
 	"github.com/moatdev/moat/internal/sandbox"
+	"github.com/moatdev/moat/internal/storage"
 	"github.com/moatdev/moat/sdk"
 )
 
@@ -149,7 +150,7 @@ build debian builds the clean Debian bookworm template with debootstrap.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n := pullName
 			if n == "" {
-				n = defaultTemplateName(args[0])
+				n = storage.ImageTemplateName(args[0])
 			}
 			return a.templateOp(cmd.Context(), "pull", v1.TemplateRequest{Name: n, Ref: args[0], Insecure: insecure})
 		},
@@ -158,21 +159,6 @@ build debian builds the clean Debian bookworm template with debootstrap.`,
 	pull.Flags().BoolVar(&insecure, "insecure", false, "plain-HTTP registry")
 	cmd.AddCommand(ls, build, imp, pull, a.templateRmCmd())
 	return cmd
-}
-
-// defaultTemplateName derives a template name from an image reference:
-// registry:5000/library/alpine:3.20 → alpine-3.20.
-func defaultTemplateName(ref string) string {
-	last := ref[strings.LastIndex(ref, "/")+1:]
-	last, _, _ = strings.Cut(last, "@")
-	last = strings.ReplaceAll(strings.ToLower(last), ":", "-")
-	var b strings.Builder
-	for _, r := range last {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_' {
-			b.WriteRune(r)
-		}
-	}
-	return strings.TrimLeft(b.String(), ".-_")
 }
 
 func (a *app) templateOp(ctx context.Context, op string, req v1.TemplateRequest) error {

@@ -109,18 +109,6 @@ func TestSplitRemote(t *testing.T) {
 	}
 }
 
-func TestDefaultTemplateName(t *testing.T) {
-	for in, want := range map[string]string{
-		"127.0.0.1:5000/library/alpine:3.20": "alpine-3.20",
-		"debian":                             "debian",
-		"reg/x/busybox@sha256:abc":           "busybox",
-	} {
-		if got := defaultTemplateName(in); got != want {
-			t.Errorf("defaultTemplateName(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestParseCredentials(t *testing.T) {
 	got, err := parseCredentials([]string{"GH_TOKEN@api.github.com,uploads.github.com"}, []string{"OPENAI@api.openai.com=Authorization: Bearer {{value}}"})
 	if err != nil {

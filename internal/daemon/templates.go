@@ -223,7 +223,7 @@ func (b *buildBackend) Base(ctx context.Context, from string, progress func(stri
 	name := from
 	if strings.ContainsAny(from, ":/@") {
 		// An image reference: pulled as a template of its own (kept, reused next time).
-		name = imageTemplateName(from)
+		name = storage.ImageTemplateName(from)
 		if err := storage.ValidTemplateName(name); err != nil {
 			return build.Base{}, fmt.Errorf("FROM %s: %w", from, err)
 		}
@@ -246,21 +246,6 @@ func (b *buildBackend) Base(ctx context.Context, from string, progress func(stri
 	b.base = st
 	return build.Base{Name: name, Identity: st.Identity, Env: st.Env, User: st.User, Workdir: st.Workdir,
 		Labels: st.Labels, Cmd: st.Cmd, Entrypoint: st.Entrypoint}, nil
-}
-
-// imageTemplateName is the template an image reference is pulled as:
-// registry:5000/library/alpine:3.20 → alpine-3.20.
-func imageTemplateName(ref string) string {
-	last := ref[strings.LastIndex(ref, "/")+1:]
-	last, _, _ = strings.Cut(last, "@")
-	last = strings.ReplaceAll(strings.ToLower(last), ":", "-")
-	var sb strings.Builder
-	for _, r := range last {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_' {
-			sb.WriteRune(r)
-		}
-	}
-	return strings.TrimLeft(sb.String(), ".-_")
 }
 
 func (b *buildBackend) stateOf(keys []string) storage.BuildState {

@@ -366,3 +366,19 @@ func pickImage(idx v1.ImageIndex, plat v1.Platform, depth int) (v1.Image, error)
 	}
 	return nil, nil
 }
+
+// ImageTemplateName is the template name an image reference is pulled as, when none is
+// given (moat template pull, a Dockerfile's FROM): registry:5000/library/alpine:3.20 →
+// alpine-3.20. Pure.
+func ImageTemplateName(ref string) string {
+	last := ref[strings.LastIndex(ref, "/")+1:]
+	last, _, _ = strings.Cut(last, "@")
+	last = strings.ReplaceAll(strings.ToLower(last), ":", "-")
+	var b strings.Builder
+	for _, r := range last {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_' {
+			b.WriteRune(r)
+		}
+	}
+	return strings.TrimLeft(b.String(), ".-_")
+}

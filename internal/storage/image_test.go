@@ -448,3 +448,15 @@ func TestExtractSparseBomb(t *testing.T) {
 		t.Errorf("beyond the limit: %v, want invalid argument", err)
 	}
 }
+
+func TestImageTemplateName(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:5000/library/alpine:3.20": "alpine-3.20",
+		"debian":                             "debian",
+		"reg/x/busybox@sha256:abc":           "busybox",
+	} {
+		if got := ImageTemplateName(in); got != want {
+			t.Errorf("ImageTemplateName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
