@@ -423,6 +423,10 @@ func TestReconcileBranches(t *testing.T) {
 	if _, err := e.m.Stop(ctx, stopped.ID); err != nil {
 		t.Fatal(err)
 	}
+	// The first daemon ends as serve ends it; had it stayed, its watch on the dead
+	// sandbox's output would race the restarted daemon to record the death.
+	e.m.CloseLogs()
+	e.m.Close()
 	e.w.mu.Lock()
 	e.w.alive[dead.ID] = false // its container died while no daemon ran
 	e.w.mu.Unlock()
