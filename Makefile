@@ -15,16 +15,20 @@ all: build
 # the default template (which shows the host's /usr); the demo makes its stand-in API's
 # certificate with openssl.
 # protoc regenerates api/envd for the lint gate's check that generated code is current; criu is
-# probed by `moat doctor` for runc's memory checkpoints.
-DEB_TOOLS := runc crun runsc mkfs.ext4 mkfs.xfs git debootstrap nft python3 ps ip losetup sudo curl openssl protoc criu
+# probed by `moat doctor` for runc's memory checkpoints. gcc, pkg-config and libseccomp-dev
+# build the pinned runc (scripts/runtimes.sh), which moat prefers, with the pinned runsc, over
+# Debian's runc 1.1.5 and runsc 2022-12 (kept as fallbacks: `moat doctor` says which is used).
+DEB_TOOLS := runc crun runsc mkfs.ext4 mkfs.xfs git debootstrap nft python3 ps ip losetup sudo curl openssl protoc criu gcc pkg-config
 deps:
 	@missing=; for t in $(DEB_TOOLS); do command -v $$t >/dev/null || missing=1; done; \
+	pkg-config --exists libseccomp 2>/dev/null || missing=1; \
 	if [ -n "$$missing" ]; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    runc crun runsc e2fsprogs xfsprogs git debootstrap nftables util-linux ca-certificates criu \
-	    python3 procps iproute2 sudo curl openssl protobuf-compiler >/dev/null; \
+	    python3 procps iproute2 sudo curl openssl protobuf-compiler gcc libc6-dev pkg-config libseccomp-dev >/dev/null; \
 	fi
 	$(GO) mod download
+	./scripts/runtimes.sh
 	@# The E2B conformance tests drive the real e2b npm package (pinned in its lockfile).
 	@command -v node >/dev/null || { echo "node (>= 20.18) is needed for the E2B tests"; exit 1; }
 	@if [ ! -d test/e2b/node_modules ] || [ test/e2b/package-lock.json -nt test/e2b/node_modules ]; then \
