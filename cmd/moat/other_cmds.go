@@ -537,7 +537,7 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 					o.Runtimes = append(o.Runtimes, rt)
 				}
 			}
-			o.RuntimeArgs = daemon.RuntimeArgs(cold.runDir)
+			o.RuntimeArgs = daemon.RuntimeArgs(cold.runDir, nil)
 			o.Progress = func(s string) { fmt.Fprintln(os.Stderr, "bench:", s) }
 			res, err := bench.Run(cmd.Context(), c, o)
 			if err != nil {

@@ -44,6 +44,9 @@ type Config struct {
 	Socket   string // default /run/moat/moat.sock
 	Listen   string // optional TCP address; requires API keys
 	InitPath string // moat-init binary; default: next to the running executable
+	// RuntimePaths names a runtime's binary (e.g. "runsc" → /usr/bin/runsc); a runtime not
+	// named is looked up as moatruntime.Available says.
+	RuntimePaths map[string]string
 	// Warm keeps, per pool ("runc" = runc with the host template, "runc:debian"), this
 	// many default sandboxes started for creates to claim (sandbox/pool.go).
 	Warm map[string]int
@@ -316,7 +319,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 				continue
 			}
 		}
-		rt, err := moatruntime.New(name, moatruntime.Options{Root: filepath.Join(cfg.RunDir, "runtime", name)}, d.log.With("component", "runtime"))
+		rt, err := moatruntime.New(name, moatruntime.Options{Binary: cfg.RuntimePaths[name], Root: filepath.Join(cfg.RunDir, "runtime", name)}, d.log.With("component", "runtime"))
 		if err != nil {
 			unusable[name] = err.Error()
 			continue
@@ -587,10 +590,11 @@ func (namespaces) Remove(userns, netns string) error {
 }
 
 // RuntimeArgs returns, for the benchmark's raw baseline, how moat's driver invokes a
-// runtime: its binary and global flags, with the daemon's run directory.
-func RuntimeArgs(runDir string) func(name string) (string, []string, error) {
+// runtime: its binary (paths[name], or as Available finds it) and global flags, with the
+// daemon's run directory.
+func RuntimeArgs(runDir string, paths map[string]string) func(name string) (string, []string, error) {
 	return func(name string) (string, []string, error) {
-		rt, err := moatruntime.New(name, moatruntime.Options{Root: filepath.Join(runDir, "runtime", name)}, nil)
+		rt, err := moatruntime.New(name, moatruntime.Options{Binary: paths[name], Root: filepath.Join(runDir, "runtime", name)}, nil)
 		if err != nil {
 			return "", nil, err
 		}
