@@ -9,6 +9,7 @@ type globalOpts struct {
 	network    string   // runsc --network: sandbox, host or none
 	ociSeccomp bool     // runsc --oci-seccomp: enforce the spec's seccomp profile inside gVisor
 	overlay2   string   // runsc --overlay2
+	goferNet   string   // runsc --gofer-network-namespace
 	extra      []string // caller-supplied, verbatim
 }
 
@@ -25,6 +26,9 @@ func (g globalOpts) args() []string {
 	}
 	if g.overlay2 != "" {
 		a = append(a, "--overlay2="+g.overlay2)
+	}
+	if g.goferNet != "" {
+		a = append(a, "--gofer-network-namespace="+g.goferNet)
 	}
 	return append(a, g.extra...)
 }

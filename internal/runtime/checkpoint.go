@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -161,6 +162,14 @@ func (o *OCI) Checkpoint(ctx context.Context, id, dir string, leaveRunning bool)
 			err = fmt.Errorf("%w (criu: %s)", err, criuErrors(string(data)))
 		}
 		return fmt.Errorf("checkpointing container %s: %w", id, err)
+	}
+	if o.name == "runsc" && !leaveRunning {
+		// runsc 2022-12 has ended the sandbox when its checkpoint returns; a current one
+		// returns while the sandbox process is still on its way out (state "running",
+		// its control server gone).
+		if err := o.waitStatus(ctx, id, "stopped", o.timeout/3); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return fmt.Errorf("checkpointing container %s: waiting for it to end: %w", id, err)
+		}
 	}
 	return nil
 }

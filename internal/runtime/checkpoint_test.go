@@ -268,7 +268,8 @@ func TestRunscCheckpointRestore(t *testing.T) {
 		t.Fatalf("Checkpoint: %v", err)
 	}
 	if ok, _ := o.Running(ctx, id); ok {
-		t.Fatalf("container still running after checkpoint")
+		st, _ := o.State(ctx, id)
+		t.Fatalf("container still running after checkpoint: %+v", st)
 	}
 	_, stopped, _ := readCounter(out)
 	time.Sleep(300 * time.Millisecond) // the counter must not move: nothing to await

@@ -84,6 +84,9 @@ type OCI struct {
 	// runsc only: flags this runsc version supports.
 	ociSeccomp  bool // --oci-seccomp: enforce the spec's seccomp profile inside gVisor
 	overlayNone bool // --overlay2=none: root writes go to the sandbox's drive, not memory
+	// --gofer-network-namespace (gVisor 2023 on): without "new", runsc parks its gofers in
+	// one empty namespace bind-mounted under --root and never unmounts it.
+	goferNetNew bool
 }
 
 var _ sandbox.Runtime = (*OCI)(nil)
@@ -135,6 +138,7 @@ func New(name string, opts Options, log *slog.Logger) (*OCI, error) {
 		flags, _ := exec.CommandContext(ctx, bin, "flags").CombinedOutput()
 		o.ociSeccomp = hasFlag(flags, "oci-seccomp")
 		o.overlayNone = hasFlag(flags, "overlay2")
+		o.goferNetNew = hasFlag(flags, "gofer-network-namespace")
 		if !o.ociSeccomp {
 			o.log.Warn("this runsc cannot enforce the OCI seccomp profile inside the sandbox (no --oci-seccomp)")
 		}
@@ -424,19 +428,8 @@ func (o *OCI) Stop(ctx context.Context, id string) error {
 				o.log.Debug("resume for kill", "id", id, "err", err)
 			}
 		}
-		_, kerr := o.control(ctx, id, killOpts{all: true, signal: "KILL"}.args(id))
-		if kerr != nil && unknownFlag(kerr) {
-			// A runtime without kill --all: kill the init; the pid namespace does the rest.
-			_, kerr = o.control(ctx, id, killOpts{signal: "KILL"}.args(id))
-		}
-		if kerr != nil {
-			o.log.Debug("kill", "id", id, "err", kerr)
-		}
-		if kerr == nil {
-			// Bounded well inside ctx so that delete still has time.
-			if err := o.waitStatus(ctx, id, "stopped", o.timeout/3); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-				o.log.Warn("container did not stop after SIGKILL; forcing delete", "id", id, "err", err)
-			}
+		if err := o.killAndWait(ctx, id); err != nil {
+			o.log.Debug("container not seen stopped after SIGKILL; forcing delete", "id", id, "err", err)
 		}
 	}
 	if _, err := o.control(ctx, id, deleteOpts{force: true}.args(id)); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
@@ -445,6 +438,23 @@ func (o *OCI) Stop(ctx context.Context, id string) error {
 	o.netns.Delete(id)
 	if err := removeCgroups(id); err != nil {
 		return fmt.Errorf("stopping container %s: %w", id, err)
+	}
+	return nil
+}
+
+// killAndWait sends SIGKILL to every process of container id and waits, a third of the
+// driver's timeout at most (so that a delete after it still has time), for it to stop.
+func (o *OCI) killAndWait(ctx context.Context, id string) error {
+	_, err := o.control(ctx, id, killOpts{all: true, signal: "KILL"}.args(id))
+	if err != nil && unknownFlag(err) {
+		// A runtime without kill --all: kill the init; the pid namespace does the rest.
+		_, err = o.control(ctx, id, killOpts{signal: "KILL"}.args(id))
+	}
+	if err != nil {
+		return err
+	}
+	if err := o.waitStatus(ctx, id, "stopped", o.timeout/3); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return err
 	}
 	return nil
 }
@@ -704,6 +714,9 @@ func (o *OCI) globalArgs() []string {
 		g.ociSeccomp = o.ociSeccomp
 		if o.overlayNone {
 			g.overlay2 = "none"
+		}
+		if o.goferNetNew {
+			g.goferNet = "new"
 		}
 	}
 	return g.args()

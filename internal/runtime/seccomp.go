@@ -261,9 +261,9 @@ func seccompProfile(runtimeName string) *specs.LinuxSeccomp {
 	// on ENOSYS, and every pthread_create would fail.)
 	clone3 := specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: &errnoENOSYS}
 	if runtimeName == "runsc" {
-		// gVisor (2022-12) ignores a rule's errnoRet and answers EPERM, which breaks
-		// threads; its kernel does not implement clone3 and answers ENOSYS itself, so the
-		// call is let through to it. Namespaces inside gVisor are the sentry's own.
+		// gVisor ignores a rule's errnoRet and answers EPERM, which breaks threads, so
+		// the call is let through to its kernel: gVisor 2022-12 answers ENOSYS itself, a
+		// current one implements clone3. Namespaces inside gVisor are the sentry's own.
 		clone3 = specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActAllow}
 	}
 	p.Syscalls = append(p.Syscalls, clone3)
