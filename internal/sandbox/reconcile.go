@@ -164,8 +164,9 @@ func (m *Manager) Check(ctx context.Context, id string) (*Sandbox, error) {
 		return sb, err
 	}
 	reason := "the sandbox's init (PID 1) exited and its container with it (killed from outside, or by its pids limit)"
-	// The OOM watch (WatchOOM, every second) may have recorded the kill first.
-	if n := m.noteOOM(ctx, sb); n > 0 || (sb.LastOOMAt != nil && time.Since(*sb.LastOOMAt) < 10*time.Second) {
+	// The OOM watch (WatchOOM, every second, without the sandbox's lock) may have recorded
+	// the kill first, even after sb was read.
+	if n, last := m.noteOOM(ctx, sb); n > 0 || (last != nil && time.Since(*last) < 10*time.Second) {
 		reason = fmt.Sprintf("the sandbox's container was ended by the OOM killer (memory limit %d bytes)", sb.Limits.MemoryBytes)
 	}
 	m.log.Warn("sandbox container exited on its own", "sandbox", id, "reason", reason)
