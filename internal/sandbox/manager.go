@@ -107,6 +107,7 @@ type Manager struct {
 	lastCreate atomic.Int64
 	bg         sync.WaitGroup
 	envd       *http.Transport
+	envdConns  envdConns // envd's open connections per sandbox, closed when it stops
 	// done closes when the daemon shuts down (Close): background retries end.
 	done      chan struct{}
 	closeOnce sync.Once
@@ -149,7 +150,11 @@ func NewManager(cfg Config, d Deps) *Manager {
 			if err != nil {
 				return nil, err
 			}
-			return m.network.DialSandbox(ctx, host, EnvdPort)
+			c, err := m.network.DialSandbox(ctx, host, EnvdPort)
+			if err != nil {
+				return nil, err
+			}
+			return m.envdConns.track(host, c), nil
 		},
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     60 * time.Second,
@@ -532,6 +537,9 @@ func (m *Manager) down(id string, runtime string) error {
 		}
 	}
 	m.envd.CloseIdleConnections()
+	if n := m.envdConns.closeAll(id); n > 0 {
+		m.log.Debug("closed the streams of a stopped sandbox", "sandbox", id, "streams", n)
+	}
 	m.closeLog(id)
 	if err := m.storage.Unmount(ctx, id, p.rootfs); err != nil {
 		errs = append(errs, fmt.Errorf("unmounting root filesystem: %w", err))

@@ -270,6 +270,12 @@ func newFakeEnv(t *testing.T) *fakeEnv {
 	w := &world{drives: map[string]bool{}, mounts: map[string]bool{}, nets: map[string]bool{}, ns: map[string]bool{},
 		egress: map[string]bool{}, conts: map[string]*os.File{}, alive: map[string]bool{}, oom: map[string]uint64{}, healthy: true}
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stream" { // a stream that never ends: a process with no output
+			rw.WriteHeader(http.StatusOK)
+			rw.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
 		w.mu.Lock()
 		ok := w.healthy && w.failAt != "health"
 		w.mu.Unlock()
@@ -537,5 +543,36 @@ func TestCheckNamesOOMRecordedMeanwhile(t *testing.T) {
 	}
 	if cur.State != sandbox.StateStopped || !strings.Contains(cur.Error, "OOM killer") || cur.OOMKills != 1 {
 		t.Errorf("after Check: %s, %q, %d OOM kills; want stopped by the OOM killer, 1 kill", cur.State, cur.Error, cur.OOMKills)
+	}
+}
+
+// TestStopEndsOpenStreams: a sandbox that stops ends the envd streams open to it at once,
+// as a host kernel resetting them would (gVisor's own network stack does not: a stream to
+// a sandbox whose kernel died would wait for TCP's timeouts).
+func TestStopEndsOpenStreams(t *testing.T) {
+	e := newFakeEnv(t)
+	ctx := context.Background()
+	sb, err := e.m.Create(ctx, sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+sb.ID+"/stream", nil)
+	resp, err := e.m.EnvdTransport().RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	ended := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, resp.Body)
+		ended <- err
+	}()
+	if _, err := e.m.Stop(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream to the stopped sandbox is still open after 10 s")
 	}
 }
