@@ -12,6 +12,7 @@ import (
 	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/doctor"
 	"github.com/moatdev/moat/internal/testutil"
+	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/sdk"
 )
 
@@ -40,11 +41,14 @@ func TestCheckpointFallback(t *testing.T) {
 			if !ok {
 				t.Fatalf("doctor has no memory checkpoint line for %s: %+v", rt, rep.Storage)
 			}
-			if check.OK {
+			if check.OK && sandbox.MemoryRestoreBuilt {
 				t.Skipf("%s can checkpoint memory here (%s): the fallback is not what runs", rt, check.Detail)
 			}
+			// The runtime cannot (runc: CRIU; runsc 2022-12: hostinet), or it can (a current
+			// runsc on its own network stack) but moat's restore from memory is not built:
+			// either way the checkpoint is a filesystem one, saying why.
 			want := map[string]string{"runc": "criu", "runsc": "hostinet"}[rt]
-			if !strings.Contains(strings.ToLower(check.Detail), want) || check.Fix == "" {
+			if !check.OK && (!strings.Contains(strings.ToLower(check.Detail), want) || check.Fix == "") {
 				t.Errorf("doctor's line %+v: want the reason (%q) and a fix", check, want)
 			}
 
@@ -62,7 +66,9 @@ func TestCheckpointFallback(t *testing.T) {
 				t.Errorf("method %q, want filesystem", cp.Method)
 			}
 			reason, found := strings.CutPrefix(cp.Reason, rt+": ")
-			if !found || reason == "" || !strings.Contains(check.Detail, reason) {
+			if check.OK && !strings.Contains(reason, "not built") {
+				t.Errorf("checkpoint's reason %q does not say that moat's memory restore is not built", cp.Reason)
+			} else if !found || reason == "" || !check.OK && !strings.Contains(check.Detail, reason) {
 				t.Errorf("checkpoint's reason %q is not the runtime's as doctor gives it: %q", cp.Reason, check.Detail)
 			}
 			if !strings.Contains(cp.Note, "moat restore") || !strings.Contains(cp.Note, "afresh") {

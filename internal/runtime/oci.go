@@ -87,6 +87,11 @@ type OCI struct {
 	// --gofer-network-namespace (gVisor 2023 on): without "new", runsc parks its gofers in
 	// one empty namespace bind-mounted under --root and never unmounts it.
 	goferNetNew bool
+	// netstack: the sandbox runs on gVisor's own network stack (--network=sandbox) in its
+	// network namespace S, rather than on the host kernel's in S (--network=host). A
+	// current gVisor (one with --gofer-network-namespace, 2024 on) does this on this kernel;
+	// runsc 2022-12's misdetects the namespace and cannot.
+	netstack bool
 }
 
 var _ sandbox.Runtime = (*OCI)(nil)
@@ -139,6 +144,7 @@ func New(name string, opts Options, log *slog.Logger) (*OCI, error) {
 		o.ociSeccomp = hasFlag(flags, "oci-seccomp")
 		o.overlayNone = hasFlag(flags, "overlay2")
 		o.goferNetNew = hasFlag(flags, "gofer-network-namespace")
+		o.netstack = o.goferNetNew
 		if !o.ociSeccomp {
 			o.log.Warn("this runsc cannot enforce the OCI seccomp profile inside the sandbox (no --oci-seccomp)")
 		}
@@ -202,10 +208,14 @@ func (o *OCI) Root() string { return o.root }
 // the container detached, and returns once its init process runs. moat-init's stdout and
 // stderr are spec.Output's file (the runtime's own messages go there too, and its tail is
 // quoted in errors); its stdin is a pipe holding spec.InitInput, closed after it. Under runsc, the runtime is
-// started from a thread inside spec.NetNS (host network mode inside the sandbox's
-// namespace). On error the container is removed again.
+// started from a thread inside spec.NetNS, where the sandbox uses gVisor's own network
+// stack (a current runsc) or the host's (runsc 2022-12). On error the container is removed
+// again.
 func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error) {
 	s, err := BuildSpec(spec, o.name)
+	if err == nil && o.netstack {
+		withOwnNetstack(s, spec.NetNS)
+	}
 	if err != nil {
 		return fmt.Errorf("starting container %s: %w", spec.ID, err)
 	}
@@ -711,6 +721,9 @@ func (o *OCI) globalArgs() []string {
 	if o.name == "runsc" {
 		// The sandbox's network is the namespace runsc is started in (S).
 		g.network = "host"
+		if o.netstack {
+			g.network = "sandbox"
+		}
 		g.ociSeccomp = o.ociSeccomp
 		if o.overlayNone {
 			g.overlay2 = "none"

@@ -351,6 +351,15 @@ func namespaces(cs sandbox.ContainerSpec, gvisor bool, host hostFeatures) []spec
 	return ns
 }
 
+// withOwnNetstack makes spec s (a runsc container's) run on gVisor's own network stack in
+// the sandbox's network namespace netns: runsc --network=sandbox starts the sandbox process
+// in the spec's network namespace and takes over its interface (address, routes) there, so
+// the sandbox's TCP/IP is served by gVisor, not the host kernel. Without the entry runsc
+// would make a new, empty namespace.
+func withOwnNetstack(s *specs.Spec, netns string) {
+	s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: netns})
+}
+
 // cpuPeriod is the CFS period; the quota is CPUs times it.
 const cpuPeriod = 100000
 
