@@ -11,8 +11,8 @@ import (
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/doctor"
-	"github.com/moatdev/moat/internal/testutil"
 	"github.com/moatdev/moat/internal/sandbox"
+	"github.com/moatdev/moat/internal/testutil"
 	"github.com/moatdev/moat/sdk"
 )
 
