@@ -715,7 +715,7 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 		Name:      sb.Name, Labels: sb.Labels,
 		PidsLimitHits: sb.PidsLimitHits, LastPidsLimitAt: sb.LastPidsLimitAt,
 	}
-	if !sandbox.TraitsOf(sb.Runtime).OwnKernel {
+	if sb.InUserNS() {
 		out.HostUID = sb.HostIDs().Host
 	}
 	out.Policy = ToAPIPolicy(sb.EgressPolicy())

@@ -205,6 +205,13 @@ func isolation(t *testing.T, e *env, sb *v1.Sandbox, rt string) {
 		if got := strings.TrimSpace(e.mustSh(sb.ID, "uname -r")); got == unix.ByteSliceToString(uts.Release[:]) {
 			t.Errorf("runsc sandbox reports the host kernel %s", got)
 		}
+		// A current runsc runs in the sandbox's user namespace (the record shows its host
+		// uid): its Sentry is a host process of that range, not of host root.
+		if sb.HostUID != 0 {
+			if pids := processesInRange(sb.HostUID, 65536); len(pids) == 0 {
+				t.Errorf("no host process runs as uid %d", sb.HostUID)
+			}
+		}
 	default:
 		uidMap := e.mustSh(sb.ID, "cat /proc/self/uid_map")
 		f := strings.Fields(uidMap)

@@ -84,14 +84,13 @@ type OCI struct {
 	// runsc only: flags this runsc version supports.
 	ociSeccomp  bool // --oci-seccomp: enforce the spec's seccomp profile inside gVisor
 	overlayNone bool // --overlay2=none: root writes go to the sandbox's drive, not memory
-	// --gofer-network-namespace (gVisor 2023 on): without "new", runsc parks its gofers in
-	// one empty namespace bind-mounted under --root and never unmounts it.
-	goferNetNew bool
-	// netstack: the sandbox runs on gVisor's own network stack (--network=sandbox) in its
-	// network namespace S, rather than on the host kernel's in S (--network=host). A
-	// current gVisor (one with --gofer-network-namespace, 2024 on) does this on this kernel;
-	// runsc 2022-12's misdetects the namespace and cannot.
-	netstack bool
+	// current: a current gVisor (one with --gofer-network-namespace, 2024 on), not runsc
+	// 2022-12. It runs moat's sandboxes on its own network stack (--network=sandbox in the
+	// sandbox's namespace S; 2022's misdetects the namespace) and in the sandbox's user
+	// namespace (MapsUsers), and its gofers each get a network namespace of their own
+	// (without --gofer-network-namespace=new it parks them in one bind-mounted under --root
+	// and never unmounts it).
+	current bool
 }
 
 var _ sandbox.Runtime = (*OCI)(nil)
@@ -143,8 +142,7 @@ func New(name string, opts Options, log *slog.Logger) (*OCI, error) {
 		flags, _ := exec.CommandContext(ctx, bin, "flags").CombinedOutput()
 		o.ociSeccomp = hasFlag(flags, "oci-seccomp")
 		o.overlayNone = hasFlag(flags, "overlay2")
-		o.goferNetNew = hasFlag(flags, "gofer-network-namespace")
-		o.netstack = o.goferNetNew
+		o.current = hasFlag(flags, "gofer-network-namespace")
 		if !o.ociSeccomp {
 			o.log.Warn("this runsc cannot enforce the OCI seccomp profile inside the sandbox (no --oci-seccomp)")
 		}
@@ -195,6 +193,11 @@ func hasFlag(out []byte, name string) bool {
 	return false
 }
 
+// MapsUsers reports whether the runtime runs sandboxes in the sandbox's user namespace
+// (ContainerSpec.UserNS and IDs): runc and crun always, runsc when it is a current gVisor;
+// runsc 2022-12 fails to set up its chroot in one and runs as host root.
+func (o *OCI) MapsUsers() bool { return o.name != "runsc" || o.current }
+
 // Name is the runtime's name: "runc", "crun" or "runsc".
 func (o *OCI) Name() string { return o.name }
 
@@ -213,7 +216,7 @@ func (o *OCI) Root() string { return o.root }
 // again.
 func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error) {
 	s, err := BuildSpec(spec, o.name)
-	if err == nil && o.netstack {
+	if err == nil && o.current {
 		withOwnNetstack(s, spec.NetNS)
 	}
 	if err != nil {
@@ -721,14 +724,14 @@ func (o *OCI) globalArgs() []string {
 	if o.name == "runsc" {
 		// The sandbox's network is the namespace runsc is started in (S).
 		g.network = "host"
-		if o.netstack {
+		if o.current {
 			g.network = "sandbox"
 		}
 		g.ociSeccomp = o.ociSeccomp
 		if o.overlayNone {
 			g.overlay2 = "none"
 		}
-		if o.goferNetNew {
+		if o.current {
 			g.goferNet = "new"
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/moatdev/moat/internal/initlog"
 	"github.com/moatdev/moat/internal/linux"
 	"github.com/moatdev/moat/internal/sandbox"
+	"github.com/moatdev/moat/internal/testutil"
 )
 
 // testLimits are small limits whose cgroup files the tests check.
@@ -128,8 +130,11 @@ func newTestSandbox(t testing.TB, runtimeName string) *testSandbox {
 	writeFile(t, filepath.Join(synth, "etc/group"), "root:x:0:\ntty:x:5:\nuser:x:1000:\n")
 
 	// As the daemon mounts them (internal/storage): set-id works only through idmapped lowers.
+	// As the daemon does: a runsc that cannot run in the sandbox's user namespace (2022-12)
+	// gets layers that are not idmapped and a drive of host root's.
+	mapped := runtimeName != "runsc" || runscMapsUsers(t)
 	idmap, rootUID, flags := userns, int(ids.Host), uintptr(unix.MS_NODEV)
-	if runtimeName == "runsc" {
+	if !mapped {
 		idmap, rootUID, flags = "", 0, unix.MS_NODEV|unix.MS_NOSUID
 	}
 	lower0, lower1 := filepath.Join(dir, "lower/0"), filepath.Join(dir, "lower/1")
@@ -190,7 +195,7 @@ func newTestSandbox(t testing.TB, runtimeName string) *testSandbox {
 		NetNS:     netns,
 		Limits:    testLimits,
 	}
-	if runtimeName == "runsc" {
+	if !mapped {
 		cs.UserNS = ""
 	}
 	logPath := filepath.Join(dir, "init.log")
@@ -212,6 +217,12 @@ func writeFile(t testing.TB, path, content string) {
 
 // newDriver returns a driver with a private state directory, or skips when the runtime is
 // missing or does not work on this host.
+// runscMapsUsers reports whether the runsc under test runs sandboxes in their user namespace.
+func runscMapsUsers(t testing.TB) bool {
+	o, err := New("runsc", Options{Root: t.TempDir()}, nil)
+	return err == nil && o.MapsUsers()
+}
+
 func newDriver(t testing.TB, name string) *OCI {
 	t.Helper()
 	requireRoot(t)
@@ -588,6 +599,24 @@ func TestRunscContainer(t *testing.T) {
 	}
 	t.Logf("sentry pid %d: Uid %s CapEff %s uid_map %q", st.Pid, ps["Uid"], ps["CapEff"],
 		readTrim(t, fmt.Sprintf("/proc/%d/uid_map", st.Pid)))
+	// A current runsc runs its Sentry, and writes the sandbox's files, as the sandbox's
+	// own host uid range, never as host root; runsc 2022-12 as host root.
+	wantUID := uint32(0)
+	if o.MapsUsers() {
+		wantUID = sb.spec.IDs.Host
+	}
+	if f := strings.Fields(ps["Uid"]); len(f) != 4 || f[0] != strconv.FormatUint(uint64(wantUID), 10) || f[1] != f[0] {
+		t.Errorf("sentry Uid %q, want %d (MapsUsers %v)", ps["Uid"], wantUID, o.MapsUsers())
+	}
+	testutil.WaitFor(t, 10*time.Second, "the file the sandbox writes in /", func() bool {
+		_, err := os.Stat(filepath.Join(sb.dir, "drive/root/upper/written"))
+		return err == nil
+	})
+	if fi, err := os.Stat(filepath.Join(sb.dir, "drive/root/upper/written")); err != nil {
+		t.Error(err)
+	} else if st := fi.Sys().(*syscall.Stat_t); st.Uid != wantUID || st.Gid != wantUID {
+		t.Errorf("the sandbox's root wrote a drive file owned by host %d:%d, want %d", st.Uid, st.Gid, wantUID)
+	}
 
 	rep := initReport(t, sb.logPath)
 	t.Logf("inside: %v", rep)

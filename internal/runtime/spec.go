@@ -203,16 +203,26 @@ func buildSpec(cs sandbox.ContainerSpec, runtimeName string, host hostFeatures) 
 			ReadonlyPaths: slices.Clone(readonlyPaths()),
 		},
 	}
-	if gvisor {
-		// Where runsc runs (see OCI.netnsOf); runsc ignores annotations it does not know.
-		s.Annotations = map[string]string{netnsAnnotation: cs.NetNS}
-	} else {
+	m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: cs.IDs.Host, Size: cs.IDs.Size}}
+	switch {
+	case gvisor && cs.UserNS != "":
+		// runsc makes a user namespace with the sandbox's range for its Sentry and gofer
+		// (it cannot join one by path: setns into a user namespace needs a single-threaded
+		// process); it equals the pinned one, whose idmapped layers it then sees as its
+		// own root's. Its processes and the drive's files belong to the sandbox's range.
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+		s.Linux.UIDMappings = m
+		s.Linux.GIDMappings = slices.Clone(m)
+	case !gvisor:
 		// The container joins the sandbox's pinned user namespace. runc (1.1) insists on
 		// seeing the mappings even when it joins by path; they must equal the
 		// namespace's own, which the daemon created with exactly this range.
-		m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: cs.IDs.Host, Size: cs.IDs.Size}}
 		s.Linux.UIDMappings = m
 		s.Linux.GIDMappings = slices.Clone(m)
+	}
+	if gvisor {
+		// Where runsc runs (see OCI.netnsOf); runsc ignores annotations it does not know.
+		s.Annotations = map[string]string{netnsAnnotation: cs.NetNS}
 	}
 	return s, nil
 }
@@ -233,7 +243,8 @@ func validateContainerSpec(cs sandbox.ContainerSpec, runtimeName string) error {
 			return bad("%s %q is not an absolute path", name, p)
 		}
 	}
-	if runtimeName != "runsc" {
+	// runsc runs without a user namespace of moat's when UserNS is empty (runsc 2022-12).
+	if runtimeName != "runsc" || cs.UserNS != "" {
 		if cs.UserNS == "" || !filepath.IsAbs(cs.UserNS) {
 			return bad("user namespace %q is not an absolute path", cs.UserNS)
 		}
@@ -295,7 +306,7 @@ func initEnv(env []string) []string {
 func mounts(cs sandbox.ContainerSpec, gvisor bool) []specs.Mount {
 	ptsOpts := []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}
 	// gid 5 (tty) owns the pty slaves when it is mapped in the user namespace; runc
-	// fails to mount devpts with an unmapped gid. runsc has no user namespace.
+	// fails to mount devpts with an unmapped gid. gVisor's devpts is its own.
 	if gvisor || cs.IDs.Size > 5 {
 		ptsOpts = append(ptsOpts, "gid=5")
 	}

@@ -424,3 +424,37 @@ func throttle(major, minor int64, rate uint64) specs.LinuxThrottleDevice {
 	d.Major, d.Minor = major, minor
 	return d
 }
+
+// TestBuildSpecRunscUserNS: a runsc container given the sandbox's user namespace (a current
+// gVisor, OCI.MapsUsers) gets a new user namespace with the sandbox's range — not the
+// pinned one by path, which runsc cannot join — and the same mappings as runc; without
+// one (runsc 2022-12) it gets neither.
+func TestBuildSpecRunscUserNS(t *testing.T) {
+	cs := testContainerSpec("runc") // with UserNS and IDs
+	s, err := buildSpec(cs, "runsc", v1Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, ok := nsByType(s, specs.UserNamespace)
+	if !ok || u.Path != "" {
+		t.Errorf("user namespace %+v (present %v), want a new one", u, ok)
+	}
+	want := []specs.LinuxIDMapping{{ContainerID: 0, HostID: cs.IDs.Host, Size: cs.IDs.Size}}
+	if !slices.Equal(s.Linux.UIDMappings, want) || !slices.Equal(s.Linux.GIDMappings, want) {
+		t.Errorf("mappings %v %v, want %v", s.Linux.UIDMappings, s.Linux.GIDMappings, want)
+	}
+	if _, ok := nsByType(s, specs.NetworkNamespace); ok {
+		t.Error("network namespace in the spec: the driver adds it for gVisor's own stack (withOwnNetstack)")
+	}
+	cs.IDs = sandbox.IDRange{}
+	if _, err := buildSpec(cs, "runsc", v1Host); err == nil {
+		t.Error("a runsc spec with a user namespace and no id range was accepted")
+	}
+	s, err = buildSpec(testContainerSpec("runsc"), "runsc", v1Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := nsByType(s, specs.UserNamespace); ok || len(s.Linux.UIDMappings) != 0 {
+		t.Errorf("runsc without UserNS: user namespace or mappings %v", s.Linux.UIDMappings)
+	}
+}

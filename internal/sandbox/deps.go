@@ -10,6 +10,13 @@ import (
 	"github.com/moatdev/moat/internal/secrets"
 )
 
+// UserNamespaces is implemented by runtimes that say whether they run sandboxes in the
+// sandbox's user namespace (ContainerSpec.UserNS and IDs). A runtime without it does
+// unless it has its own kernel (TraitsOf).
+type UserNamespaces interface {
+	MapsUsers() bool
+}
+
 // Runtime starts and stops the container of a sandbox with one OCI runtime binary.
 // Implemented by *runtime.OCI (internal/runtime).
 type Runtime interface {
@@ -50,7 +57,7 @@ type ContainerSpec struct {
 	// token). It never enters the spec, an environment or a file. At most 4 KiB.
 	InitInput []byte
 	Hostname  string
-	UserNS    string // path of the pinned user namespace (empty for runsc)
+	UserNS    string // path of the pinned user namespace (empty: none, runsc 2022-12)
 	IDs       IDRange
 	NetNS     string // path of the pinned network namespace S
 	Limits    Limits

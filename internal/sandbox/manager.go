@@ -257,7 +257,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool, use
 		Repo: opts.Repo, RepoLayer: repoLayer, User: opts.User, Env: opts.Env, Limits: opts.Limits, Metadata: opts.Metadata,
 		Policy: opts.Policy, OnTimeout: opts.OnTimeout, TemplateAlias: opts.TemplateAlias,
 		Credentials: opts.Credentials, AgentBranchPrefix: opts.AgentBranchPrefix, GitProtected: opts.GitProtected, CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
-		Owner: CallerFrom(ctx).Owner(), Provisioning: true, Name: opts.Name, Labels: opts.Labels,
+		Owner: CallerFrom(ctx).Owner(), Provisioning: true, Name: opts.Name, Labels: opts.Labels, Mapped: m.mapsUsers(opts.Runtime),
 	}
 	if opts.Timeout > 0 {
 		exp := now.Add(opts.Timeout)
@@ -348,7 +348,12 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 	t0 := time.Now()
 	// Only the sandbox's own root (runc) may pass through to its root filesystem (rundir.go);
 	// the bundle with the spec stays private.
-	if err := prepareSandboxDir(p.dir, sb.Runtime, ids); err != nil {
+	mapped := sb.InUserNS()
+	if mapped && !*m.mapsUsers(sb.Runtime) {
+		return fmt.Errorf("sandbox %s runs in a user namespace of its own uid range, which this %s (%s) cannot give it: %w",
+			sb.ID, sb.Runtime, m.runtimeBinary(sb.Runtime), errdefs.ErrUnavailable)
+	}
+	if err := prepareSandboxDir(p.dir, mapped, ids); err != nil {
 		return fmt.Errorf("preparing the sandbox directory: %w", err)
 	}
 	if err := os.MkdirAll(p.bundle, 0o700); err != nil {
@@ -389,11 +394,10 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 		caPEM = pem
 		netDone <- nil
 	}()
-	// A runtime with its own kernel has no user namespace of ours: its layers are not
+	// A sandbox without a user namespace of ours (runsc 2022-12): its layers are not
 	// idmapped and its files belong to root of the host-side filesystem view.
-	ownKernel := TraitsOf(sb.Runtime).OwnKernel
 	req := MountRequest{ID: sb.ID, Template: tmpl, Extra: extra, Target: p.rootfs, UserNS: p.userns, RootUID: ids.Host}
-	if ownKernel {
+	if !mapped {
 		req.UserNS, req.RootUID = "", 0
 	}
 	mountErr := m.storage.Mount(ctx, req)
@@ -429,7 +433,7 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 		// without CAP_SYS_RESOURCE): moat-init lowers its own before anything runs.
 		spec.InitEnv = append(spec.InitEnv, "MOAT_NOFILE="+strconv.FormatInt(sb.Limits.Nofile, 10))
 	}
-	if ownKernel {
+	if !mapped {
 		spec.UserNS = ""
 	}
 	rt := m.runtimes[sb.Runtime]
@@ -589,6 +593,24 @@ func (m *Manager) Close() {
 // EnvdTransport returns the HTTP transport that reaches sandboxes' moat-init: request
 // URLs use the sandbox ID as host, e.g. http://sb-0123456789ab/health.
 func (m *Manager) EnvdTransport() http.RoundTripper { return m.envd }
+
+// mapsUsers says whether runtime runs sandboxes in their own user namespace (see
+// UserNamespaces), as a record's Mapped.
+func (m *Manager) mapsUsers(runtime string) *bool {
+	ok := !TraitsOf(runtime).OwnKernel
+	if u, is := m.runtimes[runtime].(UserNamespaces); is {
+		ok = u.MapsUsers()
+	}
+	return &ok
+}
+
+// runtimeBinary names the binary of runtime, for messages ("" when it has none).
+func (m *Manager) runtimeBinary(runtime string) string {
+	if b, ok := m.runtimes[runtime].(interface{ Binary() string }); ok {
+		return b.Binary()
+	}
+	return runtime
+}
 
 // lock serializes operations on one sandbox within this process.
 func (m *Manager) lock(id string) func() { return m.locks.lock(id) }

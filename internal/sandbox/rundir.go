@@ -19,16 +19,17 @@ import (
 // pass through to the root filesystem. So:
 //
 //	<run>/sandboxes        root:root 0711  every sandbox's root passes through; nobody lists it
-//	<run>/sandboxes/<id>   root:<ids.Host> 0710 under runc/crun (its root passes through),
-//	                       root:root 0700 under runsc (the Sentry and gofer are host root)
+//	<run>/sandboxes/<id>   root:<ids.Host> 0710 in a user namespace of its own (its root
+//	                       passes through: runc, crun, a current runsc), root:root 0700
+//	                       otherwise (runsc 2022-12: the Sentry and gofer are host root)
 //
 // No host account holds a sandbox's gid (the range is moat's own, clear of host users and
 // other sandboxes), and the sandbox's processes never see these host paths.
 
-// sandboxDirAccess returns the group and mode of the run directory of a sandbox on runtime
-// whose user namespace maps to ids (see above). Unknown runtimes are treated like runc.
-func sandboxDirAccess(runtime string, ids IDRange) (gid int, mode fs.FileMode) {
-	if TraitsOf(runtime).OwnKernel {
+// sandboxDirAccess returns the group and mode of the run directory of a sandbox whose user
+// namespace maps to ids (mapped) or that runs as host root (see above).
+func sandboxDirAccess(mapped bool, ids IDRange) (gid int, mode fs.FileMode) {
+	if !mapped {
 		return 0, 0o700
 	}
 	return int(ids.Host), 0o710
@@ -36,7 +37,7 @@ func sandboxDirAccess(runtime string, ids IDRange) (gid int, mode fs.FileMode) {
 
 // prepareSandboxDir creates (or repairs) dir, a sandbox's run directory, and its parent with
 // the ownership and modes above. It refuses a dir that is not a directory.
-func prepareSandboxDir(dir, runtime string, ids IDRange) error {
+func prepareSandboxDir(dir string, mapped bool, ids IDRange) error {
 	parent := filepath.Dir(dir)
 	if err := os.MkdirAll(parent, 0o711); err != nil {
 		return err
@@ -54,7 +55,7 @@ func prepareSandboxDir(dir, runtime string, ids IDRange) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("sandbox directory %s is not a directory", dir)
 	}
-	gid, mode := sandboxDirAccess(runtime, ids)
+	gid, mode := sandboxDirAccess(mapped, ids)
 	// Close it first, then hand the group its search permission.
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return err

@@ -11,21 +11,19 @@ import (
 func TestSandboxDirAccess(t *testing.T) {
 	ids := IDRange{Host: 0x40010000, Size: 65536}
 	for _, c := range []struct {
-		runtime string
-		gid     int
-		mode    fs.FileMode
+		mapped bool
+		gid    int
+		mode   fs.FileMode
 	}{
-		{"runsc", 0, 0o700},          // the Sentry and gofer are host root
-		{"runc", 0x40010000, 0o710},  // the sandbox's root passes through, nobody else
-		{"crun", 0x40010000, 0o710},  // the same user-namespace set-up as runc
-		{"other", 0x40010000, 0o710}, // never wider than runc
+		{false, 0, 0o700},         // runsc 2022-12: the Sentry and gofer are host root
+		{true, 0x40010000, 0o710}, // runc, crun, a current runsc: the sandbox's root passes through, nobody else
 	} {
-		gid, mode := sandboxDirAccess(c.runtime, ids)
+		gid, mode := sandboxDirAccess(c.mapped, ids)
 		if gid != c.gid || mode != c.mode {
-			t.Errorf("%s: gid %d mode %v, want %d %v", c.runtime, gid, mode, c.gid, c.mode)
+			t.Errorf("mapped %v: gid %d mode %v, want %d %v", c.mapped, gid, mode, c.gid, c.mode)
 		}
 		if mode&0o007 != 0 || mode&0o060 != 0 {
-			t.Errorf("%s: mode %v gives others access or the group more than search", c.runtime, mode)
+			t.Errorf("mapped %v: mode %v gives others access or the group more than search", c.mapped, mode)
 		}
 	}
 }
@@ -50,7 +48,7 @@ func TestPrepareSandboxDir(t *testing.T) {
 		}
 	}
 	runc := filepath.Join(run, "sandboxes", "sb-1")
-	if err := prepareSandboxDir(runc, "runc", ids); err != nil {
+	if err := prepareSandboxDir(runc, true, ids); err != nil {
 		t.Fatal(err)
 	}
 	check(filepath.Join(run, "sandboxes"), 0, 0o711)
@@ -63,12 +61,12 @@ func TestPrepareSandboxDir(t *testing.T) {
 	if err := os.Chmod(old, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	if err := prepareSandboxDir(old, "runsc", ids); err != nil {
+	if err := prepareSandboxDir(old, false, ids); err != nil {
 		t.Fatal(err)
 	}
 	check(old, 0, 0o700)
-	// A runtime change on restart cannot happen, but the group follows the runtime anyway.
-	if err := prepareSandboxDir(runc, "runsc", ids); err != nil {
+	// A sandbox's identity does not change on restart, but the group follows it anyway.
+	if err := prepareSandboxDir(runc, false, ids); err != nil {
 		t.Fatal(err)
 	}
 	check(runc, 0, 0o700)
@@ -77,7 +75,7 @@ func TestPrepareSandboxDir(t *testing.T) {
 	if err := os.Symlink(t.TempDir(), link); err != nil {
 		t.Fatal(err)
 	}
-	if err := prepareSandboxDir(link, "runc", ids); err == nil {
+	if err := prepareSandboxDir(link, true, ids); err == nil {
 		t.Error("a symlink was accepted as a sandbox directory")
 	}
 }

@@ -72,7 +72,13 @@ type Sandbox struct {
 	Limits   Limits            `json:"limits"`
 	Slot     int               `json:"slot"`
 	// IDBase is the host uid of slot 0's root (0: HostIDBase). Fixed per sandbox.
-	IDBase    uint32            `json:"id_base,omitempty"`
+	IDBase uint32 `json:"id_base,omitempty"`
+	// Mapped: the sandbox runs in a user namespace of its own host uid range (HostIDs), so
+	// its processes and the files of its drive belong to that range. Decided at create from
+	// what its runtime can do (always under runc and crun; under runsc only with a current
+	// gVisor) and fixed for the sandbox's life. nil: a record from before the field, when
+	// only runsc sandboxes ran without one (see InUserNS).
+	Mapped    *bool             `json:"mapped,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	Error     string            `json:"error,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
@@ -218,6 +224,15 @@ func NormalizeAgentPrefix(p string) (string, error) {
 }
 
 // HostIDs returns the host uid/gid range of the sandbox's user namespace.
+// InUserNS reports whether the sandbox runs in a user namespace of its own host uid range
+// (see Mapped): otherwise (runsc 2022-12) its processes and drive files are host root's.
+func (s *Sandbox) InUserNS() bool {
+	if s.Mapped != nil {
+		return *s.Mapped
+	}
+	return !TraitsOf(s.Runtime).OwnKernel
+}
+
 func (s *Sandbox) HostIDs() IDRange {
 	base := s.IDBase
 	if base == 0 {

@@ -91,7 +91,7 @@ func decodeSnapshot(st StoredSnapshot) (*Snapshot, error) {
 
 // driveIDBase is the host uid of the sandbox's root in the files of its drive.
 func driveIDBase(sb *Sandbox) uint32 {
-	if TraitsOf(sb.Runtime).OwnKernel {
+	if !sb.InUserNS() {
 		return 0
 	}
 	return sb.HostIDs().Host
@@ -285,7 +285,7 @@ func (m *Manager) createFrom(ctx context.Context, opts CreateOptions, sn *Snapsh
 		Credentials: opts.Credentials, AgentBranchPrefix: opts.AgentBranchPrefix, GitProtected: opts.GitProtected,
 		CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), IDBase: m.cfg.IDBase,
 		Owner: CallerFrom(ctx).Owner(), Provisioning: true, Snapshot: sn.ID, ForkOf: fork,
-		Name: opts.Name, Labels: opts.Labels,
+		Name: opts.Name, Labels: opts.Labels, Mapped: m.mapsUsers(opts.Runtime),
 	}
 	if sn.Fork {
 		sb.Snapshot = sn.Parent // a fork descends from what its parent descends from

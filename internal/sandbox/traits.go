@@ -4,11 +4,9 @@ package sandbox
 // place instead of comparisons with a runtime's name. They follow from the name recorded on
 // a sandbox, so they are known also for a sandbox whose runtime is not available now.
 type Traits struct {
-	// OwnKernel: the sandbox runs on a kernel of its own (gVisor's runsc) without moat's
-	// user namespace: its layers are not idmapped, the files of its drive and its run
-	// directory belong to host root (uid 0 in the drive), its uid map is the identity
-	// (no host uid to show), and its host pids cgroup counts the user-space kernel's
-	// threads, not the sandbox's tasks.
+	// OwnKernel: the sandbox runs on a kernel of its own (gVisor's runsc): its host pids
+	// cgroup counts the user-space kernel's threads, not the sandbox's tasks. Whether it
+	// also has a user namespace of moat's depends on the runsc (Sandbox.InUserNS).
 	OwnKernel bool
 	// FixedLimits: a warm sandbox's limits cannot be changed at hand-over (runsc sizes its
 	// kernel at start), so its pool serves only creates with the pool's own limits.

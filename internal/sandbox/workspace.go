@@ -107,7 +107,7 @@ func (m *Manager) mountStopped(ctx context.Context, sb *Sandbox) error {
 		return err
 	}
 	rootUID := sb.HostIDs().Host
-	if TraitsOf(sb.Runtime).OwnKernel {
+	if !sb.InUserNS() {
 		rootUID = 0
 	}
 	req := MountRequest{ID: sb.ID, Template: tmpl, Extra: extra, Target: p.rootfs, RootUID: rootUID}

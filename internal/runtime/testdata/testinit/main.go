@@ -49,6 +49,9 @@ func main() {
 		_, err := os.Stat(p)
 		fmt.Printf("stat %s %v\n", p, err == nil)
 	}
+	// A file on the root (the drive's upper layer; gVisor mounts its own tmpfs on /tmp),
+	// whose host owner the tests check.
+	_ = os.WriteFile("/written", []byte("x"), 0o644)
 	if err := os.WriteFile("/tmp/written", []byte("x"), 0o644); err != nil {
 		fmt.Printf("write /tmp: %v\n", err)
 	} else {
