@@ -89,10 +89,11 @@ func hostUsers(t *testing.T, e *env, rt string) {
 
 	for _, sb := range []*v1.Sandbox{host, img} {
 		dir := filepath.Join(e.runDir, "sandboxes", sb.ID)
-		// The sandbox directory: root's, entered by the sandbox's own root (runc) or by
-		// nobody else at all (runsc).
+		// The sandbox directory: root's, entered by the sandbox's own root (in a user
+		// namespace of its own: runc, a current runsc) or by nobody else at all (runsc
+		// 2022-12, whose record shows no host uid).
 		wantGID, wantMode := sb.HostUID, os.FileMode(0o710)
-		if rt == "runsc" {
+		if sb.HostUID == 0 {
 			wantGID, wantMode = 0, 0o700
 		}
 		if fi, err := os.Stat(dir); err != nil {
@@ -110,14 +111,14 @@ func hostUsers(t *testing.T, e *env, rt string) {
 				t.Errorf("nobody reaches %s:\n%s", p, out)
 			}
 		}
-		checkMountFlags(t, dir, rt)
+		checkMountFlags(t, dir, sb.HostUID != 0)
 	}
 
 	// Every host path to the setuid programs: none runs for nobody, let alone as root.
 	hostDir := filepath.Join(e.runDir, "sandboxes", host.ID)
 	imgDir := filepath.Join(e.runDir, "sandboxes", img.ID)
 	made := filepath.Join(hostDir, "drive/root/upper/opt/suid-id")
-	wantUID := host.HostUID // runc: the sandbox's root; runsc: host root (no user namespace)
+	wantUID := host.HostUID // the sandbox's root; host root (0) under runsc 2022-12 (no user namespace)
 	if fi, err := os.Stat(made); err != nil {
 		t.Fatalf("the program made inside is not on the drive: %v", err)
 	} else if st := fi.Sys().(*syscall.Stat_t); fi.Mode()&os.ModeSetuid == 0 || st.Uid != wantUID {
@@ -145,9 +146,10 @@ func hostUsers(t *testing.T, e *env, rt string) {
 }
 
 // checkMountFlags reads /proc/self/mountinfo: every mount below the sandbox directory dir
-// is nodev and nosuid, but for the root overlay (and its part overlays) under runc, which
-// must honour set-id (sudo inside) and is protected by dir's permissions instead.
-func checkMountFlags(t *testing.T, dir, rt string) {
+// is nodev and nosuid, but for the root overlay (and its part overlays) of a sandbox in a
+// user namespace of its own (mapped), which must honour set-id (sudo inside, under runc)
+// and is protected by dir's permissions instead.
+func checkMountFlags(t *testing.T, dir string, mapped bool) {
 	t.Helper()
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
@@ -172,7 +174,7 @@ func checkMountFlags(t *testing.T, dir, rt string) {
 		if !strings.Contains(opts, ",nodev,") {
 			t.Errorf("%s (%s) is not nodev: %s", point, fstype, f[5])
 		}
-		rootOverlay := fstype == "overlay" && rt != "runsc"
+		rootOverlay := fstype == "overlay" && mapped
 		if !rootOverlay && !strings.Contains(opts, ",nosuid,") {
 			t.Errorf("%s (%s) is not nosuid: %s", point, fstype, f[5])
 		}

@@ -291,12 +291,13 @@ func partDirs(drive *os.Root, driveDir string, p mountPart, rootUID uint32) (upp
 
 // overlayFlags are the mount flags of a sandbox's overlays on the host. They never carry
 // device nodes (the sandbox's /dev is its own tmpfs). They honour set-id bits and file
-// capabilities only when the sandbox has its own user namespace (idmapped, runc and crun):
+// capabilities only when the sandbox has its own user namespace (idmapped: runc, crun, a
+// current runsc):
 // there every file of the overlay belongs to the sandbox's host uid range (its lowers are
 // idmapped into it, its upper is written from inside it), so a set-id program raises no
 // one above the sandbox's own root; and this mount must allow set-id, because the runtime
 // copies it into the sandbox's mount namespace with its flags locked (a user namespace
-// cannot clear nosuid), and sudo inside needs it. Without one (runsc), files made inside
+// cannot clear nosuid), and sudo inside needs it. Without one (runsc 2022-12), files made inside
 // belong to host root and lowers keep host root's ownership: set-id must never work here.
 // Either way the mount is reachable only through the sandbox's run directory, which no
 // other host account may enter.
