@@ -114,7 +114,7 @@ for i in $(seq 100); do exec 3<>/dev/tcp/127.0.0.1/49983 || continue
 // TestAccessTokenNotInSandbox: the unprivileged user of a sandbox finds moat-init's
 // access token in no process environment, command line or file it can read, and a files
 // API call to moat-init with a wrong (or harvested) token is refused, under runc and
-// runsc. (gVisor shows /proc/1/environ to every user: the token must not be there.)
+// runsc. (gVisor 2022-12 shows /proc/1/environ to every user: the token must not be there.)
 func TestAccessTokenNotInSandbox(t *testing.T) {
 	e := newEnv(t)
 	for _, rt := range runtimesUnderTest(t) {
@@ -132,9 +132,9 @@ timeout 2 cat /proc/1/fd/0 2>/dev/null; echo; timeout 2 cat /proc/1/fd/3 2>/dev/
 			if r.code != 0 {
 				t.Fatalf("reading /proc: %+v", r)
 			}
-			if !strings.Contains(r.stdout, "MOAT_ENV=") && rt == "runsc" {
-				t.Errorf("under runsc the user should see PID 1's environment (the premise of this test); got none")
-			}
+			// gVisor 2022-12 shows PID 1's environment to every user (the premise of
+			// this test there); a current gVisor, like Linux, does not.
+			t.Logf("%s: PID 1's environment readable by the user: %v", rt, strings.Contains(r.stdout, "MOAT_ENV="))
 			if strings.Contains(r.stdout, token) {
 				t.Errorf("the token is readable in /proc")
 			}
