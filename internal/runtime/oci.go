@@ -40,8 +40,11 @@ const DefaultTimeout = 30 * time.Second
 
 // Options configure one runtime driver. Zero values pick the defaults.
 type Options struct {
-	// Binary is the runtime executable; default: the name looked up in PATH.
+	// Binary is the runtime executable; default: as AvailableIn(name, Dir) finds it.
 	Binary string
+	// Dir is moat's runtime directory, searched before PATH when Binary is ""; default
+	// DefaultDir.
+	Dir string
 	// Root is the runtime's state directory (--root); default /run/moat/runtime/<name>.
 	// Keeping it separate from the runtime's default root means moat only ever lists and
 	// deletes its own containers.
@@ -100,7 +103,11 @@ func New(name string, opts Options, log *slog.Logger) (*OCI, error) {
 	}
 	bin := opts.Binary
 	if bin == "" {
-		p, err := Available(name)
+		dir := opts.Dir
+		if dir == "" {
+			dir = DefaultDir
+		}
+		p, err := AvailableIn(name, dir)
 		if err != nil {
 			return nil, err
 		}
