@@ -84,6 +84,9 @@ type OCI struct {
 	memOnce sync.Once
 	mem     sandbox.MemorySupport
 
+	// version: the binary's, parsed (zero when it does not parse; see BuildSpec).
+	version Version
+
 	// runsc only: flags this runsc version supports.
 	ociSeccomp  bool // --oci-seccomp: enforce the spec's seccomp profile inside gVisor
 	overlayNone bool // --overlay2=none: root writes go to the sandbox's drive, not memory
@@ -129,6 +132,7 @@ func New(name string, opts Options, log *slog.Logger) (*OCI, error) {
 	if o.timeout <= 0 {
 		o.timeout = DefaultTimeout
 	}
+	o.version = binaryVersion(name, bin, o.log)
 	if !hasCapSysResource() && name != "runsc" {
 		o.noRlimits = true
 		o.log.Info("no CAP_SYS_RESOURCE: sandboxes inherit this process' RLIMIT_NOFILE hard limit, moat-init sets the rest")
@@ -208,7 +212,7 @@ func (o *OCI) Root() string { return o.root }
 // started from a thread inside spec.NetNS (host network mode inside the sandbox's
 // namespace). On error the container is removed again.
 func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error) {
-	s, err := BuildSpec(spec, o.name)
+	s, err := BuildSpec(spec, o.name, o.version)
 	if err != nil {
 		return fmt.Errorf("starting container %s: %w", spec.ID, err)
 	}

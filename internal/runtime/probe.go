@@ -197,7 +197,12 @@ func probeRun(ctx context.Context, name, bin string) (err error) {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		// runsc (2026) leaves a bind mount of its "none" network namespace in its state
+		// directory (<root>/null-netns): nothing of the probe may stay mounted.
+		_ = linux.UnmountAll(dir)
+		os.RemoveAll(dir)
+	}()
 	rootfs := filepath.Join(dir, "rootfs")
 	// A read-only view of the host's root (and /usr when it is a separate mount).
 	if err := linux.IDMapMount("/", rootfs, ""); err != nil {

@@ -3,10 +3,13 @@ package runtime
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -245,6 +248,22 @@ func DistroFixes(name, path string) []string {
 	}
 	data, _ := io.ReadAll(io.LimitReader(zr, 4<<20))
 	return CVEsIn(data)
+}
+
+// binaryVersion asks the runtime binary at bin its version; the zero Version (and a warning)
+// when it does not answer or is not understood.
+func binaryVersion(name, bin string, log *slog.Logger) Version {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
+	if err == nil {
+		var v Version
+		if v, err = ParseVersion(name, out); err == nil {
+			return v
+		}
+	}
+	log.Warn("runtime version unknown: the spec is the one every build accepts", "binary", bin, "err", err)
+	return Version{Runtime: name}
 }
 
 // Stamp reads the version stamp scripts/runtimes.sh writes beside a runtime it builds
