@@ -32,6 +32,7 @@ func selectRuntimes(ctx context.Context, cfg Config, log *slog.Logger) func() ma
 	out := map[string]runtimeChoice{}
 	for _, name := range moatruntime.Names() {
 		if p := cfg.RuntimePaths[name]; p != "" {
+			log.Info("runtime binary", "runtime", name, "path", p, "source", moatruntime.SourceConfigured)
 			out[name] = runtimeChoice{sel: moatruntime.Selection{Name: name, Path: p, Source: moatruntime.SourceConfigured}}
 			continue
 		}

@@ -647,6 +647,11 @@ func (o *OCI) exists(ctx context.Context, id string) (bool, error) {
 
 // List returns the IDs of the containers in the driver's state directory.
 func (o *OCI) List(ctx context.Context) ([]string, error) {
+	// No state directory yet: no containers. (runc 1.1 lists none; runc ≥ 1.2 fails with
+	// "open <root>: no such file or directory".)
+	if _, err := os.Stat(o.root); errors.Is(err, fs.ErrNotExist) {
+		return []string{}, nil
+	}
 	out, err := o.run(ctx, "", listOpts{}.args())
 	if err != nil {
 		return nil, fmt.Errorf("listing containers: %w", err)
