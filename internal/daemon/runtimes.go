@@ -7,7 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/moatdev/moat/internal/doctor"
 	"github.com/moatdev/moat/internal/errdefs"
@@ -46,7 +49,7 @@ func selectRuntimes(ctx context.Context, cfg Config, log *slog.Logger) func() ma
 		go func() {
 			defer wg.Done()
 			sel, err := moatruntime.Select(ctx, name, cfg.RuntimeDir, func(ctx context.Context, path string) error {
-				return moatruntime.CheckBinary(ctx, name, path)
+				return checkOncePerBoot(ctx, cfg.RunDir, name, path, moatruntime.CheckBinary)
 			})
 			for _, s := range sel.Skipped {
 				log.Warn("runtime binary does not work on this host; using the next one (see `moat doctor`)",
@@ -64,6 +67,46 @@ func selectRuntimes(ctx context.Context, cfg Config, log *slog.Logger) func() ma
 		wg.Wait()
 		return out
 	}
+}
+
+// checkOncePerBoot runs check on the runtime binary at path unless it passed before on this
+// boot: a pass is remembered in <runDir>/runtime/<name>.works as the binary's identity
+// (binaryIdentity), so daemon restarts and in-process `moat run`s do not probe again. A
+// failure is not remembered: the next start checks again.
+func checkOncePerBoot(ctx context.Context, runDir, name, path string, check func(ctx context.Context, name, path string) error) error {
+	id, idErr := binaryIdentity(path)
+	memo := filepath.Join(runDir, "runtime", name+".works")
+	if idErr == nil {
+		if data, err := os.ReadFile(memo); err == nil && string(data) == id {
+			return nil
+		}
+	}
+	if err := check(ctx, name, path); err != nil {
+		return err
+	}
+	if idErr == nil && os.MkdirAll(filepath.Dir(memo), 0o700) == nil {
+		tmp := memo + ".tmp"
+		if os.WriteFile(tmp, []byte(id), 0o600) == nil {
+			_ = os.Rename(tmp, memo)
+		}
+	}
+	return nil
+}
+
+// binaryIdentity names one build of a binary on one boot: its path, device, inode, size,
+// modification and change times, and the kernel's boot id. Any rebuild, replacement or
+// reboot changes it.
+func binaryIdentity(path string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return "", err
+	}
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s dev=%d ino=%d size=%d mtime=%d.%d ctime=%d.%d boot=%s", path, st.Dev, st.Ino, st.Size,
+		st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec, strings.TrimSpace(string(boot))), nil
 }
 
 // newRuntimes builds the driver of each runtime chosen; the others are unusable, with the
