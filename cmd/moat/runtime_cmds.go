@@ -20,15 +20,33 @@ import (
 // executable file.
 type runtimePaths struct{ m map[string]string }
 
-var _ pflag.Value = (*runtimePaths)(nil)
+// A SliceValue, so that serve --install writes one --runtime-path per runtime.
+var _ pflag.SliceValue = (*runtimePaths)(nil)
 
-func (r *runtimePaths) String() string {
+func (r *runtimePaths) String() string { return strings.Join(r.GetSlice(), ",") }
+
+// GetSlice is the values as given, NAME=PATH, sorted by name.
+func (r *runtimePaths) GetSlice() []string {
 	var kv []string
 	for k, v := range r.m {
 		kv = append(kv, k+"="+v)
 	}
 	sort.Strings(kv)
-	return strings.Join(kv, ",")
+	return kv
+}
+
+func (r *runtimePaths) Append(s string) error { return r.Set(s) }
+
+func (r *runtimePaths) Replace(vals []string) error {
+	old := r.m
+	r.m = nil
+	for _, v := range vals {
+		if err := r.Set(v); err != nil {
+			r.m = old
+			return err
+		}
+	}
+	return nil
 }
 
 func (r *runtimePaths) Type() string { return "NAME=PATH" }

@@ -87,3 +87,24 @@ func (c *cli) bare(argv ...string) (stdout, stderr string, code int) {
 	code = exitOf(c.t, cmd.Run())
 	return out.String(), errb.String(), code
 }
+
+// TestServeInstallRuntimePath: the unit serve --install writes gives the daemon each
+// --runtime-path as it was given.
+func TestServeInstallRuntimePath(t *testing.T) {
+	a := &app{}
+	root := a.rootCmd()
+	serve, _, err := root.Find([]string{"serve"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := serve.ParseFlags([]string{"--runtime-path", "runsc=/bin/true", "--runtime-path", "runc=/bin/sh"}); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(serveArgs(serve), " ")
+	if !strings.Contains(got, "--runtime-path=runc=/bin/sh --runtime-path=runsc=/bin/true") {
+		t.Errorf("serveArgs: %s", got)
+	}
+	if p := a.runtimePaths.m; p["runc"] != "/bin/sh" || p["runsc"] != "/bin/true" || len(p) != 2 {
+		t.Errorf("parsed %v", p)
+	}
+}
