@@ -104,6 +104,9 @@ func runtimeDetails(rt doctor.Runtime) []string {
 	for _, f := range rt.MissingFixes {
 		out = append(out, fmt.Sprintf("MISSING FIX %s (%s): %s; fixed in %s", f.ID, f.Severity, f.What, f.FixedIn))
 	}
+	if len(rt.Backported) > 0 {
+		out = append(out, "backported by the distribution: "+strings.Join(rt.Backported, ", "))
+	}
 	for _, f := range rt.Fallbacks {
 		line := fmt.Sprintf("fallback %s (%s build): %s", f.Path, f.Source, f.Version)
 		var ids []string
@@ -112,6 +115,9 @@ func runtimeDetails(rt doctor.Runtime) []string {
 		}
 		if len(ids) > 0 {
 			line += "; lacks " + strings.Join(ids, ", ")
+		}
+		if len(f.Backported) > 0 {
+			line += " (has " + strings.Join(f.Backported, ", ") + ", backported by the distribution)"
 		}
 		out = append(out, line)
 	}

@@ -43,9 +43,10 @@ type Runtime struct {
 	Build        string               `json:"build,omitempty"`   // the above, in words
 	Release      string               `json:"release,omitempty"` // the version parsed: "1.5.3", runsc: its build day
 	MissingFixes []runtime.MissingFix `json:"missing_fixes,omitempty"`
-	Platforms    []string             `json:"platforms,omitempty"` // runsc: the platforms this build offers
-	Skipped      []runtime.Skipped    `json:"skipped,omitempty"`   // preferred binaries passed over: they do not work here
-	Fallbacks    []runtime.Fallback   `json:"fallbacks,omitempty"` // installed binaries it would fall back to
+	Backported   []string             `json:"backported,omitempty"` // fixes its version lacks that the distribution patched in
+	Platforms    []string             `json:"platforms,omitempty"`  // runsc: the platforms this build offers
+	Skipped      []runtime.Skipped    `json:"skipped,omitempty"`    // preferred binaries passed over: they do not work here
+	Fallbacks    []runtime.Fallback   `json:"fallbacks,omitempty"`  // installed binaries it would fall back to
 }
 
 // Level is an isolation level and whether this host can give it.

@@ -31,6 +31,8 @@ type ProbeResult struct {
 	Parsed   Version
 	ParseErr string
 	Missing  []MissingFix
+	// Backported: fixes the version lacks that the distribution patched in.
+	Backported []string
 	// Platforms: runsc only, the platforms this build offers (`runsc flags`).
 	Platforms []string
 	// Skipped: binaries preferred to Path that are installed but do not work here;
@@ -113,7 +115,9 @@ func ProbeWith(ctx context.Context, name string, o ProbeOptions) ProbeResult {
 		r.ParseErr = err.Error()
 	} else {
 		r.Parsed = v
-		r.Missing = MissingFixes(v, DistroFixes(name, r.Path))
+		distro := DistroFixes(name, r.Path)
+		r.Missing = MissingFixes(v, distro)
+		r.Backported = Backported(v, distro)
 	}
 	if name == "runsc" {
 		fctx, cancel := context.WithTimeout(ctx, probeTimeout)
@@ -143,10 +147,11 @@ func ProbeWith(ctx context.Context, name string, o ProbeOptions) ProbeResult {
 // Fallback is an installed binary of a runtime that the daemon does not use but would fall
 // back to, with its version and the known security fixes it lacks.
 type Fallback struct {
-	Path    string       `json:"path"`
-	Source  string       `json:"source"`
-	Version string       `json:"version,omitempty"`
-	Missing []MissingFix `json:"missing_fixes,omitempty"`
+	Path       string       `json:"path"`
+	Source     string       `json:"source"`
+	Version    string       `json:"version,omitempty"`
+	Missing    []MissingFix `json:"missing_fixes,omitempty"`
+	Backported []string     `json:"backported,omitempty"` // fixes the distribution patched in
 }
 
 // describe asks candidate c its version.
@@ -161,7 +166,9 @@ func describe(ctx context.Context, name string, c Candidate) Fallback {
 	}
 	f.Version, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
 	if v, err := ParseVersion(name, out); err == nil {
-		f.Missing = MissingFixes(v, DistroFixes(name, c.Path))
+		distro := DistroFixes(name, c.Path)
+		f.Missing = MissingFixes(v, distro)
+		f.Backported = Backported(v, distro)
 	}
 	return f
 }

@@ -194,6 +194,19 @@ func MissingFixes(v Version, backported []string) []MissingFix {
 	return out
 }
 
+// Backported returns the known fixes release v lacks by its version but which its
+// distribution patched in (backported, from DistroFixes): what MissingFixes leaves out for
+// that reason. Pure.
+func Backported(v Version, backported []string) []string {
+	var out []string
+	for _, f := range knownFixes(v.Runtime) {
+		if !hasFix(v, f.fixedIn) && slices.Contains(backported, f.id) {
+			out = append(out, f.id)
+		}
+	}
+	return out
+}
+
 // hasFix reports whether release v carries a fix first released in fixedIn (one version
 // per release branch major.minor that got it). A branch newer than every listed one was cut
 // after the fix and has it; a branch older than or between the listed ones without an

@@ -99,6 +99,18 @@ func TestMissingFixes(t *testing.T) {
 	}
 }
 
+func TestBackported(t *testing.T) {
+	v, _ := ParseVersion("runc", []byte("runc version 1.1.5+ds1"))
+	// Debian's changelog names older CVEs too (fixed by 1.1.5 itself): not reported.
+	if got := Backported(v, []string{"CVE-2024-21626", "CVE-2023-27561"}); !slices.Equal(got, []string{"CVE-2024-21626"}) {
+		t.Errorf("Backported = %v", got)
+	}
+	v, _ = ParseVersion("runc", []byte("runc version 1.5.3"))
+	if got := Backported(v, []string{"CVE-2024-21626"}); got != nil {
+		t.Errorf("a release that has the fix: %v", got)
+	}
+}
+
 func TestCVEsIn(t *testing.T) {
 	got := CVEsIn([]byte("  * CVE-2024-21626: several container breakouts\n + CVE-2023-25809: x\n CVE-2024-21626 again, CVE-20-1 no"))
 	if !slices.Equal(got, []string{"CVE-2024-21626", "CVE-2023-25809"}) {
