@@ -33,15 +33,20 @@ func selectRuntimes(ctx context.Context, cfg Config, log *slog.Logger) func() ma
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	out := map[string]runtimeChoice{}
+	set := func(name string, c runtimeChoice) { // probes finish while the loop goes on
+		mu.Lock()
+		out[name] = c
+		mu.Unlock()
+	}
 	for _, name := range moatruntime.Names() {
 		if p := cfg.RuntimePaths[name]; p != "" {
 			log.Info("runtime binary", "runtime", name, "path", p, "source", moatruntime.SourceConfigured)
-			out[name] = runtimeChoice{sel: moatruntime.Selection{Name: name, Path: p, Source: moatruntime.SourceConfigured}}
+			set(name, runtimeChoice{sel: moatruntime.Selection{Name: name, Path: p, Source: moatruntime.SourceConfigured}})
 			continue
 		}
 		if name == "crun" {
 			if why := moatruntime.CrunCgroupProblem(); why != "" {
-				out[name] = runtimeChoice{err: fmt.Errorf("%s: %w", why, errdefs.ErrUnavailable)}
+				set(name, runtimeChoice{err: fmt.Errorf("%s: %w", why, errdefs.ErrUnavailable)})
 				continue
 			}
 		}
@@ -58,9 +63,7 @@ func selectRuntimes(ctx context.Context, cfg Config, log *slog.Logger) func() ma
 			if err == nil {
 				log.Info("runtime binary", "runtime", name, "path", sel.Path, "source", sel.Source)
 			}
-			mu.Lock()
-			out[name] = runtimeChoice{sel: sel, err: err}
-			mu.Unlock()
+			set(name, runtimeChoice{sel: sel, err: err})
 		}()
 	}
 	return func() map[string]runtimeChoice {
