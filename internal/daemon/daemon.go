@@ -326,6 +326,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if len(runtimes) == 0 {
 		return nil, errors.New("no OCI runtime available: apt-get install runc (see `moat doctor`)")
 	}
+	d.addCloser("runtime state mounts", func() error { return closeRuntimes(runtimes) })
 
 	host, errs := hostCapacity(cfg.DataDir)
 	if err := errors.Join(errs...); err != nil {

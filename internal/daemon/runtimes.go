@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -131,6 +132,18 @@ func newRuntimes(cfg Config, choices map[string]runtimeChoice, log *slog.Logger)
 		runtimes[name] = rt
 	}
 	return runtimes, unusable
+}
+
+// closeRuntimes releases what the runtimes keep mounted in their state directories
+// (runsc's pinned gofer network namespace), so that the run directory can be removed.
+func closeRuntimes(runtimes map[string]sandbox.Runtime) error {
+	var errs []error
+	for _, rt := range runtimes {
+		if c, ok := rt.(interface{ Close() error }); ok {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // ProbeRuntime is the doctor's runtime probe with the default binaries.

@@ -230,6 +230,7 @@ func newDriver(t testing.TB, name string) *OCI {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = o.Close() }) // before its TempDir root is removed
 	return o
 }
 
