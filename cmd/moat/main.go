@@ -46,6 +46,8 @@ type app struct {
 	gitProtected []string
 	// defaultDisk is the drive size of sandboxes that do not ask (--default-disk).
 	defaultDisk string
+	// runtimePaths: --runtime-path (runtime_cmds.go).
+	runtimePaths runtimePaths
 
 	client  *sdk.Client
 	cleanup func()
@@ -120,6 +122,7 @@ func (a *app) daemonFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&a.defaultDisk, "default-disk", "", "drive size of sandboxes that do not give --disk, allocated in full on the data filesystem (serve and the in-process daemon; default 10G)")
 	fs.StringArrayVar(&a.gitProtected, "git-protected", nil, "repository path glob (anchored, ** across directories) a sandbox's git push may not touch, besides .github/workflows/**, .gitlab-ci.yml, .circleci/**, CODEOWNERS and .moat/**; repeatable (serve and the in-process daemon)")
 	fs.StringVar(&a.egressCA, "egress-ca", "", "PEM file of extra CA certificates the egress proxy trusts upstream when it injects credentials")
+	a.runtimePathFlag(fs)
 }
 
 // strictGroups makes each command that only groups others (moat template, moat archive, …)
@@ -176,7 +179,8 @@ func (a *app) logger(w *os.File) *slog.Logger {
 // daemonConfig is the configuration global flags give a daemon (serve or in-process).
 func (a *app) daemonConfig() (daemon.Config, error) {
 	sock, _ := a.socketPath()
-	cfg := daemon.Config{DataDir: a.dataDir, RunDir: a.runDir, Socket: sock, IDBase: a.idBase, Log: a.logger(os.Stderr), EgressDNS: a.egressDNS, EgressCA: a.egressCA, GitProtected: a.gitProtected}
+	cfg := daemon.Config{DataDir: a.dataDir, RunDir: a.runDir, Socket: sock, IDBase: a.idBase, Log: a.logger(os.Stderr), EgressDNS: a.egressDNS, EgressCA: a.egressCA, GitProtected: a.gitProtected,
+		RuntimePaths: a.runtimePaths.m}
 	if a.defaultDisk != "" {
 		n, err := parseSize(a.defaultDisk)
 		if err != nil || n <= 0 {

@@ -270,7 +270,7 @@ func (a *app) benchDaemonListen(ctx context.Context, name string, warm map[strin
 		// The upstream of the connection-load figure, a server of the bench on loopback.
 		EgressHosts: egress.Hosts{benchHoldName: {netip.MustParseAddr("127.0.0.1")}},
 		// Idle sandboxes frozen for 2 s, then stopped: the resume figures time both.
-		IdleFreeze: bench.IdleFreeze})
+		IdleFreeze: bench.IdleFreeze, RuntimePaths: a.runtimePaths.m})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -300,6 +300,9 @@ func printDoctor(r doctor.Report) {
 			}
 		}
 		fmt.Fprintln(tw, line)
+		for _, l := range runtimeDetails(rt) {
+			fmt.Fprintln(tw, "  \t\t"+l)
+		}
 	}
 	checks := func(title string, cs []doctor.Check) {
 		if len(cs) == 0 {
@@ -537,7 +540,7 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 					o.Runtimes = append(o.Runtimes, rt)
 				}
 			}
-			o.RuntimeArgs = daemon.RuntimeArgs(cold.runDir, nil)
+			o.RuntimeArgs = daemon.RuntimeArgs(cold.runDir, a.runtimePaths.m)
 			o.Progress = func(s string) { fmt.Fprintln(os.Stderr, "bench:", s) }
 			res, err := bench.Run(cmd.Context(), c, o)
 			if err != nil {

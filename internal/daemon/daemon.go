@@ -45,8 +45,11 @@ type Config struct {
 	Listen   string // optional TCP address; requires API keys
 	InitPath string // moat-init binary; default: next to the running executable
 	// RuntimePaths names a runtime's binary (e.g. "runsc" → /usr/bin/runsc); a runtime not
-	// named is looked up as moatruntime.Available says.
+	// named is chosen from RuntimeDir, PATH and the system directories (runtimes.go).
 	RuntimePaths map[string]string
+	// RuntimeDir is moat's own runtime directory, preferred to the system's binaries;
+	// default moatruntime.DefaultDir (where `make deps` builds the pinned runc and runsc).
+	RuntimeDir string
 	// Warm keeps, per pool ("runc" = runc with the host template, "runc:debian"), this
 	// many default sandboxes started for creates to claim (sandbox/pool.go).
 	Warm map[string]int
@@ -172,6 +175,9 @@ func (c *Config) Defaults() {
 	if c.Log == nil {
 		c.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
+	if c.RuntimeDir == "" {
+		c.RuntimeDir = moatruntime.DefaultDir
+	}
 }
 
 // FindInit locates the moat-init binary: next to the running executable, then
@@ -217,6 +223,12 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			return nil, err
 		}
 	}
+	if err := CheckRuntimePaths(cfg.RuntimePaths); err != nil {
+		return nil, err
+	}
+	// Which binary each runtime uses is probed while the rest starts (runtimes.go).
+	chosenRuntimes := selectRuntimes(ctx, cfg, d.log.With("component", "runtime"))
+	defer chosenRuntimes() // no probe outlives a failed New
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", cfg.DataDir, err)
 	}
@@ -310,22 +322,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	})
 	d.addCloser("egress", d.Egress.Close)
 
-	runtimes := map[string]sandbox.Runtime{}
-	unusable := map[string]string{}
-	for _, name := range moatruntime.Names() {
-		if name == "crun" {
-			if why := moatruntime.CrunCgroupProblem(); why != "" {
-				unusable[name] = why
-				continue
-			}
-		}
-		rt, err := moatruntime.New(name, moatruntime.Options{Binary: cfg.RuntimePaths[name], Root: filepath.Join(cfg.RunDir, "runtime", name)}, d.log.With("component", "runtime"))
-		if err != nil {
-			unusable[name] = err.Error()
-			continue
-		}
-		runtimes[name] = rt
-	}
+	runtimes, unusable := newRuntimes(cfg, chosenRuntimes(), d.log.With("component", "runtime"))
 	if len(runtimes) == 0 {
 		return nil, errors.New("no OCI runtime available: apt-get install runc (see `moat doctor`)")
 	}
@@ -382,7 +379,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.api = apiserver.New(apiserver.Deps{
 		Sandboxes: d.Manager, Templates: tmpls, Events: events{st, d.Egress}, Keys: apiKeys{st}, Secrets: secretStore{sec, d.Manager},
 		Doctor: func(ctx context.Context) any {
-			r := doctor.Run(ctx, ProbeRuntime)
+			r := doctor.Run(ctx, ProbeRuntimeWith(cfg.RuntimePaths, cfg.RuntimeDir))
 			r.Storage = append(r.Storage, d.dataFSCheck(stor))
 			r.Storage = append(r.Storage, snapshotCheck(stor))
 			r.Storage = append(r.Storage, checkpointChecks(ctx, d.Manager)...)
@@ -420,12 +417,6 @@ func (d *Daemon) dataFSCheck(stor *storage.Store) doctor.Check {
 	disk := d.Manager.DefaultLimits().DiskBytes
 	return doctor.DataFilesystem(doctor.DataFS{FS: sp.FS, Free: sp.Free, Promised: sp.Promised, Reserve: sp.Reserve,
 		DefaultDisk: disk, Fits: sp.DrivesThatFit(disk, logShare), Size: storage.SizeText})
-}
-
-// ProbeRuntime is the doctor's runtime probe.
-func ProbeRuntime(ctx context.Context, name string) doctor.Runtime {
-	p := moatruntime.Probe(ctx, name)
-	return doctor.Runtime{Name: name, Path: p.Path, Version: p.Version, Usable: p.Works, Isolation: sandbox.TraitsOf(name).Isolation, Problem: p.Err, Fix: p.Hint}
 }
 
 // takeLock takes the data directory lock: exclusive when no other moat process holds it

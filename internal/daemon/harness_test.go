@@ -87,6 +87,7 @@ func (e *env) start(initPath string, configure func(*daemon.Config)) {
 		// Drives are allocated in full: 1 GiB each keeps a test's many sandboxes (and the
 		// tests of other packages running at the same time) within the disk.
 		DefaultLimits: sandbox.Limits{DiskBytes: 1 << 30},
+		RuntimePaths:  testRuntimePaths(),
 	}
 	if configure != nil {
 		configure(&cfg)
@@ -260,7 +261,12 @@ func processesInRange(base uint32, size uint32) []string {
 // runtimesUnderTest are the runtimes that work on this host.
 func runtimesUnderTest(t *testing.T) []string {
 	var out []string
-	for _, rt := range []string{"runc", "runsc"} {
+	rts := []string{"runc", "runsc"}
+	// MOAT_TEST_RUNTIMES=runc: the suites run on those runtimes only.
+	if s := os.Getenv("MOAT_TEST_RUNTIMES"); s != "" {
+		rts = strings.Split(s, ",")
+	}
+	for _, rt := range rts {
 		if _, err := exec.LookPath(rt); err == nil {
 			out = append(out, rt)
 		}
@@ -269,6 +275,18 @@ func runtimesUnderTest(t *testing.T) []string {
 		t.Skip("no OCI runtime installed")
 	}
 	return out
+}
+
+// testRuntimePaths are the runtime binaries the test daemons run instead of the ones they
+// would choose: MOAT_TEST_RUNC=/usr/sbin/runc, MOAT_TEST_RUNSC, MOAT_TEST_CRUN.
+func testRuntimePaths() map[string]string {
+	m := map[string]string{}
+	for _, rt := range []string{"runc", "crun", "runsc"} {
+		if p := os.Getenv("MOAT_TEST_" + strings.ToUpper(rt)); p != "" {
+			m[rt] = p
+		}
+	}
+	return m
 }
 
 func isNotFound(err error) bool { return errors.Is(err, sdk.ErrNotFound) }

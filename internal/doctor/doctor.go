@@ -36,6 +36,17 @@ type Runtime struct {
 	Isolation string `json:"isolation"`
 	Problem   string `json:"problem,omitempty"`
 	Fix       string `json:"fix,omitempty"`
+	// Which binary, and how current it is (runtimes.go).
+	Source       string               `json:"source,omitempty"`  // "moat" (its pinned build), "system", "configured"
+	Stamp        string               `json:"stamp,omitempty"`   // source moat: the version the build was stamped with
+	Pinned       string               `json:"pinned,omitempty"`  // the version moat pins for this runtime
+	Build        string               `json:"build,omitempty"`   // the above, in words
+	Release      string               `json:"release,omitempty"` // the version parsed: "1.5.3", runsc: its build day
+	MissingFixes []runtime.MissingFix `json:"missing_fixes,omitempty"`
+	Backported   []string             `json:"backported,omitempty"` // fixes its version lacks that the distribution patched in
+	Platforms    []string             `json:"platforms,omitempty"`  // runsc: the platforms this build offers
+	Skipped      []runtime.Skipped    `json:"skipped,omitempty"`    // preferred binaries passed over: they do not work here
+	Fallbacks    []runtime.Fallback   `json:"fallbacks,omitempty"`  // installed binaries it would fall back to
 }
 
 // Level is an isolation level and whether this host can give it.

@@ -40,8 +40,11 @@ const DefaultTimeout = 30 * time.Second
 
 // Options configure one runtime driver. Zero values pick the defaults.
 type Options struct {
-	// Binary is the runtime executable; default: the name looked up in PATH.
+	// Binary is the runtime executable; default: as AvailableIn(name, Dir) finds it.
 	Binary string
+	// Dir is moat's runtime directory, searched before PATH when Binary is ""; default
+	// DefaultDir.
+	Dir string
 	// Root is the runtime's state directory (--root); default /run/moat/runtime/<name>.
 	// Keeping it separate from the runtime's default root means moat only ever lists and
 	// deletes its own containers.
@@ -81,6 +84,9 @@ type OCI struct {
 	memOnce sync.Once
 	mem     sandbox.MemorySupport
 
+	// version: the binary's, parsed (zero when it does not parse; see BuildSpec).
+	version Version
+
 	// runsc only: flags this runsc version supports.
 	ociSeccomp  bool // --oci-seccomp: enforce the spec's seccomp profile inside gVisor
 	overlayNone bool // --overlay2=none: root writes go to the sandbox's drive, not memory
@@ -107,7 +113,11 @@ func New(name string, opts Options, log *slog.Logger) (*OCI, error) {
 	}
 	bin := opts.Binary
 	if bin == "" {
-		p, err := Available(name)
+		dir := opts.Dir
+		if dir == "" {
+			dir = DefaultDir
+		}
+		p, err := AvailableIn(name, dir)
 		if err != nil {
 			return nil, err
 		}
@@ -129,6 +139,7 @@ func New(name string, opts Options, log *slog.Logger) (*OCI, error) {
 	if o.timeout <= 0 {
 		o.timeout = DefaultTimeout
 	}
+	o.version = binaryVersion(name, bin, o.log)
 	if !hasCapSysResource() && name != "runsc" {
 		o.noRlimits = true
 		o.log.Info("no CAP_SYS_RESOURCE: sandboxes inherit this process' RLIMIT_NOFILE hard limit, moat-init sets the rest")
@@ -215,7 +226,7 @@ func (o *OCI) Root() string { return o.root }
 // stack (a current runsc) or the host's (runsc 2022-12). On error the container is removed
 // again.
 func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error) {
-	s, err := BuildSpec(spec, o.name)
+	s, err := BuildSpec(spec, o.name, o.version)
 	if err == nil && o.current {
 		withOwnNetstack(s, spec.NetNS)
 	}
@@ -659,6 +670,11 @@ func (o *OCI) exists(ctx context.Context, id string) (bool, error) {
 
 // List returns the IDs of the containers in the driver's state directory.
 func (o *OCI) List(ctx context.Context) ([]string, error) {
+	// No state directory yet: no containers. (runc 1.1 lists none; runc ≥ 1.2 fails with
+	// "open <root>: no such file or directory".)
+	if _, err := os.Stat(o.root); errors.Is(err, fs.ErrNotExist) {
+		return []string{}, nil
+	}
 	out, err := o.run(ctx, "", listOpts{}.args())
 	if err != nil {
 		return nil, fmt.Errorf("listing containers: %w", err)

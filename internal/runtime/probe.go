@@ -16,68 +16,123 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/linux"
 )
-
-// Available returns the path of the runtime called name, found in PATH (and in /usr/sbin
-// and /usr/local/sbin, where distributions put runc). It fails with ErrInvalidArgument for
-// an unknown name and ErrUnavailable when the binary is not installed.
-func Available(name string) (string, error) {
-	if !slices.Contains(Names(), name) {
-		return "", fmt.Errorf("runtime %q: %w", name, errdefs.ErrInvalidArgument)
-	}
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	for _, dir := range []string{"/usr/sbin", "/usr/local/sbin", "/usr/bin", "/usr/local/bin"} {
-		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("runtime %s is not installed: %w", name, errdefs.ErrUnavailable)
-}
 
 // ProbeResult says whether one runtime is usable on this host (for `moat doctor`).
 type ProbeResult struct {
 	Name    string
 	Path    string // empty when the binary is not installed
+	Source  string // SourceMoat, SourceSystem or SourceConfigured
+	Stamp   string // SourceMoat: the version scripts/runtimes.sh stamped on the build
 	Version string // first line of `<runtime> --version`
-	Works   bool   // a trivial container ran to completion
-	Err     string // why it does not work: the runtime's own error text
-	Hint    string // what to do about it, when known
-	Took    time.Duration
+	// Parsed is Version parsed (zero with ParseErr set when it is not understood);
+	// Missing, the known security fixes this build lacks (MissingFixes).
+	Parsed   Version
+	ParseErr string
+	Missing  []MissingFix
+	// Backported: fixes the version lacks that the distribution patched in.
+	Backported []string
+	// Platforms: runsc only, the platforms this build offers (`runsc flags`).
+	Platforms []string
+	// Skipped: binaries preferred to Path that are installed but do not work here;
+	// Fallbacks: those installed after it, which a failure of Path would fall back to.
+	Skipped   []Skipped
+	Fallbacks []Fallback
+	Works     bool   // a trivial container ran to completion
+	Err       string // why it does not work: the runtime's own error text
+	Hint      string // what to do about it, when known
+	Took      time.Duration
 }
 
 // probeTimeout bounds each step of Probe.
 const probeTimeout = 30 * time.Second
 
-// Probe checks that the runtime called name exists, reports its version, and runs a
-// trivial container (/bin/true on a read-only bind of the host's root, no user namespace,
-// no network) to see that it actually works on this host. It needs root. It leaves nothing
-// behind.
-func Probe(ctx context.Context, name string) ProbeResult {
+// ProbeOptions say which binary Probe checks. Zero values: as the daemon chooses.
+type ProbeOptions struct {
+	// Binary is the runtime's binary as configured (serve --runtime-path); "": selected
+	// with Select from Dir (default DefaultDir), PATH and the system directories.
+	Binary string
+	Dir    string
+}
+
+// Probe is ProbeWith with the default options.
+func Probe(ctx context.Context, name string) ProbeResult { return ProbeWith(ctx, name, ProbeOptions{}) }
+
+// ProbeWith finds the binary of runtime name the way the daemon does (falling back from a
+// preferred binary that does not work, and saying so), reports its version and the known
+// security fixes it lacks, and runs a trivial container (/bin/true on a read-only bind of
+// the host's root, no user namespace, no network) to see that it actually works on this
+// host. It needs root. It leaves nothing behind.
+func ProbeWith(ctx context.Context, name string, o ProbeOptions) ProbeResult {
 	r := ProbeResult{Name: name}
-	p, err := Available(name)
-	if err != nil {
-		r.Err = err.Error()
-		r.Hint = installHint(name)
-		return r
+	type result struct {
+		err  error
+		took time.Duration
 	}
-	r.Path = p
+	checked := map[string]result{}
+	check := func(ctx context.Context, p string) error {
+		start := time.Now()
+		err := CheckBinary(ctx, name, p)
+		checked[p] = result{err, time.Since(start)}
+		return err
+	}
+	if o.Binary != "" {
+		if !isExecutable(o.Binary) {
+			r.Err = fmt.Sprintf("%s: not an executable file", o.Binary)
+			return r
+		}
+		r.Path, r.Source = o.Binary, SourceConfigured
+	} else {
+		dir := o.Dir
+		if dir == "" {
+			dir = DefaultDir
+		}
+		sel, err := Select(ctx, name, dir, check)
+		r.Skipped = sel.Skipped
+		if err != nil {
+			r.Err = err.Error()
+			r.Hint = installHint(name)
+			return r
+		}
+		r.Path, r.Source = sel.Path, sel.Source
+		for _, o := range sel.Others {
+			r.Fallbacks = append(r.Fallbacks, describe(ctx, name, o))
+		}
+		if r.Source == SourceMoat {
+			r.Stamp = Stamp(dir, name)
+		}
+	}
 	vctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	out, err := exec.CommandContext(vctx, p, "--version").CombinedOutput()
+	out, err := exec.CommandContext(vctx, r.Path, "--version").CombinedOutput()
 	cancel()
 	if err != nil {
-		r.Err = fmt.Sprintf("%s --version: %v: %s", p, err, cleanRuntimeError(string(out)))
+		r.Err = fmt.Sprintf("%s --version: %v: %s", r.Path, err, cleanRuntimeError(string(out)))
 		return r
 	}
 	r.Version, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
+	if v, err := ParseVersion(name, out); err != nil {
+		r.ParseErr = err.Error()
+	} else {
+		r.Parsed = v
+		distro := DistroFixes(name, r.Path)
+		r.Missing = MissingFixes(v, distro)
+		r.Backported = Backported(v, distro)
+	}
+	if name == "runsc" {
+		fctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		flags, _ := exec.CommandContext(fctx, r.Path, "flags").CombinedOutput()
+		cancel()
+		r.Platforms = RunscPlatforms(flags)
+	}
 
-	start := time.Now()
-	err = probeRun(ctx, name, p)
-	r.Took = time.Since(start)
+	res, done := checked[r.Path]
+	if !done {
+		start := time.Now()
+		res.err = probeRun(ctx, name, r.Path)
+		res.took = time.Since(start)
+	}
+	err, r.Took = res.err, res.took
 	if err != nil {
 		r.Err = err.Error()
 		if name == "crun" {
@@ -87,6 +142,48 @@ func Probe(ctx context.Context, name string) ProbeResult {
 	}
 	r.Works = true
 	return r
+}
+
+// Fallback is an installed binary of a runtime that the daemon does not use but would fall
+// back to, with its version and the known security fixes it lacks.
+type Fallback struct {
+	Path       string       `json:"path"`
+	Source     string       `json:"source"`
+	Version    string       `json:"version,omitempty"`
+	Missing    []MissingFix `json:"missing_fixes,omitempty"`
+	Backported []string     `json:"backported,omitempty"` // fixes the distribution patched in
+}
+
+// describe asks candidate c its version.
+func describe(ctx context.Context, name string, c Candidate) Fallback {
+	f := Fallback{Path: c.Path, Source: c.Source}
+	vctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	out, err := exec.CommandContext(vctx, c.Path, "--version").CombinedOutput()
+	cancel()
+	if err != nil {
+		f.Version = "--version failed: " + err.Error()
+		return f
+	}
+	f.Version, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
+	if v, err := ParseVersion(name, out); err == nil {
+		distro := DistroFixes(name, c.Path)
+		f.Missing = MissingFixes(v, distro)
+		f.Backported = Backported(v, distro)
+	}
+	return f
+}
+
+// CheckBinary says whether the runtime binary at path works on this host: it answers
+// `--version` and runs a trivial container (as Probe does). It is Select's check for the
+// daemon and the doctor. It needs root and leaves nothing behind.
+func CheckBinary(ctx context.Context, name, path string) error {
+	vctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	out, err := exec.CommandContext(vctx, path, "--version").CombinedOutput()
+	cancel()
+	if err != nil {
+		return fmt.Errorf("%s --version: %v: %s", path, err, cleanRuntimeError(string(out)))
+	}
+	return probeRun(ctx, name, path)
 }
 
 func installHint(name string) string {
@@ -107,7 +204,12 @@ func probeRun(ctx context.Context, name, bin string) (err error) {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		// runsc (2026) leaves a bind mount of its "none" network namespace in its state
+		// directory (<root>/null-netns): nothing of the probe may stay mounted.
+		_ = linux.UnmountAll(dir)
+		os.RemoveAll(dir)
+	}()
 	rootfs := filepath.Join(dir, "rootfs")
 	// A read-only view of the host's root (and /usr when it is a separate mount).
 	if err := linux.IDMapMount("/", rootfs, ""); err != nil {

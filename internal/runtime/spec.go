@@ -90,6 +90,9 @@ type hostFeatures struct {
 	swappiness bool // cgroup v1 memory.swappiness exists
 	// drive is the block device of the sandbox's drive, when its I/O is throttled.
 	drive *device
+	// joinUserNSByPath: the runtime build reads the mappings of a user namespace it joins
+	// from the namespace itself, so the spec names the path alone (userNSByPathOnly).
+	joinUserNSByPath bool
 }
 
 func detectHost() hostFeatures {
@@ -107,12 +110,15 @@ func detectHost() hostFeatures {
 }
 
 // BuildSpec returns the hardened OCI runtime spec of one sandbox container for the runtime
-// named runtimeName ("runc", "crun" or "runsc"). It is the one place where the sandbox's
-// process, mounts, namespaces, capabilities, seccomp profile and cgroup limits are decided.
-// It reads a few host facts (cgroup layout, swap accounting) and otherwise is pure. Bad
-// input (unknown runtime, relative paths, missing namespaces) is an ErrInvalidArgument.
-func BuildSpec(spec sandbox.ContainerSpec, runtimeName string) (*specs.Spec, error) {
+// named runtimeName ("runc", "crun" or "runsc") at version v (its parsed --version; the zero
+// Version when unknown, which gets the spec every build accepts). It is the one place where
+// the sandbox's process, mounts, namespaces, capabilities, seccomp profile and cgroup limits
+// are decided. It reads a few host facts (cgroup layout, swap accounting) and otherwise is
+// pure. Bad input (unknown runtime, relative paths, missing namespaces) is an
+// ErrInvalidArgument.
+func BuildSpec(spec sandbox.ContainerSpec, runtimeName string, v Version) (*specs.Spec, error) {
 	host := detectHost()
+	host.joinUserNSByPath = userNSByPathOnly(runtimeName, v)
 	if spec.Drive != "" && (spec.Limits.IOBps > 0 || spec.Limits.IOIops > 0) {
 		dev, err := blockDevice(spec.Drive)
 		if err != nil {
@@ -213,9 +219,9 @@ func buildSpec(cs sandbox.ContainerSpec, runtimeName string, host hostFeatures) 
 		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
 		s.Linux.UIDMappings = m
 		s.Linux.GIDMappings = slices.Clone(m)
-	case !gvisor:
-		// The container joins the sandbox's pinned user namespace. runc (1.1) insists on
-		// seeing the mappings even when it joins by path; they must equal the
+	case !gvisor && !host.joinUserNSByPath:
+		// The container joins the sandbox's pinned user namespace. runc 1.1 and crun
+		// insist on seeing the mappings even when they join by path; they must equal the
 		// namespace's own, which the daemon created with exactly this range.
 		s.Linux.UIDMappings = m
 		s.Linux.GIDMappings = slices.Clone(m)
@@ -225,6 +231,17 @@ func buildSpec(cs sandbox.ContainerSpec, runtimeName string, host hostFeatures) 
 		s.Annotations = map[string]string{netnsAnnotation: cs.NetNS}
 	}
 	return s, nil
+}
+
+// userNSByPathOnly reports whether runtime name at version v takes a user namespace to join
+// by its path alone. runc 1.2 and later read the joined namespace's mappings themselves
+// (specconv.setupUserNamespace) and warn that a spec giving both "may return an error" in
+// a future version; runc 1.1.5 fails without them ("User namespaces enabled, but no uid
+// mappings found"). crun computes the container's root uid from the spec's mappings, so it
+// keeps them. runsc never joins by path (see buildSpec). An unknown version keeps them.
+// Pure.
+func userNSByPathOnly(name string, v Version) bool {
+	return name == "runc" && (v.Major > 1 || (v.Major == 1 && v.Minor >= 2))
 }
 
 // validateContainerSpec rejects what would make an unsafe or broken container.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -49,17 +50,22 @@ func nsByType(s *specs.Spec, typ specs.LinuxNamespaceType) (specs.LinuxNamespace
 func TestBuildSpecRuntimes(t *testing.T) {
 	for _, tc := range []struct {
 		runtime  string
-		userNS   bool // joins U by path, with mappings
+		byPath   bool // the runtime reads a joined user namespace's mappings itself
+		userNS   bool // joins U by path
+		mappings bool // with U's mappings
 		netNS    bool // joins S by path
 		netnsAnn bool // records S in an annotation
 	}{
-		{runtime: "runc", userNS: true, netNS: true},
-		{runtime: "crun", userNS: true, netNS: true},
+		{runtime: "runc", userNS: true, mappings: true, netNS: true},
+		{runtime: "runc", byPath: true, userNS: true, netNS: true},
+		{runtime: "crun", userNS: true, mappings: true, netNS: true},
 		{runtime: "runsc", netnsAnn: true},
 	} {
-		t.Run(tc.runtime, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/bypath=%v", tc.runtime, tc.byPath), func(t *testing.T) {
 			cs := testContainerSpec(tc.runtime)
-			s, err := buildSpec(cs, tc.runtime, v1Host)
+			host := v1Host
+			host.joinUserNSByPath = tc.byPath
+			s, err := buildSpec(cs, tc.runtime, host)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,12 +112,12 @@ func TestBuildSpecRuntimes(t *testing.T) {
 				t.Errorf("network namespace %+v (present %v)", n, hasN)
 			}
 			wantMap := []specs.LinuxIDMapping{{ContainerID: 0, HostID: cs.IDs.Host, Size: cs.IDs.Size}}
-			if tc.userNS {
+			if tc.mappings {
 				if !slices.Equal(s.Linux.UIDMappings, wantMap) || !slices.Equal(s.Linux.GIDMappings, wantMap) {
 					t.Errorf("mappings %v %v", s.Linux.UIDMappings, s.Linux.GIDMappings)
 				}
 			} else if len(s.Linux.UIDMappings)+len(s.Linux.GIDMappings) != 0 {
-				t.Errorf("runsc got id mappings %v %v", s.Linux.UIDMappings, s.Linux.GIDMappings)
+				t.Errorf("%s got id mappings %v %v", tc.runtime, s.Linux.UIDMappings, s.Linux.GIDMappings)
 			}
 			if got := s.Annotations[netnsAnnotation]; (got != "") != tc.netnsAnn || (tc.netnsAnn && got != cs.NetNS) {
 				t.Errorf("netns annotation %q", got)
@@ -456,5 +462,34 @@ func TestBuildSpecRunscUserNS(t *testing.T) {
 	}
 	if _, ok := nsByType(s, specs.UserNamespace); ok || len(s.Linux.UIDMappings) != 0 {
 		t.Errorf("runsc without UserNS: user namespace or mappings %v", s.Linux.UIDMappings)
+	}
+}
+
+// TestUserNSByPathOnly: only runc from 1.2 on gets the user namespace's path without its
+// mappings; runc 1.1 (Debian 12's 1.1.5 fails without them), crun, and an unknown version
+// keep them.
+func TestUserNSByPathOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name, out string
+		want      bool
+	}{
+		{"runc", "runc version 1.5.3", true},
+		{"runc", "runc version 1.2.0-rc.1", true},
+		{"runc", "runc version 2.0.0", true},
+		{"runc", "runc version 1.1.15", false},
+		{"runc", "runc version 1.1.5+ds1", false},
+		{"crun", "crun version 1.8.1", false},
+		{"runsc", "runsc version v0.0.0-20260905035102-160fafc42237", false},
+	} {
+		v, err := ParseVersion(tc.name, []byte(tc.out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := userNSByPathOnly(tc.name, v); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.out, got, tc.want)
+		}
+	}
+	if userNSByPathOnly("runc", Version{Runtime: "runc"}) {
+		t.Error("an unknown runc version drops the mappings")
 	}
 }
