@@ -101,6 +101,9 @@ func runtimeDetails(rt doctor.Runtime) []string {
 	if len(rt.Platforms) > 0 {
 		out = append(out, "platforms "+strings.Join(rt.Platforms, ", "))
 	}
+	if rt.Mode != "" {
+		out = append(out, "runs with "+rt.Mode)
+	}
 	for _, f := range rt.MissingFixes {
 		out = append(out, fmt.Sprintf("MISSING FIX %s (%s): %s; fixed in %s", f.ID, f.Severity, f.What, f.FixedIn))
 	}

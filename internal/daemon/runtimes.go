@@ -146,7 +146,7 @@ func ProbeRuntimeWith(paths map[string]string, dir string) doctor.RuntimeProber 
 		r := doctor.Runtime{Name: name, Path: p.Path, Version: p.Version, Usable: p.Works,
 			Isolation: sandbox.TraitsOf(name).Isolation, Problem: p.Err, Fix: p.Hint,
 			Source: p.Source, Stamp: p.Stamp, Pinned: moatruntime.Pinned(name),
-			MissingFixes: p.Missing, Backported: p.Backported, Platforms: p.Platforms, Skipped: p.Skipped, Fallbacks: p.Fallbacks}
+			MissingFixes: p.Missing, Backported: p.Backported, Platforms: p.Platforms, Mode: p.Mode, Skipped: p.Skipped, Fallbacks: p.Fallbacks}
 		if p.ParseErr == "" && p.Version != "" {
 			r.Release = p.Parsed.String()
 		}

@@ -45,6 +45,7 @@ type Runtime struct {
 	MissingFixes []runtime.MissingFix `json:"missing_fixes,omitempty"`
 	Backported   []string             `json:"backported,omitempty"` // fixes its version lacks that the distribution patched in
 	Platforms    []string             `json:"platforms,omitempty"`  // runsc: the platforms this build offers
+	Mode         string               `json:"mode,omitempty"`       // runsc: how moat runs it (platform, network, identity)
 	Skipped      []runtime.Skipped    `json:"skipped,omitempty"`    // preferred binaries passed over: they do not work here
 	Fallbacks    []runtime.Fallback   `json:"fallbacks,omitempty"`  // installed binaries it would fall back to
 }

@@ -153,7 +153,7 @@ func New(name string, opts Options, log *slog.Logger) (*OCI, error) {
 		flags, _ := exec.CommandContext(ctx, bin, "flags").CombinedOutput()
 		o.ociSeccomp = hasFlag(flags, "oci-seccomp")
 		o.overlayNone = hasFlag(flags, "overlay2")
-		o.current = hasFlag(flags, "gofer-network-namespace")
+		o.current = currentRunsc(flags)
 		if !o.ociSeccomp {
 			o.log.Warn("this runsc cannot enforce the OCI seccomp profile inside the sandbox (no --oci-seccomp)")
 		}
@@ -191,6 +191,18 @@ func hasCapSysResource() bool {
 		return err != nil || caps&(1<<unix.CAP_SYS_RESOURCE) != 0
 	}
 	return true
+}
+
+// currentRunsc tells a current gVisor from runsc 2022-12 by its `runsc flags` output: the
+// first has --gofer-network-namespace (2024 on). See OCI.current.
+func currentRunsc(flags []byte) bool { return hasFlag(flags, "gofer-network-namespace") }
+
+// RunscMode says how moat runs a runsc build, current or not (moat doctor). Pure.
+func RunscMode(current bool) string {
+	if current {
+		return "systrap platform, gVisor's own network stack in the sandbox's namespace, Sentry and gofer as the sandbox's host uid range (--platform=kvm is not used: it hangs on a KVM-PVM host)"
+	}
+	return "ptrace platform, the host kernel's network stack inside the sandbox's namespace, Sentry and gofer as host root (no user namespace)"
 }
 
 // hasFlag reports whether `runsc flags` output lists -name.

@@ -35,6 +35,8 @@ type ProbeResult struct {
 	Backported []string
 	// Platforms: runsc only, the platforms this build offers (`runsc flags`).
 	Platforms []string
+	// Mode: runsc only, how moat runs this build (RunscMode).
+	Mode string
 	// Skipped: binaries preferred to Path that are installed but do not work here;
 	// Fallbacks: those installed after it, which a failure of Path would fall back to.
 	Skipped   []Skipped
@@ -124,6 +126,7 @@ func ProbeWith(ctx context.Context, name string, o ProbeOptions) ProbeResult {
 		flags, _ := exec.CommandContext(fctx, r.Path, "flags").CombinedOutput()
 		cancel()
 		r.Platforms = RunscPlatforms(flags)
+		r.Mode = RunscMode(currentRunsc(flags))
 	}
 
 	res, done := checked[r.Path]
