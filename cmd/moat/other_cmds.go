@@ -239,13 +239,14 @@ type benchEnv struct {
 
 // benchDaemon starts an in-process daemon with private state for `moat bench`.
 func (a *app) benchDaemon(ctx context.Context, name string, warm map[string]int, idBase uint32, drivePool int64) (*benchEnv, func(), error) {
-	return a.benchDaemonListen(ctx, name, warm, idBase, drivePool, "")
+	return a.benchDaemonListen(ctx, name, warm, idBase, drivePool, "", nil)
 }
 
 // benchDaemonListen is benchDaemon with a TCP listener on listen (loopback) serving the
 // E2B API, its "base" template mapped to the host template (a bench daemon's fresh data
-// directory has no debian template; pools serve every template the same way).
-func (a *app) benchDaemonListen(ctx context.Context, name string, warm map[string]int, idBase uint32, drivePool int64, listen string) (*benchEnv, func(), error) {
+// directory has no debian template; pools serve every template the same way). paths picks
+// runtimes' binaries (daemon.Config.RuntimePaths; nil: moat's choice).
+func (a *app) benchDaemonListen(ctx context.Context, name string, warm map[string]int, idBase uint32, drivePool int64, listen string, paths map[string]string) (*benchEnv, func(), error) {
 	if os.Geteuid() != 0 {
 		return nil, nil, fmt.Errorf("moat bench runs its own daemons and needs root")
 	}
@@ -266,7 +267,7 @@ func (a *app) benchDaemonListen(ctx context.Context, name string, warm map[strin
 		e2bTemplates = map[string]string{"base": "host"}
 	}
 	d, stopDaemon, err := daemon.Start(ctx, daemon.Config{DataDir: data, RunDir: run, Socket: sock, Warm: warm, IDBase: idBase, Log: a.logger(os.Stderr), DrivePool: drivePool,
-		Listen: listen, E2BTemplates: e2bTemplates, DefaultLimits: limits,
+		Listen: listen, E2BTemplates: e2bTemplates, DefaultLimits: limits, RuntimePaths: paths,
 		// The upstream of the connection-load figure, a server of the bench on loopback.
 		EgressHosts: egress.Hosts{benchHoldName: {netip.MustParseAddr("127.0.0.1")}},
 		// Idle sandboxes frozen for 2 s, then stopped: the resume figures time both.
@@ -482,6 +483,7 @@ func (a *app) benchCmd() *cobra.Command {
 	var warmN, snapRuns, snapMiB, ckptRuns int
 	var burstWarm bool
 	var runtimes, ckptRuntimes string
+	var sf syscallFlags
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure create→first output per runtime against the raw runtime, idle memory, burst rate",
@@ -497,7 +499,9 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 			// what else runs here: one builds every sandbox (cold), one serves fitting
 			// creates from a warm pool.
 			ctx := cmd.Context()
-			cold, stopCold, err := a.benchDaemon(ctx, "cold", nil, 0x80000000, 0)
+			// runsc is the current build (syscall_bench_cmds.go) when it is installed.
+			paths := sf.coldPaths()
+			cold, stopCold, err := a.benchDaemonListen(ctx, "cold", nil, 0x80000000, 0, "", paths)
 			if err != nil {
 				return err
 			}
@@ -508,7 +512,7 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 				if err != nil {
 					return err
 				}
-				warm, stopWarm, err := a.benchDaemonListen(ctx, "warm", map[string]int{"runc:host": warmN, "runsc:host": warmN}, 0x90000000, 0, listen)
+				warm, stopWarm, err := a.benchDaemonListen(ctx, "warm", map[string]int{"runc:host": warmN, "runsc:host": warmN}, 0x90000000, 0, listen, paths)
 				if err != nil {
 					return err
 				}
@@ -537,7 +541,7 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 					o.Runtimes = append(o.Runtimes, rt)
 				}
 			}
-			o.RuntimeArgs = daemon.RuntimeArgs(cold.runDir, nil)
+			o.RuntimeArgs = daemon.RuntimeArgs(cold.runDir, paths)
 			o.Progress = func(s string) { fmt.Fprintln(os.Stderr, "bench:", s) }
 			res, err := bench.Run(cmd.Context(), c, o)
 			if err != nil {
@@ -563,6 +567,9 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 					return fmt.Errorf("warm burst figure: %w", err)
 				}
 				res.BurstWarmPerSecond = rate
+			}
+			if err := a.benchSyscalls(ctx, cold, paths, sf, res, o.Progress); err != nil {
+				return err
 			}
 			if snapRuns > 0 || ckptRuns > 0 {
 				// A third daemon whose drives live in an XFS pool (copy-free snapshots).
@@ -625,6 +632,7 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 					sr.LazyEmpty.P50, sr.LazyFull.P50, sr.WorkspaceMiB, sr.LazyRatio, sr.LazyFirstUse.P50)
 			}
 			printBenchCheckpoints(res.Checkpoints)
+			printBenchSyscalls(res.Syscalls)
 			if f := res.Files; f != nil {
 				fmt.Printf("cp of %d MiB (runc): in p50 %.0f ms, out p50 %.0f ms (out/in %.2f); runc exec moving the same bytes: in %.0f ms, out %.0f ms (cp/raw: in %.2f, out %.2f)\n",
 					f.MiB, f.In.P50, f.Out.P50, f.OutToIn, f.RawIn.P50, f.RawOut.P50, f.InRaw, f.OutRaw)
@@ -652,6 +660,7 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 	cmd.Flags().IntVar(&snapMiB, "snapshot-workspace", 1024, "MiB written into the workspace for the full-workspace snapshot figure")
 	cmd.Flags().IntVar(&o.FileRuns, "cp-runs", 10, "moat cp runs in and out of a runc sandbox, beside runc exec moving the same bytes (0: skip)")
 	cmd.Flags().IntVar(&o.FileMiB, "cp-mib", 100, "MiB of the file the cp figure copies")
+	sf.register(cmd)
 	return cmd
 }
 
