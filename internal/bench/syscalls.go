@@ -247,7 +247,7 @@ func syscallRuntime(ctx context.Context, t SyscallTarget, o SyscallOptions, r *S
 	if dd <= 0 {
 		dd = DDWrites
 	}
-	o.Progress(fmt.Sprintf("syscalls: %s (%s): a sandbox, a git tree of %d files in it", t.Label, t.Binary, o.Files))
+	o.Progress(fmt.Sprintf("syscalls: %s: a sandbox, a git tree of %d files in it", strings.TrimSpace(t.Label+" "+t.Binary), o.Files))
 	sb, err := t.Client.Create(ctx, v1.CreateSandboxRequest{Runtime: t.Runtime, MemoryBytes: 512 << 20, DiskBytes: 512 << 20})
 	if err != nil {
 		return fmt.Errorf("create: %w", err)
