@@ -498,6 +498,9 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 			// Two in-process daemons with their own state, so the figures do not depend on
 			// what else runs here: one builds every sandbox (cold), one serves fitting
 			// creates from a warm pool.
+			if err := sf.validate(); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			// runsc is the current build (syscall_bench_cmds.go) when it is installed.
 			paths := sf.coldPaths()

@@ -35,6 +35,14 @@ func (f *syscallFlags) register(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.oldWrite, "syscall-2022-writes", bench.DDWrites/10, "one-byte writes of the dd loop under the runsc of 2022 (its time is scaled to 200000)")
 }
 
+// validate checks the flags before any daemon starts.
+func (f syscallFlags) validate() error {
+	if f.runs <= 0 || f.files <= 0 || f.oldRuns <= 0 || f.oldWrite <= 0 {
+		return fmt.Errorf("--syscall-runs, --syscall-files, --syscall-2022-runs and --syscall-2022-writes must be positive")
+	}
+	return nil
+}
+
 // executable says why path is not an executable file ("" when it is).
 func executable(path string) string {
 	st, err := os.Stat(path)
@@ -62,9 +70,6 @@ func (f syscallFlags) coldPaths() map[string]string {
 func (a *app) benchSyscalls(ctx context.Context, cold *benchEnv, paths map[string]string, f syscallFlags, res *bench.Result, progress func(string)) error {
 	if !f.on {
 		return nil
-	}
-	if f.runs <= 0 || f.files <= 0 || f.oldRuns <= 0 || f.oldWrite <= 0 {
-		return fmt.Errorf("--syscall-runs, --syscall-files, --syscall-2022-runs and --syscall-2022-writes must be positive")
 	}
 	args := daemon.RuntimeArgs(cold.runDir, paths)
 	runc := bench.SyscallTarget{Label: "runc", Runtime: "runc", Client: cold.client}
