@@ -277,6 +277,7 @@ func (a *app) benchDaemonListen(ctx context.Context, name string, warm map[strin
 	}
 	stop := func() {
 		stopDaemon()
+		bench.UnmountRunscLeftover(filepath.Join(run, "runtime", "runsc"))
 		os.RemoveAll(data)
 		os.RemoveAll(run)
 	}
@@ -617,6 +618,7 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 				}
 			}
 			tw.Flush()
+			printBenchBinaries(res.Runtimes)
 			fmt.Printf("idle memory: %.2f MiB per sandbox (host used-memory delta, caches dropped, over %d idle runc sandboxes); %.2f MiB charged to each sandbox's cgroup; moat-init RSS %.0f KiB\n",
 				res.IdleMiBPerSandbox, res.IdleN, res.IdleCgroupMiB, res.IdleInitRSSKiB)
 			if l := res.E2BCreate; l != nil {

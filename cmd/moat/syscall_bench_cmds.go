@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -158,4 +159,17 @@ func verdictText(v bench.Verdict) string {
 		return fmt.Sprintf("%.2f× met", v.Ratio)
 	}
 	return fmt.Sprintf("%.2f× NOT met", v.Ratio)
+}
+
+// printBenchBinaries says which executable each runtime of the latency figure was.
+func printBenchBinaries(rs []bench.RuntimeResult) {
+	var parts []string
+	for _, r := range rs {
+		if r.Binary != "" {
+			parts = append(parts, r.Runtime+" "+r.Binary)
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Printf("runtimes: %s\n", strings.Join(parts, ", "))
+	}
 }

@@ -301,6 +301,7 @@ func rawRuns(ctx context.Context, o Options, rt, id string) ([]time.Duration, er
 	}
 	defer os.RemoveAll(work)
 	root := filepath.Join(work, "state")
+	defer UnmountRunscLeftover(root) // before the RemoveAll
 	// Swap --root for a private state directory.
 	var args []string
 	for i := 0; i < len(global); i++ {

@@ -3,9 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/sdk"
@@ -383,4 +386,12 @@ func LatencyVerdict(r *RuntimeResult, label string) Verdict {
 		return Check(what, 0, TargetLatencyRatio, "failed: "+r.Error)
 	}
 	return Check(what, r.Ratio, TargetLatencyRatio, "no raw baseline")
+}
+
+// UnmountRunscLeftover unmounts what a current runsc (gVisor 2026) leaves in its state
+// directory root: "null-netns", the empty network namespace its gofers share, bind-mounted
+// at the first create and never unmounted (the runsc of 2022 made none). Without this a
+// benchmark's private runtime roots stay mounted on the host and cannot be removed.
+func UnmountRunscLeftover(root string) {
+	_ = unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH)
 }
