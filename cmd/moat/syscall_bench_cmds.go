@@ -118,9 +118,9 @@ func printBenchSyscalls(sr *bench.SyscallResult) {
 	if sr == nil {
 		return
 	}
-	fmt.Printf("system calls (timed inside the sandbox; git tree of %d files; dd loop of %d one-byte writes):\n", sr.Files, sr.DDWrites)
+	fmt.Printf("system calls (timed inside the sandbox; git tree of %d files; dd loop of %d one-byte writes; load average %.1f before, %.1f after):\n", sr.Files, sr.DDWrites, sr.LoadBefore, sr.LoadAfter)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  RUNTIME\tWORKLOAD\tMEDIAN\tRATIO TO RUNC\tRUNS\tEXEC p50 (through the API)\tBINARY")
+	fmt.Fprintln(tw, "  RUNTIME\tWORKLOAD\tMEDIAN\tMIN\tRATIO TO RUNC\tRUNS\tEXEC p50 (through the API)\tBINARY")
 	for _, r := range sr.Runtimes {
 		switch {
 		case r.Skipped != "":
@@ -139,7 +139,7 @@ func printBenchSyscalls(sr *bench.SyscallResult) {
 			if w.Ratio > 0 {
 				ratio = fmt.Sprintf("%.2f", w.Ratio)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%.1f ms\t%s\n", r.Label, w.Workload, median, ratio, w.Inside.N, w.Exec.P50, r.Binary)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%.1f ms\t%s\t%d\t%.1f ms\t%s\n", r.Label, w.Workload, median, w.Inside.Min*w.Scale, ratio, w.Inside.N, w.Exec.P50, r.Binary)
 		}
 		if r.Error != "" {
 			fmt.Fprintf(tw, "  %s\terror: %s\n", r.Label, termSafe(r.Error))

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -110,6 +111,10 @@ type SyscallResult struct {
 	Files    int              `json:"git_files"`
 	Runtimes []SyscallRuntime `json:"runtimes"`
 	Targets  []Verdict        `json:"targets,omitempty"`
+	// The host's 1-minute load average before and after (/proc/loadavg): the runsc figures
+	// (systrap above all) follow the CPU left to them.
+	LoadBefore float64 `json:"load_avg_before"`
+	LoadAfter  float64 `json:"load_avg_after"`
 }
 
 // workload is one timed command; setup (untimed, once per sandbox) prepares it.
@@ -226,7 +231,7 @@ func Syscalls(ctx context.Context, targets []SyscallTarget, o SyscallOptions, cu
 	if o.Files <= 0 {
 		o.Files = GitFiles
 	}
-	res := &SyscallResult{DDWrites: DDWrites, Files: o.Files}
+	res := &SyscallResult{DDWrites: DDWrites, Files: o.Files, LoadBefore: loadAvg()}
 	for _, t := range targets {
 		r := SyscallRuntime{Label: t.Label, Runtime: t.Runtime, Binary: t.Binary, Skipped: t.Skip}
 		if t.Skip == "" {
@@ -236,9 +241,21 @@ func Syscalls(ctx context.Context, targets []SyscallTarget, o SyscallOptions, cu
 		}
 		res.Runtimes = append(res.Runtimes, r)
 	}
+	res.LoadAfter = loadAvg()
 	SetRatios(res.Runtimes)
 	res.Targets = SyscallVerdicts(res.Runtimes, current)
 	return res
+}
+
+// loadAvg is the host's 1-minute load average (0 when unknown).
+func loadAvg() float64 {
+	data, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(data))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }
 
 func syscallRuntime(ctx context.Context, t SyscallTarget, o SyscallOptions, r *SyscallRuntime) error {
