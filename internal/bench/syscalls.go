@@ -393,13 +393,14 @@ func SyscallVerdicts(rs []SyscallRuntime, current string) []Verdict {
 }
 
 // LatencyVerdict checks create → first output through moat against the raw runtime
-// (RuntimeResult.Ratio) for the runtime labelled label: ≤ 1.5×.
+// (RuntimeResult.Ratio) for the runtime labelled label: ≤ 1.5×. An error of a later figure
+// of the same runtime (warm, resume) does not void a ratio that was measured.
 func LatencyVerdict(r *RuntimeResult, label string) Verdict {
 	what := label + " create → first output, moat / raw"
 	switch {
 	case r == nil:
 		return Check(what, 0, TargetLatencyRatio, "not in this run (--runtimes)")
-	case r.Error != "":
+	case r.Ratio <= 0 && r.Error != "":
 		return Check(what, 0, TargetLatencyRatio, "failed: "+r.Error)
 	}
 	return Check(what, r.Ratio, TargetLatencyRatio, "no raw baseline")
