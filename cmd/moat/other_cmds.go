@@ -601,7 +601,7 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "RUNTIME\tPATH\tp50\tp99\tRATIO p50 (to raw)\tRUNS")
 			for _, r := range res.Runtimes {
-				if r.Error != "" {
+				if r.Error != "" && r.Raw.N == 0 {
 					fmt.Fprintf(tw, "%s\terror: %s\n", r.Runtime, termSafe(r.Error))
 					continue
 				}
@@ -615,6 +615,9 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 				}
 				if r.Thaw != nil {
 					fmt.Fprintf(tw, "%s\texec after idle freeze (thaw)\t%.1f ms\t%.1f ms\t%s\t%d\n", r.Runtime, r.Thaw.P50, r.Thaw.P99, resumeRatios(r.Raw, *r.Thaw, r.Warm, r.API), r.Thaw.N)
+				}
+				if r.Error != "" { // a later figure (warm, resume) failed
+					fmt.Fprintf(tw, "%s\terror: %s\n", r.Runtime, termSafe(r.Error))
 				}
 			}
 			tw.Flush()
