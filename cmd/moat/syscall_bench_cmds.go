@@ -108,7 +108,11 @@ func (a *app) benchSyscalls(ctx context.Context, cold *benchEnv, paths map[strin
 			lat = &res.Runtimes[i]
 		}
 	}
-	sr.Targets = append(sr.Targets, bench.LatencyVerdict(lat, currentRunscLabel))
+	v := bench.LatencyVerdict(lat, currentRunscLabel)
+	if cur.Skip != "" { // the latency figure's runsc was another binary
+		v.Note = currentRunscLabel + " skipped: " + cur.Skip
+	}
+	sr.Targets = append(sr.Targets, v)
 	res.Syscalls = sr
 	return nil
 }
