@@ -27,7 +27,7 @@ type syscallFlags struct {
 }
 
 func (f *syscallFlags) register(cmd *cobra.Command) {
-	cmd.Flags().BoolVar(&f.on, "syscalls", false, "also time system-call-heavy commands (dd loop, git status, python import) under runc, the runsc of 2022 and the current runsc (about 3 minutes)")
+	cmd.Flags().BoolVar(&f.on, "syscalls", false, "also time system-call-heavy commands (dd loop, git status, python import) under runc, the runsc of 2022 and the current runsc (1.5–3 minutes)")
 	cmd.Flags().IntVar(&f.runs, "syscall-runs", 5, "runs of each system-call-heavy command per runtime, timed in the sandbox (with --syscalls)")
 	cmd.Flags().IntVar(&f.files, "syscall-files", bench.GitFiles, "files of the git status figure's tree")
 	cmd.Flags().StringVar(&f.current, "runsc-current", "/usr/local/lib/moat/runsc", "the current runsc (make deps builds it): the runsc of every figure, when installed")
