@@ -493,7 +493,10 @@ create to the first output of a command (p50/p99 over --runs), beside the raw ru
 create + first exec of the same root filesystem with moat's spec in the same run; then the
 host memory taken per idle sandbox, the burst create rate, and the API latency (ls p50/p99)
 with idle sandboxes beside the same with each of them holding its cap of connections to a
-server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
+server on loopback (--conn-sandboxes). With --syscalls, also system-call-heavy commands (a
+200 000-write dd loop, git status on 10 000 files, a python import) timed inside sandboxes
+of runc, the runsc of 2022 and the current runsc (the runsc of every figure when it is
+installed), with ratios to runc and the issue's targets. Needs root on the daemon's host.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// Two in-process daemons with their own state, so the figures do not depend on
