@@ -64,8 +64,9 @@ test: build lint
 test-short: build
 	MOAT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -short ./...
 
+# bench: every figure, with the system-call one (moat bench --syscalls: runc, the runsc of 2022 and the current runsc).
 bench: build
-	$(BIN)/moat bench
+	$(BIN)/moat bench --syscalls
 	go test -run '^$$' -bench '^BenchmarkEgress$$|^BenchmarkCredentials$$' -benchtime 3000x ./internal/egress/
 	@# The proxy's added latency and throughput, each iteration direct and proxied alternately.
 	go test -run '^$$' -bench 'BenchmarkEgressOverhead' -benchtime 1500x ./internal/egress/

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -237,15 +238,31 @@ type benchEnv struct {
 	listen string // the TCP listener (E2B API), if any
 }
 
+// withPaths is base with over's runtimes' binaries replacing base's.
+func withPaths(base, over map[string]string) map[string]string {
+	if len(base)+len(over) == 0 {
+		return nil
+	}
+	out := maps.Clone(base)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, over)
+	return out
+}
+
 // benchDaemon starts an in-process daemon with private state for `moat bench`.
 func (a *app) benchDaemon(ctx context.Context, name string, warm map[string]int, idBase uint32, drivePool int64) (*benchEnv, func(), error) {
-	return a.benchDaemonListen(ctx, name, warm, idBase, drivePool, "")
+	return a.benchDaemonListen(ctx, name, warm, idBase, drivePool, "", nil)
 }
 
 // benchDaemonListen is benchDaemon with a TCP listener on listen (loopback) serving the
 // E2B API, its "base" template mapped to the host template (a bench daemon's fresh data
-// directory has no debian template; pools serve every template the same way).
-func (a *app) benchDaemonListen(ctx context.Context, name string, warm map[string]int, idBase uint32, drivePool int64, listen string) (*benchEnv, func(), error) {
+// directory has no debian template; pools serve every template the same way). paths picks
+// runtimes' binaries (daemon.Config.RuntimePaths) over the user's --runtime-path; neither:
+// moat's choice.
+func (a *app) benchDaemonListen(ctx context.Context, name string, warm map[string]int, idBase uint32, drivePool int64, listen string, paths map[string]string) (*benchEnv, func(), error) {
+	paths = withPaths(a.runtimePaths.m, paths)
 	if os.Geteuid() != 0 {
 		return nil, nil, fmt.Errorf("moat bench runs its own daemons and needs root")
 	}
@@ -266,11 +283,11 @@ func (a *app) benchDaemonListen(ctx context.Context, name string, warm map[strin
 		e2bTemplates = map[string]string{"base": "host"}
 	}
 	d, stopDaemon, err := daemon.Start(ctx, daemon.Config{DataDir: data, RunDir: run, Socket: sock, Warm: warm, IDBase: idBase, Log: a.logger(os.Stderr), DrivePool: drivePool,
-		Listen: listen, E2BTemplates: e2bTemplates, DefaultLimits: limits,
+		Listen: listen, E2BTemplates: e2bTemplates, DefaultLimits: limits, RuntimePaths: paths,
 		// The upstream of the connection-load figure, a server of the bench on loopback.
 		EgressHosts: egress.Hosts{benchHoldName: {netip.MustParseAddr("127.0.0.1")}},
 		// Idle sandboxes frozen for 2 s, then stopped: the resume figures time both.
-		IdleFreeze: bench.IdleFreeze, RuntimePaths: a.runtimePaths.m})
+		IdleFreeze: bench.IdleFreeze})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -485,6 +502,7 @@ func (a *app) benchCmd() *cobra.Command {
 	var warmN, snapRuns, snapMiB, ckptRuns int
 	var burstWarm bool
 	var runtimes, ckptRuntimes string
+	var sf syscallFlags
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure create→first output per runtime against the raw runtime, idle memory, burst rate",
@@ -493,14 +511,22 @@ create to the first output of a command (p50/p99 over --runs), beside the raw ru
 create + first exec of the same root filesystem with moat's spec in the same run; then the
 host memory taken per idle sandbox, the burst create rate, and the API latency (ls p50/p99)
 with idle sandboxes beside the same with each of them holding its cap of connections to a
-server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
+server on loopback (--conn-sandboxes). With --syscalls, also system-call-heavy commands (a
+200 000-write dd loop, git status on 10 000 files, a python import) timed inside sandboxes
+of runc, the runsc of 2022 and the current runsc (the runsc of every figure when it is
+installed), with ratios to runc and the issue's targets. Needs root on the daemon's host.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// Two in-process daemons with their own state, so the figures do not depend on
 			// what else runs here: one builds every sandbox (cold), one serves fitting
 			// creates from a warm pool.
+			if err := sf.validate(); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
-			cold, stopCold, err := a.benchDaemon(ctx, "cold", nil, 0x80000000, 0)
+			// runsc is the current build (syscall_bench_cmds.go) when it is installed.
+			paths := withPaths(a.runtimePaths.m, sf.coldPaths())
+			cold, stopCold, err := a.benchDaemonListen(ctx, "cold", nil, 0x80000000, 0, "", paths)
 			if err != nil {
 				return err
 			}
@@ -511,7 +537,7 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 				if err != nil {
 					return err
 				}
-				warm, stopWarm, err := a.benchDaemonListen(ctx, "warm", map[string]int{"runc:host": warmN, "runsc:host": warmN}, 0x90000000, 0, listen)
+				warm, stopWarm, err := a.benchDaemonListen(ctx, "warm", map[string]int{"runc:host": warmN, "runsc:host": warmN}, 0x90000000, 0, listen, paths)
 				if err != nil {
 					return err
 				}
@@ -540,7 +566,7 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 					o.Runtimes = append(o.Runtimes, rt)
 				}
 			}
-			o.RuntimeArgs = daemon.RuntimeArgs(cold.runDir, a.runtimePaths.m)
+			o.RuntimeArgs = daemon.RuntimeArgs(cold.runDir, paths)
 			o.Progress = func(s string) { fmt.Fprintln(os.Stderr, "bench:", s) }
 			res, err := bench.Run(cmd.Context(), c, o)
 			if err != nil {
@@ -566,6 +592,9 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 					return fmt.Errorf("warm burst figure: %w", err)
 				}
 				res.BurstWarmPerSecond = rate
+			}
+			if err := a.benchSyscalls(ctx, cold, paths, sf, res, o.Progress); err != nil {
+				return err
 			}
 			if snapRuns > 0 || ckptRuns > 0 {
 				// A third daemon whose drives live in an XFS pool (copy-free snapshots).
@@ -593,7 +622,7 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "RUNTIME\tPATH\tp50\tp99\tRATIO p50 (to raw)\tRUNS")
 			for _, r := range res.Runtimes {
-				if r.Error != "" {
+				if r.Error != "" && r.Raw.N == 0 {
 					fmt.Fprintf(tw, "%s\terror: %s\n", r.Runtime, termSafe(r.Error))
 					continue
 				}
@@ -608,8 +637,12 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 				if r.Thaw != nil {
 					fmt.Fprintf(tw, "%s\texec after idle freeze (thaw)\t%.1f ms\t%.1f ms\t%s\t%d\n", r.Runtime, r.Thaw.P50, r.Thaw.P99, resumeRatios(r.Raw, *r.Thaw, r.Warm, r.API), r.Thaw.N)
 				}
+				if r.Error != "" { // a later figure (warm, resume) failed
+					fmt.Fprintf(tw, "%s\terror: %s\n", r.Runtime, termSafe(r.Error))
+				}
 			}
 			tw.Flush()
+			printBenchBinaries(res.Runtimes)
 			fmt.Printf("idle memory: %.2f MiB per sandbox (host used-memory delta, caches dropped, over %d idle runc sandboxes); %.2f MiB charged to each sandbox's cgroup; moat-init RSS %.0f KiB\n",
 				res.IdleMiBPerSandbox, res.IdleN, res.IdleCgroupMiB, res.IdleInitRSSKiB)
 			if l := res.E2BCreate; l != nil {
@@ -628,6 +661,7 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 					sr.LazyEmpty.P50, sr.LazyFull.P50, sr.WorkspaceMiB, sr.LazyRatio, sr.LazyFirstUse.P50)
 			}
 			printBenchCheckpoints(res.Checkpoints)
+			printBenchSyscalls(res.Syscalls)
 			if f := res.Files; f != nil {
 				fmt.Printf("cp of %d MiB (runc): in p50 %.0f ms, out p50 %.0f ms (out/in %.2f); runc exec moving the same bytes: in %.0f ms, out %.0f ms (cp/raw: in %.2f, out %.2f)\n",
 					f.MiB, f.In.P50, f.Out.P50, f.OutToIn, f.RawIn.P50, f.RawOut.P50, f.InRaw, f.OutRaw)
@@ -655,6 +689,7 @@ server on loopback (--conn-sandboxes). Needs root on the daemon's host.`,
 	cmd.Flags().IntVar(&snapMiB, "snapshot-workspace", 1024, "MiB written into the workspace for the full-workspace snapshot figure")
 	cmd.Flags().IntVar(&o.FileRuns, "cp-runs", 10, "moat cp runs in and out of a runc sandbox, beside runc exec moving the same bytes (0: skip)")
 	cmd.Flags().IntVar(&o.FileMiB, "cp-mib", 100, "MiB of the file the cp figure copies")
+	sf.register(cmd)
 	return cmd
 }
 

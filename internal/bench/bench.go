@@ -70,6 +70,7 @@ type Latency struct {
 // RuntimeResult is the latency figure for one runtime.
 type RuntimeResult struct {
 	Runtime string  `json:"runtime"`
+	Binary  string  `json:"binary,omitempty"` // the runtime's executable, both paths
 	API     Latency `json:"api_create_to_first_output"`
 	Raw     Latency `json:"raw_runtime_create_and_first_exec"`
 	Ratio   float64 `json:"ratio_p50"` // API p50 / raw p50
@@ -114,6 +115,8 @@ type Result struct {
 	Checkpoints []*CheckpointResult `json:"checkpoints,omitempty"`
 	// Files is the `moat cp` figure (files.go).
 	Files *FilesResult `json:"files,omitempty"`
+	// Syscalls is the system-call-heavy commands' figure per runtime (syscalls.go).
+	Syscalls *SyscallResult `json:"syscalls,omitempty"`
 }
 
 var smallSandbox = v1.CreateSandboxRequest{MemoryBytes: 256 << 20, DiskBytes: 256 << 20}
@@ -127,6 +130,9 @@ func Run(ctx context.Context, c *sdk.Client, o Options) (*Result, error) {
 	for _, rt := range o.Runtimes {
 		o.Progress(fmt.Sprintf("%s: %d × create → first output through the API, and the raw runtime on the same rootfs", rt, o.Runs))
 		r := RuntimeResult{Runtime: rt}
+		if o.RuntimeArgs != nil {
+			r.Binary, _, _ = o.RuntimeArgs(rt)
+		}
 		if err := latency(ctx, c, o, rt, &r); err != nil {
 			r.Error = err.Error()
 		}
