@@ -173,7 +173,11 @@ func holdings(t *testing.T, e *env) []string {
 		}
 	}
 	for _, rt := range runtimesUnderTest(t) {
-		list, _ := exec.Command(rt, "--root", filepath.Join(e.runDir, "runtime", rt), "list", "-q").Output()
+		bin, _, err := daemon.RuntimeArgs(e.runDir, testRuntimePaths())(rt) // the daemon's binary
+		if err != nil {
+			bin = rt
+		}
+		list, _ := exec.Command(bin, "--root", filepath.Join(e.runDir, "runtime", rt), "list", "-q").Output()
 		for _, id := range strings.Fields(string(list)) {
 			out = append(out, rt+" container "+id)
 		}

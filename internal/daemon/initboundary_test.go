@@ -11,6 +11,7 @@ import (
 	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/initlog"
 	"github.com/moatdev/moat/internal/testutil"
 )
@@ -68,10 +69,14 @@ for i in $(seq 100); do exec 3<>/dev/tcp/127.0.0.1/49983 || continue
 			// No daemon reads the FIFO now: moat-init's lines about these signals meet
 			// EPIPE, which must not end it.
 			var killErr error
+			bin, global, err := daemon.RuntimeArgs(e.runDir, testRuntimePaths())(rt) // the daemon's binary
+			if err != nil {
+				t.Fatal(err)
+			}
 			for range 3 {
 				// runsc's control socket lives in the sandbox's network namespace.
-				out, err := exec.Command("nsenter", "--net="+filepath.Join(e.runDir, "sandboxes", sb.ID, "netns"),
-					rt, "--root", filepath.Join(e.runDir, "runtime", rt), "kill", sb.ID, "HUP").CombinedOutput()
+				out, err := exec.Command("nsenter", append([]string{"--net=" + filepath.Join(e.runDir, "sandboxes", sb.ID, "netns"), bin},
+					append(global, "kill", sb.ID, "HUP")...)...).CombinedOutput()
 				if err != nil {
 					killErr = fmt.Errorf("%s kill HUP: %v: %s", rt, err, out)
 					break

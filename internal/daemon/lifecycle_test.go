@@ -276,7 +276,7 @@ func (e *env) assertGone(gone []v1.Sandbox) {
 // containerPid is the host pid of moat-init (PID 1) of runc sandbox id.
 func (e *env) containerPid(rt, id string) int {
 	e.t.Helper()
-	bin, args, err := daemon.RuntimeArgs(e.runDir, nil)(rt)
+	bin, args, err := daemon.RuntimeArgs(e.runDir, testRuntimePaths())(rt)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -160,13 +160,23 @@ func readPosture(t *testing.T, e *env, id string) (posture, []uint32) {
 	if p.Seccomp == "" || p.Caps == "" || p.Resources == "" {
 		t.Fatalf("sandbox %s: no seccomp, capabilities or resources in its spec", id)
 	}
-	var hosts []uint32
 	for _, m := range spec.Linux.UIDMappings {
 		p.MapSize = append(p.MapSize, m.ContainerID, m.Size)
-		hosts = append(hosts, m.HostID)
 	}
 	for _, n := range spec.Linux.Namespaces {
 		p.NS = append(p.NS, n.Type)
+	}
+	// The host uids as the sandbox's own processes are mapped (runc from 1.2 is given the
+	// pinned user namespace by path alone, without mappings in the spec).
+	var hosts []uint32
+	for _, l := range strings.Split(strings.TrimSpace(e.mustSh(id, "cat /proc/self/uid_map")), "\n") {
+		if f := strings.Fields(l); len(f) == 3 {
+			h, _ := strconv.ParseUint(f[1], 10, 32)
+			hosts = append(hosts, uint32(h))
+		}
+	}
+	if len(hosts) == 0 {
+		t.Fatalf("sandbox %s: no uid map inside", id)
 	}
 	return p, hosts
 }

@@ -573,7 +573,7 @@ func (o *OCI) Running(ctx context.Context, id string) (bool, error) {
 // kernel walks them): runc then thaws it again and fails with "unable to freeze". That is
 // transient, so Pause tries again a few times before it gives up.
 func (o *OCI) Pause(ctx context.Context, id string) error {
-	if f, ok := freezerOf(id); ok {
+	if f, ok := freezerOf(id); ok && o.pauseByCgroup() {
 		if err := f.freeze(); err != nil {
 			return fmt.Errorf("pausing container %s: %w", id, err)
 		}
@@ -599,6 +599,11 @@ func (o *OCI) Pause(ctx context.Context, id string) error {
 	return nil
 }
 
+// pauseByCgroup says whether Pause freezes the container's cgroup itself (runc, crun,
+// runsc 2022-12) or asks the runtime (a current runsc: see freeze.go). Resume thaws
+// whichever it finds.
+func (o *OCI) pauseByCgroup() bool { return o.name != "runsc" || !o.current }
+
 // pauseAttempts bounds Pause's tries when the freezer misses a busy container.
 const pauseAttempts = 5
 
@@ -615,8 +620,8 @@ func (o *OCI) Resume(ctx context.Context, id string) error {
 			return nil
 		}
 	}
-	// Not frozen by its cgroup: paused by the runtime itself (an older moat paused runsc
-	// with `runsc pause`), or not paused at all (the runtime says so).
+	// Not frozen by its cgroup: paused by the runtime itself (a current runsc, or an older
+	// moat's runsc), or not paused at all (the runtime says so).
 	if _, err := o.control(ctx, id, resumeOpts{}.args(id)); err != nil {
 		return fmt.Errorf("resuming container %s: %w", id, err)
 	}
