@@ -50,15 +50,22 @@ type cli struct {
 	external bool
 }
 
-func newCLI(t *testing.T) *cli {
-	testutil.RequiresRoot(t)
-	bin := filepath.Join(testutil.Binaries(t), "moat")
-	// A run directory of its own: CLI tests of other checkouts may run at the same time.
+// cliRunDir makes a run directory of the test's own under /run (removed after it): CLI
+// tests of other checkouts may run at the same time.
+func cliRunDir(t *testing.T) string {
+	t.Helper()
 	run, err := os.MkdirTemp("/run", "moat-clitest-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(run) })
+	return run
+}
+
+func newCLI(t *testing.T) *cli {
+	testutil.RequiresRoot(t)
+	bin := filepath.Join(testutil.Binaries(t), "moat")
+	run := cliRunDir(t)
 	c := &cli{t: t, bin: bin, args: []string{"--data", t.TempDir(), "--run-dir", run,
 		"--id-base", strconv.FormatUint(uint64(testutil.IDBase(t)), 10)}}
 	t.Cleanup(func() { c.stopDaemonFinal(true) })

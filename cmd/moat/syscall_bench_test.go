@@ -52,11 +52,7 @@ func TestVerdictText(t *testing.T) {
 func TestCLIBenchSyscalls(t *testing.T) {
 	testutil.RequiresRoot(t)
 	bin := filepath.Join(testutil.Binaries(t), "moat")
-	run, err := os.MkdirTemp("/run", "moat-clitest-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(run) })
+	run := cliRunDir(t)
 	cmd := exec.Command(bin, "--data", t.TempDir(), "--run-dir", run, "bench", "--json",
 		"--runtimes", "", "--idle", "0", "--burst", "0", "--warm", "0", "--burst-warm=false", "--conn-sandboxes", "0",
 		"--snapshot-runs", "0", "--checkpoint-runs", "0", "--cp-runs", "0",
