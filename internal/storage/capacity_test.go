@@ -165,7 +165,16 @@ func smallStore(t *testing.T, size int64, p DiskPolicy) *Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := syscall.Unmount(mnt, 0); err != nil {
+		// A drive's loop device lets go of its image (inside mnt) asynchronously after its
+		// own unmount (autoclear), so mnt can be busy for a moment (CI, once).
+		var err error
+		for range 50 {
+			if err = syscall.Unmount(mnt, 0); !errors.Is(err, syscall.EBUSY) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
 			t.Errorf("unmounting the test filesystem: %v", err)
 			_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
 		}
