@@ -269,6 +269,14 @@ func probeRun(ctx context.Context, name, bin string) (err error) {
 	g := globalOpts{root: filepath.Join(dir, "state")}
 	if name == "runsc" {
 		g.network = "none"
+		// As the driver does: no gofer namespace pinned under the probe's root (a probe
+		// cut short by its process' end would leave it mounted).
+		fctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		flags, _ := exec.CommandContext(fctx, bin, "flags").CombinedOutput()
+		cancel()
+		if currentRunsc(flags) {
+			g.goferNet = "new"
+		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
