@@ -604,7 +604,8 @@ func (m *Manager) mapsUsers(runtime string) *bool {
 	return &ok
 }
 
-// runtimeBinary names the binary of runtime, for messages ("" when it has none).
+// runtimeBinary names the binary of runtime, for messages (the runtime's name when the
+// driver does not say).
 func (m *Manager) runtimeBinary(runtime string) string {
 	if b, ok := m.runtimes[runtime].(interface{ Binary() string }); ok {
 		return b.Binary()

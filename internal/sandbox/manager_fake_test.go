@@ -236,7 +236,15 @@ type fakeEnv struct {
 	onList func()
 	// onGet, likewise, runs (once) inside the manager's next Get.
 	onGet func()
+	// hostRoot: managers made from now on get a runc that cannot give sandboxes their user
+	// namespace (as runsc 2022-12).
+	hostRoot bool
 }
+
+// hostRootRuntime is the fake runtime, unable to run sandboxes in their user namespace.
+type hostRootRuntime struct{ fakeRuntime }
+
+func (hostRootRuntime) MapsUsers() bool { return false }
 
 // hookedStore is the store as the manager sees it, with the env's List hook.
 type hookedStore struct {
@@ -298,11 +306,15 @@ func newFakeEnv(t *testing.T) *fakeEnv {
 // manager makes a Manager over the env's fakes and store (a second one: a restarted daemon).
 func (e *fakeEnv) manager() *sandbox.Manager {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var rt sandbox.Runtime = fakeRuntime{e.w}
+	if e.hostRoot {
+		rt = hostRootRuntime{fakeRuntime{e.w}}
+	}
 	m := sandbox.NewManager(sandbox.Config{
 		RunDir: e.run, DataDir: e.t.TempDir(), InitPath: "/bin/true", HealthTimeout: 2 * time.Second,
 		DefaultLimits: sandbox.Limits{MemoryBytes: 256 << 20, CPUs: 1, Pids: 64, DiskBytes: 64 << 20},
 		Host:          sandbox.Capacity{MemoryBytes: 8 << 30, CPUs: 2, Pids: 1 << 20, FileMax: 1 << 20, DiskBytes: 1 << 40},
-	}, sandbox.Deps{Store: hookedStore{e.st, e}, Runtimes: map[string]sandbox.Runtime{"runc": fakeRuntime{e.w}},
+	}, sandbox.Deps{Store: hookedStore{e.st, e}, Runtimes: map[string]sandbox.Runtime{"runc": rt},
 		Storage: fakeStorage{e.w}, Network: fakeNetwork{e.w}, Egress: fakeEgress{e.w}, Namespaces: fakeNS{e.w}, Log: log})
 	e.t.Cleanup(func() { m.Close() })
 	return m
@@ -574,5 +586,41 @@ func TestStopEndsOpenStreams(t *testing.T) {
 	case <-ended:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stream to the stopped sandbox is still open after 10 s")
+	}
+}
+
+// TestMappedSandboxRefusedWithoutUserNS: a sandbox made in a user namespace of its own (its
+// record says Mapped) is not started by a runtime that cannot give it one (runsc 2022-12
+// after a current runsc): the start fails as unavailable, naming why, and nothing of the
+// sandbox runs as host root; one made by that runtime records it unmapped.
+func TestMappedSandboxRefusedWithoutUserNS(t *testing.T) {
+	e := newFakeEnv(t)
+	ctx := context.Background()
+	sb, err := e.m.Create(ctx, sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Mapped == nil || !*sb.Mapped || !sb.InUserNS() {
+		t.Fatalf("created under a runtime with user namespaces: mapped %v", sb.Mapped)
+	}
+	if _, err := e.m.Stop(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.m.CloseLogs()
+	e.m.Close()
+	e.hostRoot = true
+	m2 := e.manager()
+	if _, err := m2.Start(ctx, sb.ID); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "user namespace") {
+		t.Fatalf("start under a runtime without user namespaces: %v, want unavailable naming the user namespace", err)
+	}
+	if got := e.w.leftovers(sb.ID); slices.Contains(got, "container") {
+		t.Errorf("a container runs after the refused start: %v", got)
+	}
+	other, err := m2.Create(ctx, sandbox.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Mapped == nil || *other.Mapped || other.InUserNS() {
+		t.Errorf("created under a runtime without user namespaces: mapped %v", other.Mapped)
 	}
 }
