@@ -150,7 +150,7 @@ func New(name string, opts Options, log *slog.Logger) (*OCI, error) {
 	if name == "runsc" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		flags, _ := exec.CommandContext(ctx, bin, "flags").CombinedOutput()
+		flags, _ := ask(ctx, bin, "flags")
 		o.ociSeccomp = hasFlag(flags, "oci-seccomp")
 		o.overlayNone = hasFlag(flags, "overlay2")
 		o.current = currentRunsc(flags)

@@ -105,26 +105,19 @@ func ProbeWith(ctx context.Context, name string, o ProbeOptions) ProbeResult {
 			r.Stamp = Stamp(dir, name)
 		}
 	}
-	vctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	out, err := exec.CommandContext(vctx, r.Path, "--version").CombinedOutput()
-	cancel()
+	out, err := ask(ctx, r.Path, "--version")
 	if err != nil {
-		r.Err = fmt.Sprintf("%s --version: %v: %s", r.Path, err, cleanRuntimeError(string(out)))
+		r.Err = err.Error()
 		return r
 	}
-	r.Version, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
-	if v, err := ParseVersion(name, out); err != nil {
-		r.ParseErr = err.Error()
-	} else {
-		r.Parsed = v
-		distro := DistroFixes(name, r.Path)
-		r.Missing = MissingFixes(v, distro)
-		r.Backported = Backported(v, distro)
+	var f versionFacts
+	r.Version, f = factsOf(name, r.Path, out)
+	r.Parsed, r.Missing, r.Backported = f.parsed, f.missing, f.backported
+	if f.parseErr != nil {
+		r.ParseErr = f.parseErr.Error()
 	}
 	if name == "runsc" {
-		fctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		flags, _ := exec.CommandContext(fctx, r.Path, "flags").CombinedOutput()
-		cancel()
+		flags, _ := ask(ctx, r.Path, "flags")
 		r.Platforms = RunscPlatforms(flags)
 		r.Mode = RunscMode(currentRunsc(flags))
 	}
@@ -160,31 +153,56 @@ type Fallback struct {
 // describe asks candidate c its version.
 func describe(ctx context.Context, name string, c Candidate) Fallback {
 	f := Fallback{Path: c.Path, Source: c.Source}
-	vctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	out, err := exec.CommandContext(vctx, c.Path, "--version").CombinedOutput()
-	cancel()
+	out, err := ask(ctx, c.Path, "--version")
 	if err != nil {
-		f.Version = "--version failed: " + err.Error()
+		f.Version = "--version failed: " + errors.Unwrap(err).Error()
 		return f
 	}
-	f.Version, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
-	if v, err := ParseVersion(name, out); err == nil {
-		distro := DistroFixes(name, c.Path)
-		f.Missing = MissingFixes(v, distro)
-		f.Backported = Backported(v, distro)
-	}
+	var facts versionFacts
+	f.Version, facts = factsOf(name, c.Path, out)
+	f.Missing, f.Backported = facts.missing, facts.backported
 	return f
+}
+
+// versionFacts are what a runtime binary's version says: the version parsed (or why not),
+// the known security fixes it lacks, and those of them the distribution patched in.
+type versionFacts struct {
+	parsed     Version
+	parseErr   error
+	missing    []MissingFix
+	backported []string
+}
+
+// factsOf reads the `--version` output out of the runtime name's binary at path: its first
+// line, and its versionFacts (the distribution's changelog read for backports).
+func factsOf(name, path string, out []byte) (string, versionFacts) {
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	v, err := ParseVersion(name, out)
+	if err != nil {
+		return line, versionFacts{parseErr: err}
+	}
+	distro := DistroFixes(name, path)
+	return line, versionFacts{parsed: v, missing: MissingFixes(v, distro), backported: Backported(v, distro)}
+}
+
+// ask runs the runtime binary bin with one argument ("--version", "flags") and returns its
+// output; an error quotes the runtime's own message.
+func ask(ctx context.Context, bin, arg string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, arg).CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("%s %s: %w: %s", bin, arg, err, cleanRuntimeError(string(out)))
+	}
+	return out, nil
 }
 
 // CheckBinary says whether the runtime binary at path works on this host: it answers
 // `--version` and runs a trivial container (as Probe does). It is Select's check for the
 // daemon and the doctor. It needs root and leaves nothing behind.
 func CheckBinary(ctx context.Context, name, path string) error {
-	vctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	out, err := exec.CommandContext(vctx, path, "--version").CombinedOutput()
-	cancel()
-	if err != nil {
-		return fmt.Errorf("%s --version: %v: %s", path, err, cleanRuntimeError(string(out)))
+	if _, err := ask(ctx, path, "--version"); err != nil {
+		return err
 	}
 	return probeRun(ctx, name, path)
 }
@@ -271,10 +289,7 @@ func probeRun(ctx context.Context, name, bin string) (err error) {
 		g.network = "none"
 		// As the driver does: no gofer namespace pinned under the probe's root (a probe
 		// cut short by its process' end would leave it mounted).
-		fctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		flags, _ := exec.CommandContext(fctx, bin, "flags").CombinedOutput()
-		cancel()
-		if currentRunsc(flags) {
+		if flags, _ := ask(ctx, bin, "flags"); currentRunsc(flags) {
 			g.goferNet = "new"
 		}
 	}

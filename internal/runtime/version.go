@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -268,7 +267,7 @@ func DistroFixes(name, path string) []string {
 func binaryVersion(name, bin string, log *slog.Logger) Version {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
+	out, err := ask(ctx, bin, "--version")
 	if err == nil {
 		var v Version
 		if v, err = ParseVersion(name, out); err == nil {
