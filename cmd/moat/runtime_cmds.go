@@ -66,7 +66,7 @@ func (r *runtimePaths) Set(s string) error {
 	switch {
 	case err != nil:
 		return fmt.Errorf("%s binary %s: %w", name, path, err)
-	case !st.Mode().IsRegular() || st.Mode()&0o111 == 0:
+	case !moatruntime.ExecutableFile(st):
 		return fmt.Errorf("%s binary %s is not an executable file", name, path)
 	}
 	if _, dup := r.m[name]; dup {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/moatdev/moat/internal/bench"
 	"github.com/moatdev/moat/internal/daemon"
+	moatruntime "github.com/moatdev/moat/internal/runtime"
 )
 
 // The system-call figure of moat bench (internal/bench/syscalls.go): runc, the Debian
@@ -50,7 +51,7 @@ func executable(path string) string {
 	switch {
 	case err != nil:
 		return fmt.Sprintf("not installed (%s: %v)", path, err)
-	case !st.Mode().IsRegular() || st.Mode()&0o111 == 0:
+	case !moatruntime.ExecutableFile(st):
 		return path + " is not an executable file"
 	}
 	return ""

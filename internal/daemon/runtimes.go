@@ -166,7 +166,7 @@ func CheckRuntimePaths(paths map[string]string) error {
 		if err != nil {
 			return fmt.Errorf("runtime path for %s: %w", name, err)
 		}
-		if !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+		if !moatruntime.ExecutableFile(st) {
 			return fmt.Errorf("runtime path for %s: %s is not an executable file: %w", name, p, errdefs.ErrInvalidArgument)
 		}
 	}

@@ -93,8 +93,12 @@ func Choose(cs []Candidate) (chosen Candidate, skipped []Skipped, ok bool) {
 // isExecutable reports whether p is a regular file with an execute bit.
 func isExecutable(p string) bool {
 	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+	return err == nil && ExecutableFile(st)
 }
+
+// ExecutableFile reports whether fi is a regular file with an execute bit: what moat takes
+// as a runtime binary (selection, --runtime-path, the bench's binaries).
+func ExecutableFile(fi os.FileInfo) bool { return fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 }
 
 // Selection is the binary chosen for one runtime.
 type Selection struct {
@@ -122,7 +126,7 @@ func Select(ctx context.Context, name, dir string, check func(ctx context.Contex
 	var seen []os.FileInfo
 	for i := range cs {
 		st, err := os.Stat(cs[i].Path)
-		if err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+		if err != nil || !ExecutableFile(st) {
 			continue
 		}
 		// One file under two names (/bin → /usr/bin) is one candidate.
