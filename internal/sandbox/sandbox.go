@@ -149,6 +149,9 @@ type Sandbox struct {
 	LastUsedAt  *time.Time    `json:"last_used_at,omitempty"`
 	StopReason  string        `json:"stop_reason,omitempty"`
 
+	// Users are the accounts moat added to the sandbox, at create or later (users.go).
+	Users []User `json:"users,omitempty"`
+
 	// Name is the sandbox's name, unique among its owner's sandboxes ("": none), and
 	// Labels its labels (names.go). Both are fixed at create.
 	Name   string            `json:"name,omitempty"`
