@@ -33,21 +33,6 @@ func (g globalOpts) args() []string {
 	return append(a, g.extra...)
 }
 
-// createOpts: `create --bundle B [--pid-file F] ID`. The container's stdio are the
-// runtime's own (pass-through, no terminal).
-type createOpts struct {
-	bundle  string
-	pidFile string
-}
-
-func (c createOpts) args(id string) []string {
-	a := []string{"create", "--bundle", c.bundle}
-	if c.pidFile != "" {
-		a = append(a, "--pid-file", c.pidFile)
-	}
-	return append(a, id)
-}
-
 // runOpts: `run [--detach] --bundle B ID`: create + start, and wait for the container to
 // end unless detached (Probe waits; Start detaches).
 type runOpts struct {
@@ -61,10 +46,6 @@ func (r runOpts) args(id string) []string {
 	}
 	return []string{"run", "--bundle", r.bundle, id}
 }
-
-type startOpts struct{}
-
-func (startOpts) args(id string) []string { return []string{"start", id} }
 
 // killOpts: `kill [--all] ID SIGNAL`.
 type killOpts struct {

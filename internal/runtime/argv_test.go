@@ -13,12 +13,9 @@ func TestArgv(t *testing.T) {
 	for _, tc := range []struct {
 		got, want []string
 	}{
-		{createOpts{bundle: "/b"}.args("id"), []string{"create", "--bundle", "/b", "id"}},
-		{createOpts{bundle: "/b", pidFile: "/p"}.args("id"), []string{"create", "--bundle", "/b", "--pid-file", "/p", "id"}},
 		{killOpts{all: true, signal: "KILL"}.args("id"), []string{"kill", "--all", "id", "KILL"}},
 		{killOpts{signal: "TERM"}.args("id"), []string{"kill", "id", "TERM"}},
 		{deleteOpts{force: true}.args("id"), []string{"delete", "--force", "id"}},
-		{startOpts{}.args("id"), []string{"start", "id"}},
 		{stateOpts{}.args("id"), []string{"state", "id"}},
 		{pauseOpts{}.args("id"), []string{"pause", "id"}},
 		{resumeOpts{}.args("id"), []string{"resume", "id"}},

@@ -302,27 +302,14 @@ func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error)
 	if err := o.create(ctx, spec, input); err != nil {
 		return err
 	}
-	if o.name != "runsc" {
-		// runc and crun: `run --detach` created and started the container and returned
-		// once its init was exec'd; the caller's health check confirms it serves.
-		o.log.Debug("container started", "id", spec.ID, "took", time.Since(begin))
-		return nil
-	}
-	if _, err := o.control(ctx, spec.ID, startOpts{}.args(spec.ID)); err != nil {
-		return fmt.Errorf("starting container %s: %w", spec.ID, err)
-	}
-	if err := o.waitRunning(ctx, spec.ID); err != nil {
-		if tail := cleanRuntimeError(spec.Output.Tail(time.Second)); tail != "" {
-			err = fmt.Errorf("%w (init output: %s)", err, tail)
-		}
-		return fmt.Errorf("starting container %s: %w", spec.ID, err)
-	}
+	// `run --detach` created and started the container and returned once its init was
+	// exec'd; the caller's health check confirms it serves.
 	o.log.Debug("container started", "id", spec.ID, "took", time.Since(begin))
 	return nil
 }
 
-// create runs `<runtime> create` (runsc) or `run --detach` (runc, crun). The runtime's own stdio becomes the container's, so it is
-// the log file; the runtime's error text lands there too and is read back on failure.
+// create runs `<runtime> run --detach`. The runtime's own stdio becomes the container's, so
+// it is the log file; the runtime's error text lands there too and is read back on failure.
 func (o *OCI) create(ctx context.Context, spec sandbox.ContainerSpec, input *os.File) error {
 	cctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
@@ -342,16 +329,13 @@ func (o *OCI) create(ctx context.Context, spec sandbox.ContainerSpec, input *os.
 	return fmt.Errorf("creating container %s: %s create: %w: %s", spec.ID, o.name, err, msg)
 }
 
-// runCreate runs `<runtime> [extraGlobal] create` with in as the container's stdin and
-// out as its stdout and stderr (nil: /dev/null) and waits for it. runc and crun (run
-// --detach) and runsc (create) all hand their own stdio to the container's process.
+// runCreate runs `<runtime> [extraGlobal] run --detach` with in as the container's stdin
+// and out as its stdout and stderr (nil: /dev/null) and waits for it. Every runtime hands
+// its own stdio to the container's process. One invocation instead of create + start +
+// state: ~50 ms less per sandbox under runc, ~30 ms under runsc.
 func (o *OCI) runCreate(ctx context.Context, spec sandbox.ContainerSpec, extraGlobal []string, in, out *os.File) error {
 	args := append(o.globalArgs(), extraGlobal...)
-	sub := createOpts{bundle: spec.BundleDir}.args(spec.ID)
-	if o.name != "runsc" {
-		// One runtime invocation instead of create + start + state: ~50 ms less per sandbox.
-		sub = runOpts{bundle: spec.BundleDir, detach: true}.args(spec.ID)
-	}
+	sub := runOpts{bundle: spec.BundleDir, detach: true}.args(spec.ID)
 	cmd := exec.CommandContext(ctx, o.binary, append(args, sub...)...)
 	cmd.WaitDelay = time.Second
 	if in != nil {
@@ -670,10 +654,8 @@ func (o *OCI) state(ctx context.Context, id string) (State, error) {
 // state in the directory <root>/<id>: when it is absent the answer needs no run of the
 // runtime (one fork/exec less per create); otherwise, and for runsc, the runtime is asked.
 func (o *OCI) exists(ctx context.Context, id string) (bool, error) {
-	if o.name != "runsc" && filepath.IsLocal(id) {
-		if _, err := os.Lstat(filepath.Join(o.root, id)); errors.Is(err, fs.ErrNotExist) {
-			return false, nil
-		}
+	if filepath.IsLocal(id) && !o.mayExist(id) {
+		return false, nil
 	}
 	_, err := o.state(ctx, id)
 	switch {
@@ -683,6 +665,18 @@ func (o *OCI) exists(ctx context.Context, id string) (bool, error) {
 		return false, nil
 	}
 	return false, err
+}
+
+// mayExist says whether the state directory holds anything of container id, without
+// running the runtime (a runtime invocation costs 10–30 ms): runc and crun keep a
+// directory <root>/<id>, runsc (2022 and current) files <root>/<id>_sandbox:<sandbox>.*.
+func (o *OCI) mayExist(id string) bool {
+	if o.name != "runsc" {
+		_, err := os.Lstat(filepath.Join(o.root, id))
+		return !errors.Is(err, fs.ErrNotExist)
+	}
+	m, err := filepath.Glob(filepath.Join(o.root, id+"_sandbox:*"))
+	return err != nil || len(m) > 0
 }
 
 // List returns the IDs of the containers in the driver's state directory.
