@@ -14,8 +14,9 @@ import (
 func (m *Manager) waitHealthy(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.HealthTimeout)
 	defer cancel()
-	// moat-init needs ~20 ms to listen under runc and ~0.5 s under runsc: poll every
-	// 3 ms for the first 60 ms, then back off (each poll is a dial through the gateway; a
+	// moat-init needs ~20 ms to listen under runc and 50–80 ms under the current runsc
+	// (0.5 s under the 2022 one): poll every 3 ms for the first 250 ms, then back off
+	// (each poll is a dial through the gateway, refused at once while nothing listens; a
 	// burst of creates on a busy host must not spend its CPU on polling).
 	start := time.Now()
 	delay := 3 * time.Millisecond
@@ -25,7 +26,7 @@ func (m *Manager) waitHealthy(ctx context.Context, id string) error {
 		if last == nil {
 			return nil
 		}
-		if time.Since(start) > 60*time.Millisecond {
+		if time.Since(start) > 250*time.Millisecond {
 			delay = min(delay*2, 50*time.Millisecond)
 		}
 		select {
