@@ -212,9 +212,9 @@ type file struct {
 	Ask     ruleList             `yaml:"ask"`
 	AskAll  bool                 `yaml:"ask_all"`
 	AskWait string               `yaml:"ask_wait"`
-	Phases map[string]filePhase `yaml:"phases"`
-	Phase  string               `yaml:"phase"`
-	Sets   map[string]ruleList  `yaml:"sets"`
+	Phases  map[string]filePhase `yaml:"phases"`
+	Phase   string               `yaml:"phase"`
+	Sets    map[string]ruleList  `yaml:"sets"`
 }
 
 // filePhase is Rules as the file spells it.
