@@ -80,7 +80,6 @@ func BenchmarkAskApprovedRule(b *testing.B) {
 	b.ReportMetric(float64((ma - mb).Microseconds()), "added-µs")
 }
 
-
 // BenchmarkAskDecisionToFlow measures how long a held connection takes to move once the
 // decision is made: the fake asker approves at t0, the upstream notes when the client's
 // first byte arrives. Target ≤ 50 ms.
