@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/egress/proxy"
 )
 
@@ -65,5 +67,28 @@ func TestAskWiring(t *testing.T) {
 	})
 	if err := add(context.Background(), "run", "api.test:443"); err != nil || got != [3]string{"sb-1", "run", "api.test:443"} {
 		t.Fatalf("rule adder got %v, %v", got, err)
+	}
+}
+
+// The interceptor's per-request check refuses what the policy only asks about, unless the
+// connection was approved.
+func TestInterceptorCheckApproved(t *testing.T) {
+	s := policy.Single(policy.Rules{Ask: []string{"api.test"}})
+	comp, pol, err := compile(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ic := interceptor{b: &boundary{spec: s, comp: comp, phase: "run", pol: pol}, host: "api.test", port: 443}
+	if ok, why := ic.check("GET", "/"); ok || !strings.Contains(why, "held for approval") {
+		t.Fatalf("unapproved check = %v, %q", ok, why)
+	}
+	if ok, why := ic.checkRequest("GET", "/", true); !ok {
+		t.Fatalf("approved check refused: %q", why)
+	}
+	denied := policy.Single(policy.Rules{Deny: []string{"api.test"}, Allow: []string{"x.test"}})
+	comp, pol, _ = compile(denied)
+	ic.b = &boundary{spec: denied, comp: comp, phase: "run", pol: pol}
+	if ok, _ := ic.checkRequest("GET", "/", true); ok {
+		t.Fatal("an approval let a denied host through")
 	}
 }

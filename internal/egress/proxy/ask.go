@@ -220,3 +220,17 @@ func FormatWait(d time.Duration) string {
 	}
 	return s
 }
+
+type approvedKey struct{}
+
+func withApproved(ctx context.Context) context.Context {
+	return context.WithValue(ctx, approvedKey{}, true)
+}
+
+// Approved reports whether ctx is that of a connection a person approved while the
+// policy still asks about it (Interceptor.Serve's ctx): the interceptor's per-request
+// policy check must then take the policy's ask as allow, as the proxy does.
+func Approved(ctx context.Context) bool {
+	v, _ := ctx.Value(approvedKey{}).(bool)
+	return v
+}

@@ -397,3 +397,48 @@ func TestFormatWait(t *testing.T) {
 		}
 	}
 }
+
+// approvalRecorder serves plain HTTP and records whether its connection came approved.
+type approvalRecorder struct {
+	mu       sync.Mutex
+	approved []bool
+}
+
+func (f *approvalRecorder) Serve(ctx context.Context, client net.Conn, head []byte, host string, port int, dial func(context.Context) (net.Conn, error)) (int64, int64, error) {
+	f.mu.Lock()
+	f.approved = append(f.approved, Approved(ctx))
+	f.mu.Unlock()
+	io.WriteString(client, "intercepted\n")
+	return int64(len(head)), 12, nil
+}
+
+func (f *approvalRecorder) PlainHTTP() bool { return true }
+
+// An approved connection to an inspected host goes through the interceptor as an allowed
+// one does, marked approved so that its per-request checks take the policy's ask as allow.
+func TestAskApprovedIntercepted(t *testing.T) {
+	up := newUpstream(t, echo)
+	ic := &approvalRecorder{}
+	a := newAskHarness(t, askSpec(policy.Rules{Ask: []string{"allowed.test"}}), Config{
+		Intercept: func(host string, port uint16) Interceptor {
+			if host == "allowed.test" {
+				return ic
+			}
+			return nil
+		},
+	})
+	a.to(synthetic, up.port(), loopback())
+	c := a.dial()
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+	a.asker.next(t).reply <- Answer{ID: "ap-1", Approved: true, By: "f"}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || line != "intercepted\n" {
+		t.Fatalf("got %q, %v", line, err)
+	}
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	if len(ic.approved) != 1 || !ic.approved[0] {
+		t.Fatalf("interceptor saw approved = %v", ic.approved)
+	}
+}

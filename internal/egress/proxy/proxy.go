@@ -378,6 +378,9 @@ func (p *Proxy) handle(client net.Conn) {
 	}
 	var out Outcome
 	if ic != nil {
+		if approved {
+			ctx = withApproved(ctx) // the interceptor's checks count the policy's ask as allow
+		}
 		out = p.intercept(ctx, c, ic, head, req, targets)
 	} else {
 		out = p.relay(ctx, c, head, len(head) > 0, targets)
