@@ -171,6 +171,24 @@ func askMode(t *testing.T, e *env, in *internet, asker *testAsker, rt string) {
 		t.Fatalf("asked again after an approval for the sandbox: %+v", r.q)
 	default:
 	}
+	// A shorter wait set live (PUT …/policy): unanswered, the connection is refused when
+	// it passes, and the server never sees it.
+	pol := got.Policy
+	pol.AskWait = "1s"
+	if _, err := e.c.SetPolicy(context.Background(), sb.ID, v1.SetPolicyRequest{Policy: &pol}); err != nil {
+		t.Fatal(err)
+	}
+	done = shAsync(e, sb.ID, fmt.Sprintf("curl -sS --max-time 60 http://denied.test:%d/", in.deniedPort))
+	r = asker.next(t) // never answered
+	if r.q.Name != "denied.test" || r.q.Wait != time.Second {
+		t.Fatalf("question = %+v", r.q)
+	}
+	if res := waitResult(t, done); res.code == 0 {
+		t.Fatalf("unanswered connection succeeded: %+v", res)
+	}
+	e.expectBlocked(sb.ID, "no decision", func(x v1.EgressEntry) bool {
+		return x.Name == "denied.test" && x.Proto == "tcp" && x.Reason == "held for approval: no decision within 1s"
+	})
 	if in.log.contains("REACHED") {
 		t.Errorf("upstream log: %v", in.log.all())
 	}
