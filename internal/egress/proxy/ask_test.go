@@ -442,3 +442,24 @@ func TestAskApprovedIntercepted(t *testing.T) {
 		t.Fatalf("interceptor saw approved = %v", ic.approved)
 	}
 }
+
+// A held connection holds its place in the connection budget.
+func TestAskHeldCountsAgainstBudget(t *testing.T) {
+	up := newUpstream(t, echo)
+	a := newAskHarness(t, askSpec(policy.Rules{Ask: []string{"allowed.test"}}), Config{MaxConns: 1})
+	a.to(synthetic, up.port(), loopback())
+	c := a.dial()
+	io.WriteString(c, "hello\n")
+	call := a.asker.next(t)
+	c2 := a.dial()
+	io.WriteString(c2, "second\n")
+	if !closed(c2) {
+		t.Fatal("a connection over the budget was not refused while another was held")
+	}
+	if ev := a.waitEvent(1); ev.Allowed || !strings.Contains(ev.Reason, "more than 1 connections at once") {
+		t.Fatalf("event = %+v, want a budget refusal", ev)
+	}
+	a.asker.none(t)
+	call.reply <- Answer{ID: "ap-1", Approved: true, By: "g"}
+	roundTrip(t, c, "hello\n")
+}
