@@ -46,6 +46,11 @@ type CreateSandboxRequest struct {
 	// is. Labels are KEY=VALUE pairs validated like Kubernetes labels, for list filters.
 	Name   string            `json:"name,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// Ask holds every connection the policy does not allow (and no deny rule denies) for
+	// a person's decision instead of refusing it (the policy's ask_all); AskWaitSeconds is
+	// the longest hold (0: the daemon's default, 120). See docs/api.md, "Ask mode".
+	Ask            bool  `json:"ask,omitempty"`
+	AskWaitSeconds int64 `json:"ask_wait_seconds,omitempty"`
 }
 
 // Credential binds a stored secret (moat secret set) to hosts. Without Header the sandbox
@@ -220,6 +225,8 @@ type PolicyRules struct {
 	// HTTP rules, "HOST[:PORTS] [METHODS] [/PATH-PREFIX]": each allows its host and
 	// limits the requests sent to it (moat terminates TLS to check them).
 	HTTP []string `json:"http,omitempty"`
+	// Ask rules: connections they cover that no allow rule allows are held for approval.
+	Ask []string `json:"ask,omitempty"`
 }
 
 // Policy is a sandbox's egress policy: named phases and the current one.
@@ -227,6 +234,10 @@ type Policy struct {
 	Phases map[string]PolicyRules `json:"phases"`
 	Phase  string                 `json:"phase"`
 	Sets   map[string][]string    `json:"sets,omitempty"`
+	// AskAll holds what no rule allows or denies for approval (create's ask); AskWait is
+	// the longest hold as a Go duration ("90s", "2m"; "": the daemon's default).
+	AskAll  bool   `json:"ask_all,omitempty"`
+	AskWait string `json:"ask_wait,omitempty"`
 }
 
 // SetPolicyRequest is the body of PUT /v1/sandboxes/{id}/policy: a new policy, a new

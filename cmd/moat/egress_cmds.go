@@ -32,6 +32,9 @@ type policyFlags struct {
 	allow, deny []string
 	http        []string
 	file        string
+	ask         bool          // ask mode: hold what no rule allows for approval
+	askFor      []string      // ask rules
+	askWait     time.Duration // the longest hold
 }
 
 func (p *policyFlags) register(cmd *cobra.Command) {
@@ -41,11 +44,16 @@ func (p *policyFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&p.deny, "deny", nil, "deny HOST[:PORT], *.DOMAIN or CIDR; deny rules win (repeatable)")
 	fl.StringArrayVar(&p.http, "http", nil, "allow HOST[:PORTS] and only the requests named: 'HOST [METHOD[,METHOD]] [/PATH-PREFIX]'; moat terminates TLS to check each (repeatable)")
 	fl.StringVar(&p.file, "policy", "", "egress policy file (YAML; may name phases)")
+	fl.BoolVar(&p.ask, "ask", false, "hold connections no rule allows (and none denies) for a person's approval instead of refusing them")
+	fl.StringArrayVar(&p.askFor, "ask-for", nil, "hold connections to `HOST`[:PORTS], *.DOMAIN or CIDR for approval when no allow rule allows them (repeatable)")
+	fl.DurationVar(&p.askWait, "ask-wait", 0, "the longest a connection is held for approval (default 2m)")
 }
 
 func (p *policyFlags) set() bool {
-	return p.net != "" || len(p.allow) > 0 || len(p.deny) > 0 || len(p.http) > 0 || p.file != ""
+	return p.net != "" || len(p.allow) > 0 || len(p.deny) > 0 || len(p.http) > 0 || p.file != "" || p.asks()
 }
+
+func (p *policyFlags) asks() bool { return p.ask || len(p.askFor) > 0 || p.askWait != 0 }
 
 // spec builds the policy the flags describe for where it is applied; nil when none is
 // given (the daemon's default, deny-all) and there is no setup phase. With StartSetup,
@@ -63,8 +71,8 @@ func (p *policyFlags) spec(start policy.Start) (*v1.Policy, error) {
 	}
 	var s policy.Spec
 	if p.file != "" {
-		if p.net != "" || len(p.allow) > 0 || len(p.deny) > 0 || len(p.http) > 0 {
-			return nil, errors.New("--policy cannot be combined with --net, --allow, --deny or --http: put the rules in the file")
+		if p.net != "" || len(p.allow) > 0 || len(p.deny) > 0 || len(p.http) > 0 || len(p.askFor) > 0 {
+			return nil, errors.New("--policy cannot be combined with --net, --allow, --deny, --http or --ask-for: put the rules in the file")
 		}
 		data, err := os.ReadFile(p.file)
 		if err != nil {
@@ -74,10 +82,22 @@ func (p *policyFlags) spec(start policy.Start) (*v1.Policy, error) {
 			return nil, fmt.Errorf("--policy %s: %w", p.file, err)
 		}
 	} else {
-		s = policy.Single(policy.Rules{Net: p.net, Allow: p.allow, Deny: p.deny, HTTP: p.http})
+		s = policy.Single(policy.Rules{Net: p.net, Allow: p.allow, Deny: p.deny, HTTP: p.http, Ask: p.askFor})
 		if !p.set() {
 			s = policy.DenyAll()
 		}
+	}
+	if p.ask {
+		s.AskAll = true
+	}
+	if p.askWait != 0 {
+		if p.askWait < policy.MinAskWait || p.askWait > policy.MaxAskWait {
+			return nil, fmt.Errorf("--ask-wait %s: must be between %s and %s", p.askWait, policy.MinAskWait, policy.MaxAskWait)
+		}
+		s.AskWait = p.askWait.String()
+	}
+	if p.askWait != 0 && !s.HasAsk() {
+		return nil, errors.New("--ask-wait needs --ask, --ask-for or ask rules in the policy file")
 	}
 	if setup {
 		if _, ok := s.Phases["run"]; !ok {
@@ -217,6 +237,9 @@ func describeRules(r v1.PolicyRules) string {
 	}
 	if len(r.HTTP) > 0 {
 		parts = append(parts, "http "+strings.Join(r.HTTP, ", "))
+	}
+	if len(r.Ask) > 0 {
+		parts = append(parts, "ask "+strings.Join(r.Ask, ", "))
 	}
 	if len(r.Deny) > 0 {
 		parts = append(parts, "deny "+strings.Join(r.Deny, ", "))
@@ -372,7 +395,9 @@ printing new decisions (an open connection is printed again when it ends).`,
 func printEgressRow(tw *tabwriter.Writer, e v1.EgressEntry) {
 	verdict := "allowed"
 	detail := termSafe(e.Rule)
-	if !e.Allowed {
+	if !e.Allowed && e.Proto == "dns" && (e.Rule == "ask-all" || strings.HasPrefix(e.Rule, "ask ")) {
+		verdict, detail = "ask", termSafe(e.Reason) // answered; the connection is held for approval
+	} else if !e.Allowed {
 		verdict, detail = "BLOCKED", termSafe(e.Reason)
 	} else if e.Proto == "git" {
 		detail = termSafe(e.Reason)
@@ -411,7 +436,7 @@ name, else starts in "run".`,
 				return err
 			}
 			if p == nil && phase == "" {
-				return errors.New("give a policy (--net, --allow, --deny or --policy) or a --phase")
+				return errors.New("give a policy (--net, --allow, --deny, --ask or --policy) or a --phase")
 			}
 			if p != nil && phase != "" {
 				p.Phase = phase
@@ -429,6 +454,9 @@ name, else starts in "run".`,
 			}
 			pol := res.Sandbox.Policy
 			fmt.Printf("phase %s: %s\n", pol.Phase, describeRules(pol.Phases[pol.Phase]))
+			if line := describeAsk(pol); line != "" {
+				fmt.Println(line)
+			}
 			if res.ConnectionsCut > 0 {
 				fmt.Printf("%d open connections cut\n", res.ConnectionsCut)
 			}
@@ -463,6 +491,9 @@ name, else starts in "run".`,
 				}
 				fmt.Printf("%s %s: %s\n", mark, name, describeRules(sb.Policy.Phases[name]))
 			}
+			if line := describeAsk(sb.Policy); line != "" {
+				fmt.Println(line)
+			}
 			return nil
 		},
 	}
@@ -479,4 +510,24 @@ func printJSONLine(v any) error {
 	}
 	_, err = os.Stdout.Write(append(jsonSafe(b), '\n'))
 	return err
+}
+
+// describeAsk is the line `moat policy` prints about ask mode, "" when the policy has none.
+func describeAsk(p v1.Policy) string {
+	asks := p.AskAll
+	for _, r := range p.Phases {
+		asks = asks || len(r.Ask) > 0
+	}
+	if !asks {
+		return ""
+	}
+	wait := p.AskWait
+	if wait == "" {
+		wait = "the daemon's default (2m)"
+	}
+	what := "connections matching an ask rule"
+	if p.AskAll {
+		what = "every connection no rule allows or denies"
+	}
+	return "ask: " + what + " is held for approval, at most " + termSafe(wait)
 }

@@ -20,18 +20,18 @@ func FromAPIPolicy(p *v1.Policy) *policy.Spec {
 	if p == nil {
 		return nil
 	}
-	s := policy.Spec{Phase: p.Phase, Sets: p.Sets, Phases: map[string]policy.Rules{}}
+	s := policy.Spec{Phase: p.Phase, Sets: p.Sets, Phases: map[string]policy.Rules{}, AskAll: p.AskAll, AskWait: p.AskWait}
 	for name, r := range p.Phases {
-		s.Phases[name] = policy.Rules{Net: r.Net, Allow: r.Allow, Deny: r.Deny, HTTP: r.HTTP}
+		s.Phases[name] = policy.Rules{Net: r.Net, Allow: r.Allow, Deny: r.Deny, HTTP: r.HTTP, Ask: r.Ask}
 	}
 	return &s
 }
 
 // ToAPIPolicy converts a policy to its wire form.
 func ToAPIPolicy(s policy.Spec) v1.Policy {
-	p := v1.Policy{Phase: s.Phase, Sets: s.Sets, Phases: map[string]v1.PolicyRules{}}
+	p := v1.Policy{Phase: s.Phase, Sets: s.Sets, Phases: map[string]v1.PolicyRules{}, AskAll: s.AskAll, AskWait: s.AskWait}
 	for name, r := range s.Phases {
-		p.Phases[name] = v1.PolicyRules{Net: r.Net, Allow: r.Allow, Deny: r.Deny, HTTP: r.HTTP}
+		p.Phases[name] = v1.PolicyRules{Net: r.Net, Allow: r.Allow, Deny: r.Deny, HTTP: r.HTTP, Ask: r.Ask}
 	}
 	return p
 }

@@ -372,6 +372,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	pol, err := WithAsk(FromAPIPolicy(req.Policy), req.Ask, req.AskWaitSeconds)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	sb, err := s.sandboxes.Create(r.Context(), sandbox.CreateOptions{
 		Runtime: req.Runtime, Template: req.Template, Repo: req.Repo, User: req.User, Env: req.Env,
 		Limits: sandbox.Limits{
@@ -380,7 +385,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		},
 		Timeout:           timeout,
 		Metadata:          req.Metadata,
-		Policy:            FromAPIPolicy(req.Policy),
+		Policy:            pol,
 		Credentials:       fromAPICredentials(req.Credentials),
 		AgentBranchPrefix: req.AgentBranchPrefix,
 		GitProtected:      req.GitProtected,

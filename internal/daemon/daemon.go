@@ -76,6 +76,10 @@ type Config struct {
 	EgressIdleTimeout time.Duration
 	EgressMaxDuration time.Duration
 	EgressMaxConns    int
+	// EgressAsker decides the connections a sandbox's policy asks about (ask mode: create
+	// --ask, ask rules). Tests inject a fake; the approvals service sets its own with
+	// Egress.SetAsker. nil: such connections are refused ("no approvals service").
+	EgressAsker egress.Asker
 	// DiskOvercommit lets the sizes of the drives add up to more than the data filesystem
 	// holds (--disk-overcommit): drives stay sparse, and once the filesystem is full every
 	// sandbox that writes to a not yet allocated part of its drive gets I/O errors (see
@@ -319,6 +323,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		MaxConns:    cfg.EgressMaxConns,
 		IdleTimeout: cfg.EgressIdleTimeout,
 		MaxDuration: cfg.EgressMaxDuration,
+		Asker:       cfg.EgressAsker,
 	})
 	d.addCloser("egress", d.Egress.Close)
 
@@ -350,6 +355,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		DefaultIdle:   cfg.DefaultIdle, DefaultDeleteAfter: cfg.DefaultDeleteAfter, IdleFreeze: cfg.IdleFreeze,
 	}, sandbox.Deps{Store: st, Runtimes: runtimes, Storage: stor, Network: net, Egress: d.Egress, Namespaces: ns, Log: d.log.With("component", "sandbox")})
 	d.Manager.SetHook(failpoint)
+	// An approval of a held connection for the whole sandbox adds its rule here (ask mode).
+	d.Egress.SetRuleAdder(d.Manager.AddEgressRule)
 	// Closed after background work (reverse order): a deletion still closes its own.
 	d.addCloser("init logs", func() error { d.Manager.CloseLogs(); return nil })
 	d.addCloser("background work", func() error { d.Manager.Close(); return nil })

@@ -344,8 +344,14 @@ func (ic interceptor) PlainHTTP() bool {
 // check decides one request with the current phase's policy and HTTP rules; requests to
 // a host the rules cover are logged in the egress log, allowed or not.
 func (ic interceptor) check(method, path string) (bool, string) {
+	return ic.checkRequest(method, path, false)
+}
+
+// checkRequest is check; approved: the connection was let through by a person while the
+// policy asks about it (ask mode), so its ask counts as allow.
+func (ic interceptor) checkRequest(method, path string, approved bool) (bool, string) {
 	phase, pol := ic.b.current()
-	if d := pol.Decide(policy.Request{Name: ic.host, Port: ic.port}); !d.Allow {
+	if d := pol.Decide(policy.Request{Name: ic.host, Port: ic.port}); !d.Allow && !(approved && d.Ask) {
 		return false, d.Reason
 	}
 	if !pol.Inspects(ic.host, ic.port) {
@@ -366,6 +372,9 @@ func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, h
 	cfg, err := ic.config()
 	if err != nil {
 		return 0, 0, err
+	}
+	if proxy.Approved(ctx) {
+		cfg.Check = func(method, path string) (bool, string) { return ic.checkRequest(method, path, true) }
 	}
 	return intercept.Serve(ctx, client, head, host, port, dial, cfg)
 }

@@ -98,6 +98,13 @@ type Config struct {
 	MaxConns    int
 	IdleTimeout time.Duration
 	MaxDuration time.Duration
+	// Ask mode (askwire.go): Asker decides the connections a sandbox's policy asks about
+	// (nil: none is set yet, see SetAsker; such connections are refused); AskWait is the
+	// longest a connection is held when its policy names no ask_wait (0: 2 min); MaxHeld
+	// caps a sandbox's held connections (0: 16).
+	Asker   Asker
+	AskWait time.Duration
+	MaxHeld int
 }
 
 // Manager runs the boundaries of all running sandboxes. Safe for concurrent use.
@@ -118,6 +125,8 @@ type Manager struct {
 	hostMu    sync.Mutex
 	hostAddrs []netip.Addr
 	hostAt    time.Time
+
+	ask askWiring // the Asker and the rule adder of ask mode (askwire.go)
 }
 
 // New returns a Manager; Close stops it.
@@ -130,6 +139,7 @@ func New(cfg Config) *Manager {
 		log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{cfg: cfg, log: log, journal: newJournal(cfg.Journal, log), bs: map[string]*boundary{}}
+	m.ask.asker = cfg.Asker
 	if cfg.GitDir != "" {
 		m.changes = changes.NewStore(cfg.GitDir, changes.Options{HoldFor: cfg.GitHoldFor, Log: log})
 		m.changes.Recover()
@@ -152,6 +162,8 @@ type boundary struct {
 	phase  string
 	pol    *policy.Policy
 	dnsLog map[string]bool // DNS decisions already logged in this phase
+
+	defaultWait time.Duration // the daemon's ask wait, for a spec without ask_wait
 
 	// upstreams keeps the interceptor's upstream connections open across the sandbox's
 	// connections (never shared between sandboxes); reset when the policy changes.
@@ -209,7 +221,7 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 		ls.Close()
 		return "", err
 	}
-	b := &boundary{id: id, table: table, ls: ls, spec: spec, comp: comp, phase: spec.Phase, pol: pol, dnsLog: map[string]bool{}, upstreams: intercept.NewUpstreams(m.cfg.RootCAs), git: gitPol, gitHold: git.Hold, creds: creds}
+	b := &boundary{id: id, table: table, ls: ls, spec: spec, comp: comp, phase: spec.Phase, pol: pol, defaultWait: m.cfg.AskWait, dnsLog: map[string]bool{}, upstreams: intercept.NewUpstreams(m.cfg.RootCAs), git: gitPol, gitHold: git.Hold, creds: creds}
 	b.proxy = proxy.New(proxy.Config{
 		Policy: b.current,
 		Name: func(a netip.Addr) (string, bool) {
@@ -235,13 +247,20 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 		MaxConns:    m.cfg.MaxConns,
 		IdleTimeout: m.cfg.IdleTimeout,
 		MaxDuration: m.cfg.MaxDuration,
+		Ask:         m.askFor(id),
+		AddRule:     m.addRuleFor(id),
+		AskWait:     b.askWait,
+		MaxHeld:     m.cfg.MaxHeld,
 	})
 	b.dns = dns.NewServer(dns.Config{
 		Table: table,
 		Decide: func(name string) dns.Verdict {
 			_, pol := b.current()
 			d := pol.AllowsName(name)
-			return dns.Verdict{Allow: d.Allow, Rule: d.Rule, Reason: d.Reason}
+			if d.Ask {
+				d.Reason = "answered: a connection will be held for approval (" + d.Rule + ")"
+			}
+			return dns.Verdict{Allow: d.Allow, Ask: d.Ask, Rule: d.Rule, Reason: d.Reason}
 		},
 		Log: func(q dns.Query) { m.recordDNS(b, q) },
 	})
@@ -408,7 +427,7 @@ func (m *Manager) recordConn(id string, ev proxy.Event) func(proxy.Outcome) {
 // recordDNS logs a DNS decision the first time it is made in a phase: a sandbox asking for
 // the same name again does not grow the log.
 func (m *Manager) recordDNS(b *boundary, q dns.Query) {
-	key := fmt.Sprintf("%t %s", q.Verdict.Allow, q.Name)
+	key := fmt.Sprintf("%t %t %s", q.Verdict.Allow, q.Verdict.Ask, q.Name)
 	b.mu.Lock()
 	seen := b.dnsLog[key]
 	if !seen {

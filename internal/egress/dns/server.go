@@ -24,7 +24,11 @@ import (
 
 // Verdict is the policy's decision on a name, with the rule and reason for the audit log.
 type Verdict struct {
-	Allow        bool
+	Allow bool
+	// Ask: the policy would hold a connection to the name for a person's decision (ask
+	// mode). The name is answered like an allowed one, so the connection is made and the
+	// proxy can hold it; the log says ask (Allow stays false).
+	Ask          bool
 	Rule, Reason string
 }
 
@@ -163,8 +167,9 @@ func (s *Server) Close() error {
 //   - a name under in-addr.arpa naming an address of the table that holds a name: the name
 //     for PTR, no records for other types; any other reverse name: NXDOMAIN. The policy is
 //     not asked.
-//   - otherwise the policy decides: denied is NXDOMAIN; allowed is one A record with the
-//     name's synthetic address for A and no records (NOERROR) for any other type.
+//   - otherwise the policy decides: denied is NXDOMAIN; allowed (or asked: the proxy
+//     holds the connection for a decision) is one A record with the name's synthetic
+//     address for A and no records (NOERROR) for any other type.
 //
 // Replies are authoritative, say recursion is available, and carry req's ID and question.
 func (s *Server) Answer(req *dns.Msg) *dns.Msg {
@@ -229,7 +234,7 @@ func (s *Server) answer(m *dns.Msg, q dns.Question) {
 	} else {
 		query.Verdict = Verdict{Reason: "no policy"}
 	}
-	if !query.Verdict.Allow {
+	if !query.Verdict.Allow && !query.Verdict.Ask {
 		m.Rcode = dns.RcodeNameError
 		return
 	}

@@ -70,6 +70,20 @@ func FuzzParseRule(f *testing.F) {
 		if d := denyAll.Decide(req); d.Allow {
 			t.Fatalf("deny-all: Decide(%+v) = %+v", req, d)
 		}
+		// As an ask rule it asks for what it names; a deny rule wins over it, an allow
+		// rule beats it.
+		ask := mustCompile(t, Rules{Ask: []string{text}}, nil)
+		if d := ask.Decide(req); d.Allow || !d.Ask || d.Rule != "ask "+text {
+			t.Fatalf("ask %q: Decide(%+v) = %+v", text, req, d)
+		}
+		askDeny := mustCompile(t, Rules{Ask: []string{text}, Deny: []string{text}}, nil)
+		if d := askDeny.Decide(req); d.Allow || d.Ask {
+			t.Fatalf("ask and deny %q: Decide(%+v) = %+v", text, req, d)
+		}
+		askAllow := mustCompile(t, Rules{Ask: []string{text}, Allow: []string{text}}, nil)
+		if d := askAllow.Decide(req); !d.Allow || d.Ask {
+			t.Fatalf("ask and allow %q: Decide(%+v) = %+v", text, req, d)
+		}
 	})
 }
 
@@ -124,8 +138,15 @@ func FuzzParseFile(f *testing.F) {
 			}
 			denyAll := s.Phases[name].Net == NetDenyAll
 			for _, req := range reqs {
-				if d := p.Decide(req); d.Allow && denyAll {
-					t.Fatalf("phase %q is deny-all but allowed %+v: %+v", name, req, d)
+				d := p.Decide(req)
+				if (d.Allow || d.Ask) && denyAll {
+					t.Fatalf("phase %q is deny-all but allowed or asked %+v: %+v", name, req, d)
+				}
+				if d.Allow && d.Ask {
+					t.Fatalf("phase %q: %+v both allowed and asked: %+v", name, req, d)
+				}
+				if d.Ask && !s.HasAsk() {
+					t.Fatalf("phase %q asked %+v without ask rules or ask_all: %+v", name, req, d)
 				}
 				if p.NamesAddr(req.Addr, req.Port) && denyAll {
 					t.Fatalf("phase %q is deny-all but names %v", name, req.Addr)

@@ -16,6 +16,9 @@ type Rules struct {
 	// HTTP are HTTP rules: "HOST[:PORTS] [METHODS] [/PATH-PREFIX]". Each allows its host
 	// like an allow rule and limits the requests sent to it; see the package documentation.
 	HTTP []string `json:"http,omitempty" yaml:"http,omitempty"`
+	// Ask are rules (or sets without HTTP rules) whose connections are held for a
+	// person's decision instead of refused, when no allow rule allows them (ask.go).
+	Ask []string `json:"ask,omitempty" yaml:"ask,omitempty"`
 }
 
 // The values of Rules.Net.
@@ -43,9 +46,12 @@ type Request struct {
 // Decision is the answer to a Request, with what the audit log needs to explain it.
 type Decision struct {
 	Allow bool
-	// Rule is the rule that decided, as "allow <rule>", "deny <rule>", "net allow-all" or
-	// "net deny-all"; "" when nothing matched and the default (deny) applied. For a set
-	// reference it names the set; Reason names the member.
+	// Ask (never with Allow): the connection is held for a person's decision (ask.go).
+	Ask bool
+	// Rule is the rule that decided, as "allow <rule>", "deny <rule>", "ask <rule>",
+	// "ask-all" (the spec's ask_all), "net allow-all" or "net deny-all"; "" when nothing
+	// matched and the default (deny) applied. For a set reference it names the set;
+	// Reason names the member.
 	Rule string
 	// Reason is a sentence for people.
 	Reason string
@@ -64,6 +70,8 @@ const (
 type Policy struct {
 	net         netMode
 	allow, deny table
+	ask         table // ask rules: held for approval when no allow rule matches
+	askAll      bool  // the spec's ask_all: hold what no rule allows or denies
 	http        httpTable
 	summary     string
 }
@@ -82,6 +90,7 @@ type cidrMatch struct {
 // table holds one list (allow or deny) indexed for lookup.
 type table struct {
 	strict bool               // deny table: port 0 matches only rules covering every port
+	ask    bool               // ask table: matches hold for approval
 	exact  map[string][]match // by name
 	wild   map[string][]match // by parent name: "example.com" for *.example.com
 	cidr   []cidrMatch        // in rule order
@@ -95,11 +104,12 @@ func Compile(r Rules, sets map[string][]string) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	return compile(r, resolved)
+	return compile(r, resolved, false)
 }
 
-func compile(r Rules, sets map[string][]member) (*Policy, error) {
-	p := &Policy{deny: table{strict: true}}
+// compile compiles one phase; askAll is the spec's ask_all.
+func compile(r Rules, sets map[string][]member, askAll bool) (*Policy, error) {
+	p := &Policy{deny: table{strict: true}, ask: table{ask: true}}
 	switch r.Net {
 	case "":
 		p.net = netRules
@@ -112,6 +122,9 @@ func compile(r Rules, sets map[string][]member) (*Policy, error) {
 		}
 		if len(r.HTTP) > 0 {
 			return nil, invalidf("net deny-all takes no http rules")
+		}
+		if len(r.Ask) > 0 {
+			return nil, invalidf("net deny-all takes no ask rules")
 		}
 	default:
 		return nil, invalidf("net %q: must be %s, %s or empty", r.Net, NetAllowAll, NetDenyAll)
@@ -132,6 +145,10 @@ func compile(r Rules, sets map[string][]member) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
+	asked, err := p.compileAsk(r.Ask, sets, askAll)
+	if err != nil {
+		return nil, err
+	}
 	var inspected []string
 	for _, entry := range r.HTTP {
 		hr, err := parseHTTPRule(entry)
@@ -149,11 +166,17 @@ func compile(r Rules, sets map[string][]member) (*Policy, error) {
 	case p.net == netDenyAll || len(allowed) == 0 && len(inspected) == 0:
 		parts = append(parts, NetDenyAll)
 	}
+	if p.askAll {
+		parts = append(parts, "ask-all")
+	}
 	if len(allowed) > 0 {
 		parts = append(parts, "allow "+strings.Join(allowed, ", "))
 	}
 	if len(inspected) > 0 {
 		parts = append(parts, "http "+strings.Join(inspected, ", "))
+	}
+	if len(asked) > 0 {
+		parts = append(parts, "ask "+strings.Join(asked, ", "))
 	}
 	if len(denied) > 0 {
 		parts = append(parts, "deny "+strings.Join(denied, ", "))
@@ -196,10 +219,13 @@ func (t *table) add(verb string, entries []string, sets map[string][]member) ([]
 
 // decision precomputes what a match of rule (a member of a set if member != "") says.
 func (t *table) decision(verb, rule, member string) Decision {
-	d := Decision{Allow: !t.strict, Rule: verb + " " + rule}
-	if t.strict {
+	d := Decision{Allow: !t.strict && !t.ask, Ask: t.ask, Rule: verb + " " + rule}
+	switch {
+	case t.strict:
 		d.Reason = "denied by rule " + rule
-	} else {
+	case t.ask:
+		d.Reason = "matches ask rule " + rule + ": held for approval"
+	default:
 		d.Reason = "matches allow rule " + rule
 	}
 	if member != "" {
@@ -292,6 +318,12 @@ func (p *Policy) Decide(req Request) Decision {
 		if d, ok := p.allow.addr(addr, req.Port); ok {
 			return d
 		}
+		if d, ok := p.ask.addr(addr, req.Port); ok {
+			return d
+		}
+		if p.askAll {
+			return askAll()
+		}
 		return Decision{Reason: "direct IP connections are not allowed; name the host or add a CIDR rule"}
 	}
 	name, err := NormalizeName(req.Name)
@@ -311,6 +343,12 @@ func (p *Policy) Decide(req Request) Decision {
 	}
 	if d, ok := p.allow.name(name, req.Port); ok {
 		return d
+	}
+	if d, ok := p.ask.name(name, req.Port); ok {
+		return d
+	}
+	if p.askAll {
+		return askAll()
 	}
 	return Decision{Reason: "no allow rule matches"}
 }

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -20,6 +21,12 @@ type Spec struct {
 	// Sets are user-defined named sets of rule strings; one named like a built-in set
 	// extends it.
 	Sets map[string][]string `json:"sets,omitempty" yaml:"sets,omitempty"`
+	// AskAll holds every connection that no rule allows or denies for a person's decision
+	// instead of refusing it (`moat create --ask`), in every phase but a net deny-all one.
+	AskAll bool `json:"ask_all,omitempty" yaml:"ask_all,omitempty"`
+	// AskWait is how long a connection is held at most, as a Go duration ("90s", "2m");
+	// "" is the daemon's default (2m). See AskWaitDuration.
+	AskWait string `json:"ask_wait,omitempty" yaml:"ask_wait,omitempty"`
 }
 
 // The phase a single-phase policy has, and where a sandbox's main command runs.
@@ -138,7 +145,11 @@ type Compiled struct {
 	phases  map[string]*Policy
 	names   []string
 	initial string
+	askWait time.Duration
 }
+
+// AskWait is the spec's ask_wait (0: the daemon's default).
+func (c *Compiled) AskWait() time.Duration { return c.askWait }
 
 // CompileSpec compiles the sets and every phase of s. Phase names are 1-63 of
 // [a-z0-9_-] starting with a letter or digit; s.Phase must name a phase.
@@ -150,16 +161,21 @@ func CompileSpec(s Spec) (*Compiled, error) {
 	if err != nil {
 		return nil, err
 	}
+	wait, err := s.AskWaitDuration()
+	if err != nil {
+		return nil, err
+	}
 	c := &Compiled{
 		phases:  make(map[string]*Policy, len(s.Phases)),
 		names:   slices.Sorted(maps.Keys(s.Phases)),
 		initial: s.Phase,
+		askWait: wait,
 	}
 	for _, name := range c.names {
 		if !validWord(name) {
 			return nil, invalidf("phases: %q is not a valid phase name (lowercase letters, digits, '-' and '_', starting with a letter or digit)", name)
 		}
-		p, err := compile(s.Phases[name], sets)
+		p, err := compile(s.Phases[name], sets, s.AskAll)
 		if err != nil {
 			return nil, fmt.Errorf("phase %q: %w", name, err)
 		}
@@ -189,13 +205,16 @@ func (c *Compiled) Initial() string { return c.initial }
 // file is the YAML policy file: either the single-phase form (net, allow, deny) or the
 // phases form (phases, phase), with sets in both.
 type file struct {
-	Net    string               `yaml:"net"`
-	Allow  ruleList             `yaml:"allow"`
-	Deny   ruleList             `yaml:"deny"`
-	HTTP   ruleList             `yaml:"http"`
-	Phases map[string]filePhase `yaml:"phases"`
-	Phase  string               `yaml:"phase"`
-	Sets   map[string]ruleList  `yaml:"sets"`
+	Net     string               `yaml:"net"`
+	Allow   ruleList             `yaml:"allow"`
+	Deny    ruleList             `yaml:"deny"`
+	HTTP    ruleList             `yaml:"http"`
+	Ask     ruleList             `yaml:"ask"`
+	AskAll  bool                 `yaml:"ask_all"`
+	AskWait string               `yaml:"ask_wait"`
+	Phases  map[string]filePhase `yaml:"phases"`
+	Phase   string               `yaml:"phase"`
+	Sets    map[string]ruleList  `yaml:"sets"`
 }
 
 // filePhase is Rules as the file spells it.
@@ -204,6 +223,7 @@ type filePhase struct {
 	Allow ruleList `yaml:"allow"`
 	Deny  ruleList `yaml:"deny"`
 	HTTP  ruleList `yaml:"http"`
+	Ask   ruleList `yaml:"ask"`
 }
 
 // ruleList is a YAML sequence of rule strings. Unlike []string it rejects null and
@@ -263,7 +283,7 @@ func ParseFile(data []byte) (Spec, error) {
 		return Spec{}, invalidf("line %d: policy file holds more than one YAML document", next.Line)
 	}
 
-	s := Spec{Phase: f.Phase}
+	s := Spec{Phase: f.Phase, AskAll: f.AskAll, AskWait: f.AskWait}
 	if f.Sets != nil {
 		s.Sets = make(map[string][]string, len(f.Sets))
 		for name, members := range f.Sets {
@@ -274,15 +294,15 @@ func ParseFile(data []byte) (Spec, error) {
 		if f.Phase != "" && f.Phase != defaultPhase {
 			return Spec{}, invalidf("phase %q: a policy without phases has only phase %q", f.Phase, defaultPhase)
 		}
-		s.Phases = map[string]Rules{defaultPhase: {Net: f.Net, Allow: f.Allow, Deny: f.Deny, HTTP: f.HTTP}}
+		s.Phases = map[string]Rules{defaultPhase: {Net: f.Net, Allow: f.Allow, Deny: f.Deny, HTTP: f.HTTP, Ask: f.Ask}}
 		s.Phase = defaultPhase
 	} else {
-		if f.Net != "" || f.Allow != nil || f.Deny != nil || f.HTTP != nil {
-			return Spec{}, invalidf("top-level net, allow, deny and http cannot be combined with phases; move them into a phase")
+		if f.Net != "" || f.Allow != nil || f.Deny != nil || f.HTTP != nil || f.Ask != nil {
+			return Spec{}, invalidf("top-level net, allow, deny, http and ask cannot be combined with phases; move them into a phase")
 		}
 		s.Phases = make(map[string]Rules, len(f.Phases))
 		for name, r := range f.Phases {
-			s.Phases[name] = Rules{Net: r.Net, Allow: r.Allow, Deny: r.Deny, HTTP: r.HTTP}
+			s.Phases[name] = Rules{Net: r.Net, Allow: r.Allow, Deny: r.Deny, HTTP: r.HTTP, Ask: r.Ask}
 		}
 		if len(s.Phases) == 0 {
 			return Spec{}, invalidf("phases: at least one phase is required")

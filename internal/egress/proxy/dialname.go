@@ -18,7 +18,7 @@ func (p *Proxy) DialName(ctx context.Context, name string, port uint16) (net.Con
 	if _, pol := p.cfg.Policy(); !pol.Decide(req).Allow {
 		return nil, fmt.Errorf("the sandbox's egress policy no longer allows %s: %w", hostOf(req), errdefs.ErrPermissionDenied)
 	}
-	targets, why := p.resolve(ctx, req)
+	targets, why := p.resolve(ctx, req, false)
 	if why != "" {
 		return nil, fmt.Errorf("%s: %w", why, errdefs.ErrUnavailable)
 	}

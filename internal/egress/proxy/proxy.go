@@ -48,8 +48,11 @@ type Event struct {
 	Addr    netip.Addr // the destination the sandbox dialled (synthetic for names)
 	Port    uint16
 	Allowed bool
-	Rule    string
-	Reason  string
+	// Ask: the policy held the connection for a person's decision (ask.go); Allowed,
+	// Rule and Reason say what came of it.
+	Ask    bool
+	Rule   string
+	Reason string
 }
 
 // Outcome is how an allowed connection ended.
@@ -100,6 +103,16 @@ type Config struct {
 	DialTimeout time.Duration // default 10s
 	IdleTimeout time.Duration // no bytes either way (default 15min)
 	MaxDuration time.Duration // total lifetime of a connection (default 12h)
+
+	// Ask mode (ask.go): Ask holds a connection the policy asks about until a person
+	// decides (nil: such connections are refused); AddRule adds an approved allow rule to
+	// the sandbox's policy, live and stored (nil: an approval for the sandbox lets only
+	// this connection through); AskWait is the longest hold (nil or 0: 2 min); MaxHeld
+	// caps the connections held at once (default 16).
+	Ask     func(ctx context.Context, q Question) (Answer, error)
+	AddRule func(ctx context.Context, phase, rule string) error
+	AskWait func() time.Duration
+	MaxHeld int
 }
 
 // Proxy serves one sandbox's egress listener. Safe for concurrent use.
@@ -111,6 +124,7 @@ type Proxy struct {
 	stop   context.CancelFunc
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
+	held   map[*held]struct{} // connections waiting for a decision (ask.go)
 	closed bool
 	ls     []net.Listener
 	active atomic.Int64
@@ -136,6 +150,9 @@ func New(cfg Config) *Proxy {
 	if cfg.MaxDuration <= 0 {
 		cfg.MaxDuration = 12 * time.Hour
 	}
+	if cfg.MaxHeld <= 0 {
+		cfg.MaxHeld = DefaultMaxHeld
+	}
 	if cfg.HostAddrs == nil {
 		cfg.HostAddrs = func() []netip.Addr { return nil }
 	}
@@ -150,7 +167,7 @@ func New(cfg Config) *Proxy {
 		cfg.Budget = NewBudget(cfg.MaxConns, 0)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	p := &Proxy{cfg: cfg, log: log, ctx: ctx, stop: stop, conns: map[*conn]struct{}{}, share: cfg.Budget.Join(cfg.MaxConns)}
+	p := &Proxy{cfg: cfg, log: log, ctx: ctx, stop: stop, conns: map[*conn]struct{}{}, held: map[*held]struct{}{}, share: cfg.Budget.Join(cfg.MaxConns)}
 	p.bufs.New = func() any { b := make([]byte, smallBuf); return &b }
 	return p
 }
@@ -161,6 +178,7 @@ type conn struct {
 	target      policy.Request
 	cancel      context.CancelCauseFunc
 	intercepted bool
+	approved    bool // let through by a person's approval: the policy's ask counts as allow
 }
 
 // errPolicyChanged ends connections the new policy no longer allows.
@@ -243,10 +261,11 @@ func (p *Proxy) Recheck() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
+	p.recheckHeld(pol)
 	for c := range p.conns {
 		// c.target is guarded by p.mu: it gains the dialled address and a late claim.
 		switch {
-		case !pol.Decide(c.target).Allow:
+		case !permits(pol.Decide(c.target), c.approved):
 			c.cancel(errPolicyChanged)
 			n++
 		case !c.intercepted && c.target.Name != "" && p.cfg.Intercept != nil && p.cfg.Intercept(c.target.Name, c.target.Port) != nil,
@@ -297,6 +316,10 @@ func (p *Proxy) handle(client net.Conn) {
 
 	head, proto, ev, req := p.decide(client, dst)
 	ev.Time = start
+	approved := false
+	if ev.Ask && !ev.Allowed {
+		approved = p.hold(ctx, &ev, req)
+	}
 	var targets []netip.AddrPort
 	var ic Interceptor
 	if ev.Allowed && req.Name != "" && p.cfg.Intercept != nil {
@@ -333,7 +356,7 @@ func (p *Proxy) handle(client net.Conn) {
 	if ev.Allowed {
 		// An allowed name whose addresses are all refused is a blocked attempt, logged as one.
 		var why string
-		if targets, why = p.resolve(ctx, req); why != "" {
+		if targets, why = p.resolve(ctx, req, approved); why != "" {
 			ev.Allowed, ev.Reason = false, why
 		}
 	}
@@ -342,19 +365,22 @@ func (p *Proxy) handle(client net.Conn) {
 		reset(client)
 		return
 	}
-	c := &conn{client: client, target: req, cancel: cancel, intercepted: ic != nil}
+	c := &conn{client: client, target: req, cancel: cancel, intercepted: ic != nil, approved: approved}
 	if !p.track(c) {
 		return
 	}
 	defer p.untrack(c)
 	finish := p.cfg.Record(ev)
 	// A policy change between the decision and the tracking is caught here.
-	if _, pol := p.cfg.Policy(); !pol.Decide(req).Allow {
+	if _, pol := p.cfg.Policy(); !permits(pol.Decide(req), approved) {
 		finish(Outcome{Duration: time.Since(start), Err: errPolicyChanged.Error()})
 		return
 	}
 	var out Outcome
 	if ic != nil {
+		if approved {
+			ctx = withApproved(ctx) // the interceptor's checks count the policy's ask as allow
+		}
 		out = p.intercept(ctx, c, ic, head, req, targets)
 	} else {
 		out = p.relay(ctx, c, head, len(head) > 0, targets)
@@ -440,7 +466,7 @@ func (p *Proxy) decide(client net.Conn, dst netip.AddrPort) (head []byte, proto 
 		}
 	}
 	d := pol.Decide(req)
-	ev.Allowed, ev.Rule, ev.Reason = d.Allow, d.Rule, d.Reason
+	ev.Allowed, ev.Ask, ev.Rule, ev.Reason = d.Allow, d.Ask, d.Rule, d.Reason
 	return head, r.Proto, ev, req
 }
 
@@ -599,9 +625,10 @@ func (p *Proxy) lateClaim(c *conn) ([]byte, string) {
 	req := c.target
 	why := checkClaim(&req, r)
 	c.target = req
+	approved := c.approved
 	p.mu.Unlock()
 	if why == "" && req.Claimed != "" {
-		if _, pol := p.cfg.Policy(); !pol.Decide(req).Allow {
+		if _, pol := p.cfg.Policy(); !permits(pol.Decide(req), approved) {
 			why = "the connection names " + req.Claimed + ", which the policy denies"
 		} else {
 			why = p.inspectedClaim(req)
@@ -612,7 +639,8 @@ func (p *Proxy) lateClaim(c *conn) ([]byte, string) {
 
 // resolve finds where req may go: the resolved addresses of req.Name (or req.Addr for an
 // allowed direct connection) that pass the address check. why says why none does.
-func (p *Proxy) resolve(ctx context.Context, req policy.Request) (targets []netip.AddrPort, why string) {
+// approved: a person let the connection through, so the policy's ask counts as allow.
+func (p *Proxy) resolve(ctx context.Context, req policy.Request, approved bool) (targets []netip.AddrPort, why string) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
 	defer cancel()
 	var addrs []Resolved
@@ -628,7 +656,7 @@ func (p *Proxy) resolve(ctx context.Context, req policy.Request) (targets []neti
 	var refused []string
 	hint := ""
 	for _, a := range addrs {
-		if d := pol.Decide(policy.Request{Name: req.Name, Addr: a.Addr, Port: req.Port, Claimed: req.Claimed}); !d.Allow {
+		if d := pol.Decide(policy.Request{Name: req.Name, Addr: a.Addr, Port: req.Port, Claimed: req.Claimed}); !permits(d, approved) {
 			refused = append(refused, a.Addr.String()+", which "+d.Reason)
 			continue
 		}
