@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moatdev/moat/internal/apiserver"
+	"github.com/moatdev/moat/internal/approvals"
 	"github.com/moatdev/moat/internal/doctor"
 	"github.com/moatdev/moat/internal/egress"
 	"github.com/moatdev/moat/internal/egress/proxy"
@@ -134,6 +135,9 @@ type Config struct {
 	// keeps others from starting there while it runs (datalock.go). `moat serve` sets it
 	// unless --share-data.
 	Exclusive bool
+
+	// Approvals configure approvals and their webhook (approvals.go).
+	Approvals ApprovalsConfig
 }
 
 // Daemon is a running moat daemon.
@@ -154,6 +158,8 @@ type Daemon struct {
 	wg       sync.WaitGroup
 	// archives are the drive archives (listed, removed, expired after cfg.ArchiveKeep).
 	archives archives
+	// Approvals are the approvals (approvals.go).
+	Approvals *approvals.Service
 }
 
 type namedCloser struct {
@@ -267,6 +273,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	d.Store = st
 	d.addCloser("store", st.Close)
+	if err := d.newApprovals(); err != nil { // approvals.go
+		return nil, err
+	}
 
 	sec, err := secrets.Open(cfg.DataDir)
 	if err != nil {
@@ -319,6 +328,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		MaxConns:    cfg.EgressMaxConns,
 		IdleTimeout: cfg.EgressIdleTimeout,
 		MaxDuration: cfg.EgressMaxDuration,
+		// Asker: d.Approvals.Asker(), // ask mode (approvals.go): once egress.Config has the field
 	})
 	d.addCloser("egress", d.Egress.Close)
 
@@ -400,6 +410,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.api.SetSnapshots(d.Manager)
 	d.archives = archives{s: stor, st: st, log: d.log.With("component", "archives")}
 	d.api.SetArchives(d.archives)
+	if err := d.startApprovals(ctx, exclusive); err != nil { // approvals.go
+		return nil, err
+	}
 	return d, nil
 }
 
