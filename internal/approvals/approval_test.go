@@ -2,6 +2,8 @@ package approvals
 
 import (
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,4 +134,34 @@ func TestSignVerify(t *testing.T) {
 			t.Errorf("%s: verified", name)
 		}
 	}
+}
+
+// FuzzVerify: Verify never panics, and accepts only the delivery signed with the secret:
+// any other body, timestamp or signature header is refused.
+func FuzzVerify(f *testing.F) {
+	secret := []byte("fuzz-secret-0123456789")
+	now := time.Unix(1_800_000_000, 0)
+	good := []byte(`{"event":"created"}`)
+	f.Add("1800000000", Sign(secret, now.Unix(), good), good)
+	f.Add("1800000000", "v1=", []byte{})
+	f.Add("-1", "v1=00,v1=ff", []byte("x"))
+	f.Add("99999999999999999999", ",,,", []byte(nil))
+	f.Fuzz(func(t *testing.T, ts, sig string, body []byte) {
+		err := Verify(secret, ts, sig, body, now, DefaultTolerance)
+		if err != nil {
+			return
+		}
+		n, perr := strconv.ParseInt(ts, 10, 64)
+		if perr != nil {
+			t.Fatalf("accepted timestamp %q", ts)
+		}
+		want := Sign(secret, n, body)
+		found := false
+		for _, s := range strings.Split(sig, ",") {
+			found = found || strings.TrimSpace(s) == want
+		}
+		if !found {
+			t.Fatalf("accepted signature %q for body %q at %s", sig, body, ts)
+		}
+	})
 }

@@ -365,3 +365,81 @@ func TestApprovalsSurviveKill9(t *testing.T) {
 		t.Errorf("bad scope: %d %s", code, out)
 	}
 }
+
+// TestApprovalHeldPush: a push the git gate holds becomes a push approval naming the
+// change, its remote and ref, and the protected path; approving the approval applies the
+// push (the server's branch moves to the pushed commit, the change record says approved
+// by the operator); a second held push denied through `moat change deny` (the change API)
+// closes its approval as denied. Against the real git http-backend on loopback TLS; the
+// approval path is the same whatever the runtime: runc only.
+func TestApprovalHeldPush(t *testing.T) {
+	const secret = "real-git-secret-approvals-1"
+	g := newGitGate(t, secret, nil, nil)
+	e, bare := g.e, g.bare
+	ctx := context.Background()
+	sb := g.sandbox(t, e, v1.CreateSandboxRequest{Runtime: "runc", GitProtected: "hold"}, "runc")
+	prefix := "refs/heads/agent/" + sb.ID + "/"
+	head := func() string { return strings.TrimSpace(e.mustSh(sb.ID, `git -C /tmp/repo rev-parse HEAD`)) }
+	if r := e.sh(sb.ID, "", `cd /tmp/repo && git push origin HEAD:`+prefix+`work`); r.code != 0 {
+		t.Fatalf("push to the agent branch: %+v", r)
+	}
+	hold := func(msg string) (string, string, v1.Approval) {
+		t.Helper()
+		e.mustSh(sb.ID, `cd /tmp/repo && mkdir -p .github/workflows && echo 'on: push # `+msg+`' >> .github/workflows/ci.yml && git add . && git commit -qm `+msg)
+		tip := head()
+		r := e.sh(sb.ID, "", `cd /tmp/repo && git push origin HEAD:`+prefix+`work`)
+		m := heldRE.FindStringSubmatch(r.stderr)
+		if r.code == 0 || m == nil {
+			t.Fatalf("held push: %+v", r)
+		}
+		list, err := e.c.Approvals(ctx, "pending", sb.ID, "push")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range list {
+			var pa approvals.PushAction
+			if json.Unmarshal(a.Action, &pa) == nil && pa.Change == m[1] {
+				if pa.Remote == "" || !slices.Equal(pa.Refs, []string{prefix + "work"}) || a.AskedBy != "git-gate" ||
+					!strings.Contains(a.Summary, ".github/workflows/ci.yml") {
+					t.Fatalf("push approval %+v action %+v", a, pa)
+				}
+				return m[1], tip, a
+			}
+		}
+		t.Fatalf("no pending push approval for %s: %+v", m[1], list)
+		return "", "", v1.Approval{}
+	}
+
+	cid, tip, a := hold("one")
+	before := g.pushes()
+	got, err := e.c.ApproveApproval(ctx, a.ID, v1.DecideApprovalRequest{Reason: "reviewed"})
+	if err != nil || got.State != "approved" || got.DecidedBy != "operator" {
+		t.Fatalf("approving the push approval: %v %+v", err, got)
+	}
+	if refs := serverRefs(t, bare); refs[prefix+"work"] != tip {
+		t.Fatalf("after approval the server's branch is %s, want %s", refs[prefix+"work"], tip)
+	}
+	if g.pushes() != before+1 {
+		t.Errorf("the server saw %d pushes on approval, want 1", g.pushes()-before)
+	}
+	ch, err := e.c.Change(ctx, sb.ID, cid)
+	if err != nil || ch.Decision != "approved" || ch.Decided == nil || ch.Decided.By != "operator" || ch.Decided.Reason != "reviewed" {
+		t.Fatalf("the change after the approval: %v %+v", err, ch)
+	}
+
+	cid2, _, a2 := hold("two")
+	refs := serverRefs(t, bare)
+	if _, err := e.c.DenyChange(ctx, sb.ID, cid2, "no workflows"); err != nil {
+		t.Fatal(err)
+	}
+	got, err = e.c.Approval(ctx, a2.ID, 0)
+	if err != nil || got.State != "denied" || got.Reason != "no workflows" || got.DecidedBy != "operator" {
+		t.Fatalf("the approval after moat change deny: %v %+v", err, got)
+	}
+	if _, err := e.c.ApproveApproval(ctx, a2.ID, v1.DecideApprovalRequest{}); !errors.Is(err, sdk.ErrConflict) {
+		t.Fatalf("approving a closed push approval: %v", err)
+	}
+	if now := serverRefs(t, bare); now[prefix+"work"] != refs[prefix+"work"] {
+		t.Fatal("a denied push reached the server")
+	}
+}
