@@ -193,7 +193,7 @@ func TestApprovalToolCalls(t *testing.T) {
 		}
 		// The events stream: the approval now, then its decision, then the end.
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/approvals/"+a.ID+"/events", nil)
-		req.Header.Set("Authorization", "Bearer "+agentKey.Key)
+		req.Header.Set("X-API-KEY", agentKey.Key) // as an E2B SDK sends its key
 		res, err := http.DefaultClient.Do(req)
 		if err != nil || res.StatusCode != 200 {
 			t.Fatalf("events: %v %v", err, res)
