@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -14,6 +16,7 @@ import (
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
+	"github.com/moatdev/moat/sdk"
 )
 
 // Exit codes of `moat approvals ask` besides 0 (approved) and 1 (an error).
@@ -174,8 +177,7 @@ approval's ID is printed on stderr while it waits.`,
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "approval %s: waiting for a decision (moat approvals approve %s)\n", ap.ID, ap.ID)
-			ap, err = c.WaitApproval(cmd.Context(), ap.ID)
-			if err != nil {
+			if ap, err = waitDecided(cmd.Context(), c, ap); err != nil {
 				return err
 			}
 			if askJSON {
@@ -207,6 +209,31 @@ approval's ID is printed on stderr while it waits.`,
 
 	cmd.AddCommand(ls, show, approve, deny, askCmd)
 	return cmd
+}
+
+// waitDecided long-polls ap until it is no longer pending. The approval is durable: when
+// the daemon cannot be reached (restarting, say) it tries again every second until a
+// minute past the approval's deadline; an answer of the daemon that is an error ends it.
+func waitDecided(ctx context.Context, c *sdk.Client, ap *v1.Approval) (*v1.Approval, error) {
+	id, giveUp := ap.ID, ap.Deadline.Add(time.Minute)
+	for {
+		got, err := c.Approval(ctx, id, time.Minute)
+		if err == nil {
+			if got.State != "pending" {
+				return got, nil
+			}
+			continue
+		}
+		var se *sdk.Error
+		if errors.As(err, &se) || ctx.Err() != nil || time.Now().After(giveUp) {
+			return nil, err
+		}
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // printApprovals prints a table of approvals; text the sandbox chose is made safe.

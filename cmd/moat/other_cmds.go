@@ -467,7 +467,11 @@ key's next creates are bounded by the new maxima.`,
 				return printJSON(keys)
 			}
 			for _, k := range keys {
-				fmt.Printf("%s\t%s\t%s\t%s\n", k.ID, k.Created.Local().Format("2006-01-02 15:04:05"), grantText(k.Secrets), maximaText(k.Max))
+				line := fmt.Sprintf("%s\t%s\t%s\t%s", k.ID, k.Created.Local().Format("2006-01-02 15:04:05"), grantText(k.Secrets), maximaText(k.Max))
+				if k.Approver {
+					line += "\tapprover" // may decide approvals (approval_cmds.go)
+				}
+				fmt.Println(line)
 			}
 			return nil
 		},

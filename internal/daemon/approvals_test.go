@@ -259,9 +259,11 @@ func TestApprovalToolCalls(t *testing.T) {
 	}
 }
 
-// TestApprovalsSurviveKill9: a `moat serve` killed with SIGKILL while a tool approval is
-// pending keeps it: after a restart it is listed, still pending, and can be decided; the
-// CLI's ask/approve/deny/ls work against it.
+// TestApprovalsSurviveKill9: a `moat serve` killed with SIGKILL while tool approvals are
+// pending keeps them: after a restart they are listed, still pending, with their deadline,
+// and can be decided; a `moat approvals ask` that was waiting through the kill and the
+// restart gets the decision made after it (exit 0). The CLI's ask exit codes (0 approved,
+// 3 denied, 4 expired) and its refusals of bad input.
 func TestApprovalsSurviveKill9(t *testing.T) {
 	testutil.RequiresRoot(t)
 	bin := testutil.Binaries(t)
@@ -304,6 +306,18 @@ func TestApprovalsSurviveKill9(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A shell harness waiting in `moat approvals ask` across the kill and the restart.
+	waiting := exec.Command(filepath.Join(bin, "moat"), "--socket", sock, "approvals", "ask", sb.ID, "--tool", "across-restart", "--wait", "1h")
+	waitingErr, _ := waiting.StderrPipe()
+	if err := waiting.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer waiting.Process.Kill()
+	line := make([]byte, 200)
+	n, _ := waitingErr.Read(line)
+	waitingID := strings.TrimSuffix(strings.Fields(string(line[:n]))[1], ":")
+	go io.Copy(io.Discard, waitingErr)
+
 	_ = d1.Process.Signal(syscall.SIGKILL)
 	_ = d1.Wait()
 
@@ -319,7 +333,7 @@ func TestApprovalsSurviveKill9(t *testing.T) {
 	}
 	out, code := moat("approvals", "ls", "--state", "pending", "--json")
 	var list []v1.Approval
-	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || list[0].ID != a.ID {
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 2 || list[0].ID != a.ID || list[1].ID != waitingID {
 		t.Fatalf("moat approvals ls: %d %s", code, out)
 	}
 	if out, code := moat("approvals", "approve", a.ID, "--reason", "after restart"); code != 0 || !strings.Contains(out, a.ID+" approved") {
@@ -327,6 +341,12 @@ func TestApprovalsSurviveKill9(t *testing.T) {
 	}
 	if got, _ := c.Approval(ctx, a.ID, 0); got.State != "approved" || got.DecidedBy != "operator" || got.Reason != "after restart" {
 		t.Fatalf("decided after restart: %+v", got)
+	}
+	if out, code := moat("approvals", "approve", waitingID); code != 0 {
+		t.Fatalf("moat approvals approve %s: %d %s", waitingID, code, out)
+	}
+	if err := waiting.Wait(); err != nil {
+		t.Fatalf("moat approvals ask waiting across the restart: %v", err)
 	}
 	// moat approvals ask: exit 0 approved, 3 denied, 4 expired.
 	for _, c := range []struct {
