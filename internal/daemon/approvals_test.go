@@ -336,6 +336,9 @@ func TestApprovalsSurviveKill9(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 2 || list[0].ID != a.ID || list[1].ID != waitingID {
 		t.Fatalf("moat approvals ls: %d %s", code, out)
 	}
+	if out, code := moat("approvals", "show", a.ID); code != 0 || !strings.Contains(out, `"tool": "migrate"`) || !strings.Contains(out, "pending") {
+		t.Fatalf("moat approvals show: %d %s", code, out)
+	}
 	if out, code := moat("approvals", "approve", a.ID, "--reason", "after restart"); code != 0 || !strings.Contains(out, a.ID+" approved") {
 		t.Fatalf("moat approvals approve: %d %s", code, out)
 	}
