@@ -270,6 +270,22 @@ func (s *Service) ChangeDecided(ctx context.Context, sandbox, cid string, approv
 	}
 }
 
+// ExpireGone expires the pending approvals whose sandbox gone says is gone (deleted):
+// nobody is left to act on their answer. It returns how many it expired.
+func (s *Service) ExpireGone(ctx context.Context, gone func(sandbox string) bool) (int, error) {
+	list, err := s.opt.Store.ListApprovals(ctx, Filter{State: Pending})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, a := range list {
+		if gone(a.Sandbox) && s.expire(ctx, a.ID, "its sandbox was deleted", true) {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // Wait returns approval id once it is no longer pending, or as it is when wait passes or
 // ctx ends (wait ≤ 0: at once). A decision wakes it within the same process at once.
 func (s *Service) Wait(ctx context.Context, id string, wait time.Duration) (Approval, error) {
@@ -342,8 +358,9 @@ func (s *Service) schedule(a Approval) {
 	})
 }
 
-// expire makes approval id expired when it is pending and its deadline came (or force).
-func (s *Service) expire(ctx context.Context, id, reason string, force bool) {
+// expire makes approval id expired when it is pending and its deadline came (or force);
+// it says whether it did.
+func (s *Service) expire(ctx context.Context, id, reason string, force bool) bool {
 	var changed bool
 	out, err := s.opt.Store.UpdateApproval(ctx, id, func(cur *Approval) error {
 		var ok bool
@@ -355,9 +372,10 @@ func (s *Service) expire(ctx context.Context, id, reason string, force bool) {
 		if !errors.Is(err, errdefs.ErrNotFound) {
 			s.opt.Log.Warn("expiring an approval", "approval", id, "err", err)
 		}
-		return
+		return false
 	}
 	if changed {
 		s.settled(EventExpired, out)
 	}
+	return changed
 }

@@ -179,6 +179,24 @@ func TestServiceRecover(t *testing.T) {
 	}
 }
 
+// TestExpireGone: the pending approvals of a deleted sandbox expire; others stay.
+func TestExpireGone(t *testing.T) {
+	ctx := context.Background()
+	s := newService(t, openStore(t, t.TempDir()), approvals.Options{})
+	gone, _ := s.Create(ctx, tool("sb-gone", "key:k", "k"), time.Hour)
+	kept, _ := s.Create(ctx, tool("sb-kept", "key:k", "k"), time.Hour)
+	n, err := s.ExpireGone(ctx, func(id string) bool { return id == "sb-gone" })
+	if err != nil || n != 1 {
+		t.Fatalf("expired %d: %v", n, err)
+	}
+	if a, _ := s.Get(ctx, gone.ID); a.State != approvals.Expired || a.Reason != "its sandbox was deleted" {
+		t.Fatalf("gone: %+v", a)
+	}
+	if a, _ := s.Get(ctx, kept.ID); a.State != approvals.Pending {
+		t.Fatalf("kept: %+v", a)
+	}
+}
+
 // TestAsker: the egress proxy's questions become approvals; two connections asking the
 // same question share one; approval answers with the scope, denial answers denied, and a
 // question nobody answers in time is an error.

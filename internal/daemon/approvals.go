@@ -3,13 +3,16 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/moatdev/moat/internal/approvals"
 	"github.com/moatdev/moat/internal/changes"
 	"github.com/moatdev/moat/internal/egress"
+	"github.com/moatdev/moat/internal/errdefs"
 )
 
 // ApprovalsConfig configures approvals (internal/approvals).
@@ -90,7 +93,41 @@ func (d *Daemon) startApprovals(ctx context.Context, exclusive bool) error {
 		},
 	})
 	d.api.SetApprovals(d.Approvals)
+	// Pending approvals of deleted sandboxes expire at the next sweep.
+	every := d.cfg.SweepInterval
+	if every <= 0 {
+		every = 30 * time.Second
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				d.expireOrphanApprovals(log)
+			}
+		}
+	}()
+	d.addCloser("approval sweep", func() error { close(stop); <-done; return nil })
 	return nil
+}
+
+// expireOrphanApprovals expires the pending approvals of sandboxes that no longer exist.
+func (d *Daemon) expireOrphanApprovals(log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := d.Approvals.ExpireGone(ctx, func(id string) bool {
+		_, err := d.Manager.Get(ctx, id)
+		return errors.Is(err, errdefs.ErrNotFound)
+	})
+	if err != nil {
+		log.Warn("expiring the approvals of deleted sandboxes", "err", err)
+	}
 }
 
 // askPush makes the push approval of held change r; its deadline is the change's.

@@ -95,6 +95,7 @@ func TestApprovalToolCalls(t *testing.T) {
 	addr := freeLoopbackAddr(t)
 	e := newEnvWith(t, func(c *daemon.Config) {
 		c.Listen = addr
+		c.SweepInterval = 500 * time.Millisecond // the sweep expires the approvals of deleted sandboxes
 		c.Approvals = daemon.ApprovalsConfig{WebhookURL: "http://" + ln.Addr().String() + "/hook", WebhookSecret: secret, WebhookBackoff: 20 * time.Millisecond}
 	})
 	ctx := context.Background()
@@ -219,6 +220,23 @@ func TestApprovalToolCalls(t *testing.T) {
 		testutil.WaitFor(t, 10*time.Second, "the expired delivery", func() bool {
 			return slices.Equal(rcv.events(a.ID), []string{"created:pending", "expired:expired"})
 		})
+	})
+	e.run("sandbox deleted", func(t *testing.T, e *env) {
+		sb2, err := agent.Create(ctx, v1.CreateSandboxRequest{Runtime: "runc", MemoryBytes: 256 << 20, DiskBytes: 128 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := agent.AskApproval(ctx, v1.AskApprovalRequest{Sandbox: sb2.ID, Tool: "orphan", WaitSeconds: 3600})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := agent.Delete(ctx, sb2.ID); err != nil {
+			t.Fatal(err)
+		}
+		got, err := agent.WaitApproval(ctx, a.ID)
+		if err != nil || got.State != "expired" || got.Reason != "its sandbox was deleted" {
+			t.Fatalf("the approval of a deleted sandbox: %v %+v", err, got)
+		}
 	})
 	e.run("bad input", func(t *testing.T, e *env) {
 		for _, req := range []v1.AskApprovalRequest{
