@@ -121,9 +121,11 @@ decide it.`,
 	approve := &cobra.Command{
 		Use:   "approve ID [--reason R] [--scope once|sandbox]",
 		Short: "Approve a pending approval (a held push is applied; a held connection goes through)",
-		Long: `approve decides the approval. --scope sandbox (network and credential approvals only)
-adds a rule to the sandbox's policy so later connections to the same destination pass
-without asking; once (the default) lets this one through.`,
+		Long: `approve decides the approval. --scope sandbox, on a network or credential approval, adds a
+rule to the sandbox's policy so later connections to the same destination pass without
+asking; on a tool call, later asks of the same tool by the same user in that sandbox are
+approved at once, whatever their arguments. once (the default) approves this one only.
+Pushes take once only.`,
 		Args: cobra.ExactArgs(1),
 		RunE: decide(true),
 	}

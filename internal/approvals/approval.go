@@ -127,7 +127,7 @@ type Decision struct {
 	Approve bool
 	By      Decider
 	Reason  string
-	Scope   string // ScopeOnce (default) or ScopeSandbox (network and credential only)
+	Scope   string // ScopeOnce (default) or ScopeSandbox (network, credential and tool; not push)
 }
 
 var idRE = regexp.MustCompile(`^ap-[0-9a-f]{12}$`)
@@ -203,12 +203,12 @@ func Decide(a Approval, dec Decision, now time.Time) (Approval, error) {
 	case scope == "":
 		scope = ScopeOnce
 	case scope == ScopeOnce:
-	case scope == ScopeSandbox && (a.Kind == KindNetwork || a.Kind == KindCredential):
+	case scope == ScopeSandbox && a.Kind != KindPush:
 		if !dec.Approve {
 			return a, fmt.Errorf("a denial has no scope: %w", errdefs.ErrInvalidArgument)
 		}
 	case scope == ScopeSandbox:
-		return a, fmt.Errorf("scope sandbox is for network and credential approvals, not %s: %w", a.Kind, errdefs.ErrInvalidArgument)
+		return a, fmt.Errorf("scope sandbox is for network, credential and tool approvals, not %s: %w", a.Kind, errdefs.ErrInvalidArgument)
 	default:
 		return a, fmt.Errorf("scope %q: want once or sandbox: %w", scope, errdefs.ErrInvalidArgument)
 	}
@@ -251,4 +251,34 @@ func Close(a Approval, approved bool, by, reason string, now time.Time) (Approva
 	}
 	out.DecidedAt, out.DecidedBy, out.Reason = &t, by, reason
 	return out, true
+}
+
+// Standing returns tool approval a already approved when one of prior — approvals of the
+// same sandbox — is an approved tool approval of scope sandbox for the same tool and user
+// ("allow this tool in this sandbox"): by whom that one was, with a reason naming it, at
+// now. Otherwise a unchanged and false. Arguments are not compared: the scope is the tool.
+// It is pure.
+func Standing(prior []Approval, a Approval, now time.Time) (Approval, bool) {
+	if a.Kind != KindTool {
+		return a, false
+	}
+	var want ToolAction
+	if json.Unmarshal(a.Action, &want) != nil {
+		return a, false
+	}
+	for _, p := range prior {
+		if p.Kind != KindTool || p.Sandbox != a.Sandbox || p.User != a.User || p.State != Approved || p.Scope != ScopeSandbox {
+			continue
+		}
+		var got ToolAction
+		if json.Unmarshal(p.Action, &got) != nil || got.Tool != want.Tool {
+			continue
+		}
+		out := a
+		t := now.UTC()
+		out.State, out.Scope, out.DecidedAt, out.DecidedBy = Approved, ScopeSandbox, &t, p.DecidedBy
+		out.Reason = "tool " + want.Tool + " is approved for this sandbox by " + p.ID
+		return out, true
+	}
+	return a, false
 }

@@ -37,7 +37,8 @@ func TestDecideTable(t *testing.T) {
 		{"expired already", with(func(a *Approval) { a.State = Expired }), Decision{Approve: true, By: op}, now, errdefs.ErrConflict, "", "", ""},
 		{"at its deadline", base, Decision{Approve: true, By: op}, now.Add(time.Minute), errdefs.ErrConflict, "", "", ""},
 		{"just before its deadline", base, Decision{Approve: true, By: op}, now.Add(time.Minute - time.Nanosecond), nil, Approved, ScopeOnce, "operator"},
-		{"tool with scope sandbox", base, Decision{Approve: true, By: op, Scope: ScopeSandbox}, now, errdefs.ErrInvalidArgument, "", "", ""},
+		{"tool with scope sandbox", base, Decision{Approve: true, By: op, Scope: ScopeSandbox}, now, nil, Approved, ScopeSandbox, "operator"},
+		{"push with scope sandbox", with(func(a *Approval) { a.Kind = KindPush }), Decision{Approve: true, By: op, Scope: ScopeSandbox}, now, errdefs.ErrInvalidArgument, "", "", ""},
 		{"network with scope sandbox", with(func(a *Approval) { a.Kind = KindNetwork }), Decision{Approve: true, By: op, Scope: ScopeSandbox}, now, nil, Approved, ScopeSandbox, "operator"},
 		{"a denial with a scope", with(func(a *Approval) { a.Kind = KindNetwork }), Decision{By: op, Scope: ScopeSandbox}, now, errdefs.ErrInvalidArgument, "", "", ""},
 		{"unknown scope", base, Decision{Approve: true, By: op, Scope: "forever"}, now, errdefs.ErrInvalidArgument, "", "", ""},
@@ -92,6 +93,33 @@ func TestExpireAndClose(t *testing.T) {
 	}
 	if _, ok := Close(d, false, "x", "", now); ok {
 		t.Fatal("closed a decided approval")
+	}
+}
+
+// TestStanding: a tool approved for the sandbox (scope sandbox) approves later calls of
+// the same tool by the same user in the same sandbox, whatever their arguments; nothing
+// else does.
+func TestStanding(t *testing.T) {
+	now := time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC)
+	rule := Approval{ID: "ap-00000000000a", Kind: KindTool, Sandbox: "sb-1", User: "agent", State: Approved, Scope: ScopeSandbox,
+		DecidedBy: "key:key-human", Action: []byte(`{"tool":"pytest","arguments":["-x"]}`)}
+	ask := Approval{Kind: KindTool, Sandbox: "sb-1", User: "agent", State: Pending, Action: []byte(`{"tool":"pytest","arguments":["-k","slow"]}`)}
+	got, ok := Standing([]Approval{rule}, ask, now)
+	if !ok || got.State != Approved || got.Scope != ScopeSandbox || got.DecidedBy != "key:key-human" || got.DecidedAt == nil || got.Reason == "" {
+		t.Fatalf("standing: %v %+v", ok, got)
+	}
+	with := func(f func(*Approval)) Approval { r := rule; f(&r); return r }
+	for name, prior := range map[string]Approval{
+		"once":          with(func(r *Approval) { r.Scope = ScopeOnce }),
+		"denied":        with(func(r *Approval) { r.State, r.Scope = Denied, "" }),
+		"other tool":    with(func(r *Approval) { r.Action = []byte(`{"tool":"rm"}`) }),
+		"other user":    with(func(r *Approval) { r.User = "root" }),
+		"other sandbox": with(func(r *Approval) { r.Sandbox = "sb-2" }),
+		"network":       with(func(r *Approval) { r.Kind = KindNetwork }),
+	} {
+		if got, ok := Standing([]Approval{prior}, ask, now); ok || got.State != Pending {
+			t.Errorf("%s: approved %+v", name, got)
+		}
 	}
 }
 

@@ -129,7 +129,7 @@ func (s *Service) Close() {
 
 // Create stores a new pending approval: a's ID, State, CreatedAt are set here, Deadline
 // from wait (≤ 0: the default wait). The asking key and the sandbox owner's key go into
-// NotBy.
+// NotBy. A tool call whose tool is approved for the sandbox (Standing) is stored approved.
 func (s *Service) Create(ctx context.Context, a Approval, wait time.Duration) (Approval, error) {
 	if err := CheckKind(a.Kind); err != nil {
 		return Approval{}, err
@@ -151,10 +151,19 @@ func (s *Service) Create(ctx context.Context, a Approval, wait time.Duration) (A
 			a.NotBy = append(a.NotBy, k)
 		}
 	}
+	if a.Kind == KindTool {
+		prior, err := s.opt.Store.ListApprovals(ctx, Filter{State: Approved, Sandbox: a.Sandbox, Kind: KindTool})
+		if err != nil {
+			return Approval{}, err
+		}
+		a, _ = Standing(prior, a, now)
+	}
 	if err := s.opt.Store.InsertApproval(ctx, a); err != nil {
 		return Approval{}, err
 	}
-	s.schedule(a)
+	if a.State == Pending {
+		s.schedule(a)
+	}
 	s.notify(EventCreated, a)
 	return a, nil
 }

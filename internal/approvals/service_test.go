@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -176,6 +177,28 @@ func TestServiceRecover(t *testing.T) {
 	}
 	if a, err := s2.Decide(ctx, toolA.ID, approvals.Decision{By: approvals.Decider{Operator: true}, Reason: "later"}); err != nil || a.State != approvals.Denied {
 		t.Fatalf("deciding after restart: %v %+v", err, a)
+	}
+}
+
+// TestServiceStanding: a tool approved with scope sandbox makes the next call of that tool
+// in that sandbox approved at create, with no timer and a created event saying approved.
+func TestServiceStanding(t *testing.T) {
+	ctx := context.Background()
+	var rec recorder
+	s := newService(t, openStore(t, t.TempDir()), approvals.Options{Notify: rec.notify})
+	a, _ := s.Create(ctx, tool("sb-1", "key:k", "k"), time.Hour)
+	if _, err := s.Decide(ctx, a.ID, approvals.Decision{Approve: true, By: approvals.Decider{Operator: true}, Scope: approvals.ScopeSandbox}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Create(ctx, tool("sb-1", "key:k", "k"), time.Hour)
+	if err != nil || b.State != approvals.Approved || b.DecidedBy != "operator" || !strings.Contains(b.Reason, a.ID) {
+		t.Fatalf("second call: %v %+v", err, b)
+	}
+	if c, _ := s.Create(ctx, tool("sb-2", "key:k", "k"), time.Hour); c.State != approvals.Pending {
+		t.Fatalf("another sandbox: %+v", c)
+	}
+	if ev := rec.list(); ev[len(ev)-2] != "created "+b.ID+" approved" {
+		t.Fatalf("events %v", ev)
 	}
 }
 

@@ -122,7 +122,7 @@ func TestApprovalToolCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	rcv.handle = func(p approvals.Payload) {
-		if p.Event != approvals.EventCreated {
+		if p.Event != approvals.EventCreated || p.Approval.State != approvals.Pending {
 			return
 		}
 		var act approvals.ToolAction
@@ -131,6 +131,10 @@ func TestApprovalToolCalls(t *testing.T) {
 		case "deploy":
 			if _, err := human.ApproveApproval(ctx, p.Approval.ID, v1.DecideApprovalRequest{Reason: "ship it"}); err != nil {
 				t.Errorf("the approver approving: %v", err)
+			}
+		case "pytest":
+			if _, err := human.ApproveApproval(ctx, p.Approval.ID, v1.DecideApprovalRequest{Scope: "sandbox"}); err != nil {
+				t.Errorf("the approver approving for the sandbox: %v", err)
 			}
 		case "rm":
 			if _, err := human.DenyApproval(ctx, p.Approval.ID, "not on main"); err != nil {
@@ -168,6 +172,17 @@ func TestApprovalToolCalls(t *testing.T) {
 		testutil.WaitFor(t, 10*time.Second, "the decided delivery", func() bool {
 			return slices.Equal(rcv.events(a.ID), []string{"created:pending", "decided:approved"})
 		})
+	})
+	e.run("approved for the sandbox", func(t *testing.T, e *env) {
+		a := ask("pytest", 60)
+		if got, err := agent.WaitApproval(ctx, a.ID); err != nil || got.State != "approved" || got.Scope != "sandbox" {
+			t.Fatalf("decided %v %+v", err, got)
+		}
+		// The next call of the tool is approved at once, whatever its arguments.
+		b, err := agent.AskApproval(ctx, v1.AskApprovalRequest{Sandbox: sb.ID, User: "user", Tool: "pytest", Arguments: json.RawMessage(`["-k","other"]`)})
+		if err != nil || b.State != "approved" || !strings.Contains(b.Reason, a.ID) {
+			t.Fatalf("the next call: %v %+v", err, b)
+		}
 	})
 	e.run("denied", func(t *testing.T, e *env) {
 		a := ask("rm", 60)
