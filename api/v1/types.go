@@ -207,6 +207,8 @@ type APIKey struct {
 	Secrets []string `json:"secrets"`
 	// Max are the key's maxima of its sandboxes' limits (a create over one is refused).
 	Max KeyMaxima `json:"max"`
+	// Approver: the key may decide approvals (not those it asked, nor of its sandboxes).
+	Approver bool `json:"approver,omitempty"`
 }
 
 // APIKeyRequest is the body of POST /v1/apikeys (optional) and of
@@ -215,6 +217,8 @@ type APIKey struct {
 type APIKeyRequest struct {
 	Secrets []string   `json:"secrets"`
 	Max     *KeyMaxima `json:"max,omitempty"`
+	// Approver, on POST only: the key may decide approvals (internal/approvals).
+	Approver bool `json:"approver,omitempty"`
 }
 
 // PolicyRules is one phase of an egress policy.

@@ -99,7 +99,7 @@ limits, an overlay root with no host mounts, and no network path out.`,
 		a.lifecycleCmd("resume", "Thaw a paused sandbox"),
 		a.rmCmd(), a.pruneCmd(), a.statsCmd(), a.logsCmd(), a.shellCmd(), a.cpCmd(), a.templateCmd(), a.doctorCmd(), a.benchCmd(),
 		a.apikeyCmd(), a.secretCmd(), a.eventsCmd(), a.egressCmd(), a.policyCmd(),
-		a.diffCmd(), a.exportCmd(), a.changesCmd(), a.changeCmd(),
+		a.diffCmd(), a.exportCmd(), a.changesCmd(), a.changeCmd(), a.approvalsCmd(),
 		a.snapshotCmd(), a.restoreCmd(), a.forkCmd(), a.checkpointCmd(),
 	)
 	// The flags that configure a daemon appear only on the commands that start one.

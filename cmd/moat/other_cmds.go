@@ -351,7 +351,7 @@ func (a *app) apikeyCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "apikey", Short: "Manage API keys for the daemon's TCP listener and the secrets they may bind"}
 	var grants []string
 	var createMax, setMax maxFlags
-	var createJSON bool
+	var createJSON, createApprover bool
 	create := &cobra.Command{
 		Use:   "create [--secrets NAME,...] [--max-cpus N] [--max-memory SIZE] [--max-pids N] [--max-disk SIZE]",
 		Short: "Create an API key; prints the key alone on stdout (it is stored hashed)",
@@ -373,7 +373,7 @@ every key.`,
 			if err != nil {
 				return err
 			}
-			k, err := c.CreateAPIKeyWith(cmd.Context(), v1.APIKeyRequest{Secrets: grants, Max: &max})
+			k, err := c.CreateAPIKeyWith(cmd.Context(), v1.APIKeyRequest{Secrets: grants, Max: &max, Approver: createApprover})
 			if err != nil {
 				return err
 			}
@@ -386,6 +386,7 @@ every key.`,
 	}
 	create.Flags().StringSliceVar(&grants, "secrets", nil, "secrets the key's clients may bind (comma-separated or repeated)")
 	create.Flags().BoolVar(&createJSON, "json", false, "print the key's record as JSON (id, key, secrets, max)")
+	create.Flags().BoolVar(&createApprover, "approver", false, "the key may decide approvals (moat approvals), except those it asked and those of sandboxes it owns: give it to a person or a chat bot, never to an agent")
 	createMax.register(create, "the key's sandboxes")
 	limit := &cobra.Command{
 		Use:   "limit ID [--max-cpus N] [--max-memory SIZE] [--max-pids N] [--max-disk SIZE]",
@@ -466,7 +467,11 @@ key's next creates are bounded by the new maxima.`,
 				return printJSON(keys)
 			}
 			for _, k := range keys {
-				fmt.Printf("%s\t%s\t%s\t%s\n", k.ID, k.Created.Local().Format("2006-01-02 15:04:05"), grantText(k.Secrets), maximaText(k.Max))
+				line := fmt.Sprintf("%s\t%s\t%s\t%s", k.ID, k.Created.Local().Format("2006-01-02 15:04:05"), grantText(k.Secrets), maximaText(k.Max))
+				if k.Approver {
+					line += "\tapprover" // may decide approvals (approval_cmds.go)
+				}
+				fmt.Println(line)
 			}
 			return nil
 		},

@@ -660,6 +660,7 @@ func (a *app) serveCmd() *cobra.Command {
 	var ioIops, maxIOIops, fileBudget int64
 	var shareData bool
 	var install serveInstall
+	var approvalFlags approvalServeFlags // approval_cmds.go
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the moat daemon",
@@ -698,6 +699,9 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 				return err
 			}
 			cfg.DiskOvercommit = diskOvercommit
+			if err := approvalFlags.apply(&cfg); err != nil {
+				return err
+			}
 			if err := life.apply(&cfg); err != nil {
 				return err
 			}
@@ -757,6 +761,7 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this TCP address (API keys required)")
+	approvalFlags.register(cmd)
 	cmd.Flags().BoolVar(&shareData, "share-data", false, "run even though another moat daemon (serve --share-data, or an in-process moat run) uses the data directory: both manage the same sandboxes")
 	install.register(cmd)
 	install.socket = func() string { p, _ := a.socketPath(); return p }

@@ -112,6 +112,8 @@ type Server struct {
 
 	// archives lists the drive archives of sandboxes deleted unused (SetArchives); nil: none.
 	archives Archives
+	// approvalsSvc are the approvals (SetApprovals, approvals.go); nil: none.
+	approvalsSvc Approvals
 	// routes is the route table, access each pattern's access class (the gate's).
 	routes []route
 	access map[string]access
@@ -224,6 +226,7 @@ func New(d Deps) *Server {
 	routes = append(routes, s.nameRoutes()...)
 	routes = append(routes, s.statsRoutes()...)
 	routes = append(routes, s.templateRoutes()...)
+	routes = append(routes, s.approvalRoutes()...)
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, route{"GET /health", s.health, public})
 	s.routes, s.access = routes, map[string]access{}
@@ -619,10 +622,22 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	ka, canApprove := s.keys.(keyApprover) // approvals.go
+	if req.Approver && !canApprove {
+		writeError(w, fmt.Errorf("approver keys: %w", errdefs.ErrNotImplemented))
+		return
+	}
 	k, err := s.keys.CreateAPIKey(r.Context(), req.Secrets, max)
 	if err != nil {
 		writeError(w, err)
 		return
+	}
+	if req.Approver {
+		if err := ka.SetAPIKeyApprover(r.Context(), k.ID, true); err != nil {
+			writeError(w, err)
+			return
+		}
+		k.Approver = true
 	}
 	writeJSON(w, http.StatusCreated, k)
 }

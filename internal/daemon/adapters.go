@@ -105,11 +105,22 @@ func (a apiKeys) ListAPIKeys(ctx context.Context) ([]v1.APIKey, error) {
 	if err != nil {
 		return nil, err
 	}
+	approvers, err := a.st.APIKeyApprovers(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]v1.APIKey, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, toAPIKey(k))
+		ak := toAPIKey(k)
+		ak.Approver = approvers[k.ID]
+		out = append(out, ak)
 	}
 	return out, nil
+}
+
+// SetAPIKeyApprover gives key id the approver permission (apiserver's keyApprover).
+func (a apiKeys) SetAPIKeyApprover(ctx context.Context, id string, approver bool) error {
+	return a.st.SetAPIKeyApprover(ctx, id, approver)
 }
 
 func (a apiKeys) DeleteAPIKey(ctx context.Context, id string) error {

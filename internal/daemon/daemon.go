@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/moatdev/moat/internal/apiserver"
+	"github.com/moatdev/moat/internal/approvals"
 	"github.com/moatdev/moat/internal/doctor"
 	"github.com/moatdev/moat/internal/egress"
 	"github.com/moatdev/moat/internal/egress/proxy"
@@ -76,9 +77,9 @@ type Config struct {
 	EgressIdleTimeout time.Duration
 	EgressMaxDuration time.Duration
 	EgressMaxConns    int
-	// EgressAsker decides the connections a sandbox's policy asks about (ask mode: create
-	// --ask, ask rules). Tests inject a fake; the approvals service sets its own with
-	// Egress.SetAsker. nil: such connections are refused ("no approvals service").
+	// EgressAsker, a test hook, decides the connections and credential uses a sandbox's
+	// policy asks about instead of the approvals service (ask mode: create --ask, ask
+	// rules, bindings with approve). nil: approvals decide them (approvals.go).
 	EgressAsker egress.Asker
 	// DiskOvercommit lets the sizes of the drives add up to more than the data filesystem
 	// holds (--disk-overcommit): drives stay sparse, and once the filesystem is full every
@@ -138,6 +139,9 @@ type Config struct {
 	// keeps others from starting there while it runs (datalock.go). `moat serve` sets it
 	// unless --share-data.
 	Exclusive bool
+
+	// Approvals configure approvals and their webhook (approvals.go).
+	Approvals ApprovalsConfig
 }
 
 // Daemon is a running moat daemon.
@@ -158,6 +162,8 @@ type Daemon struct {
 	wg       sync.WaitGroup
 	// archives are the drive archives (listed, removed, expired after cfg.ArchiveKeep).
 	archives archives
+	// Approvals are the approvals (approvals.go).
+	Approvals *approvals.Service
 }
 
 type namedCloser struct {
@@ -271,6 +277,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	d.Store = st
 	d.addCloser("store", st.Close)
+	if err := d.newApprovals(); err != nil { // approvals.go
+		return nil, err
+	}
 
 	sec, err := secrets.Open(cfg.DataDir)
 	if err != nil {
@@ -323,7 +332,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		MaxConns:    cfg.EgressMaxConns,
 		IdleTimeout: cfg.EgressIdleTimeout,
 		MaxDuration: cfg.EgressMaxDuration,
-		Asker:       cfg.EgressAsker,
+		Asker:       d.egressAsker(), // approvals.go: the approvals service, or the test hook cfg.EgressAsker
 	})
 	d.addCloser("egress", d.Egress.Close)
 
@@ -407,6 +416,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.api.SetSnapshots(d.Manager)
 	d.archives = archives{s: stor, st: st, log: d.log.With("component", "archives")}
 	d.api.SetArchives(d.archives)
+	if err := d.startApprovals(ctx, exclusive); err != nil { // approvals.go
+		return nil, err
+	}
 	return d, nil
 }
 

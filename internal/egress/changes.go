@@ -73,7 +73,10 @@ func (m *Manager) holdPush(sandbox string, p intercept.HeldPush) error {
 	}
 	r := changeRecord(sandbox, p.Event, time.Now())
 	req := changes.HeldRequest{Method: p.Method, Path: p.Path, RawQuery: p.RawQuery, Header: p.Header}
-	_, err := m.changes.Hold(r, req, p.Body, p.Size)
+	held, err := m.changes.Hold(r, req, p.Body, p.Size)
+	if err == nil {
+		m.hooks.held(held)
+	}
 	return err
 }
 
@@ -136,6 +139,7 @@ func (m *Manager) DenyChange(id, cid, by, reason string) (changes.Record, error)
 		return changes.Record{}, err
 	}
 	m.auditChange(r)
+	m.hooks.decided(r)
 	return r, nil
 }
 
@@ -179,6 +183,7 @@ func (m *Manager) ApproveChange(ctx context.Context, id, cid, by, reason string)
 		return changes.Record{}, err
 	}
 	m.auditChange(r)
+	m.hooks.decided(r)
 	return r, nil
 }
 

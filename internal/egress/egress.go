@@ -121,6 +121,7 @@ type Manager struct {
 
 	gitMu   sync.Mutex     // creating quarantines
 	changes *changes.Store // change records of git pushes (nil without GitDir)
+	hooks   ChangeHooks    // told of held pushes and their decisions (changehooks.go)
 
 	hostMu    sync.Mutex
 	hostAddrs []netip.Addr

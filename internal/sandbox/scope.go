@@ -26,6 +26,9 @@ type Caller struct {
 	// Max are the API key's maxima of the limits its sandboxes may have (zero fields:
 	// only the daemon's and the host's apply).
 	Max Limits
+	// Approver: the API key may decide approvals (internal/approvals), except those it
+	// asked or of sandboxes it owns.
+	Approver bool
 }
 
 type callerKey struct{}

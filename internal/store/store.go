@@ -74,7 +74,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("opening state database: %w", err)
 	}
 	db.SetMaxOpenConns(4)
-	if _, err := db.Exec(schema + apiKeySchema + egressSchema); err != nil {
+	if _, err := db.Exec(schema + apiKeySchema + egressSchema + approvalSchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("creating schema: %w", err)
 	}
@@ -83,6 +83,10 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("migrating schema: %w", err)
 	}
 	if err := migrateNames(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("migrating schema: %w", err)
+	}
+	if err := migrateApprovals(db); err != nil { // approvals.go
 		db.Close()
 		return nil, fmt.Errorf("migrating schema: %w", err)
 	}
@@ -510,6 +514,9 @@ func (s *Store) Authenticate(ctx context.Context, key string) (sandbox.Caller, e
 	}
 	defer rows.Close()
 	c := sandbox.Caller{APIKey: id}
+	if c.Approver, err = isApprover(ctx, s.db, id); err != nil { // approvals.go
+		return sandbox.Caller{}, fmt.Errorf("reading the approver permission of API key %s: %w", id, err)
+	}
 	if err := json.Unmarshal([]byte(max), &c.Max); err != nil {
 		return sandbox.Caller{}, fmt.Errorf("reading the maxima of API key %s: %w", id, err)
 	}
