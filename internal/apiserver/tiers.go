@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -8,6 +9,7 @@ import (
 	"strings"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/tiers"
@@ -53,6 +55,25 @@ func (s *Server) applyTier(name string, opts *sandbox.CreateOptions) error {
 		return fmt.Errorf("tier %q: no such tier (have %s; moat tier ls): %w", name, strings.Join(set.Names(), ", "), errdefs.ErrInvalidArgument)
 	}
 	return tiers.Apply(t, opts)
+}
+
+// tierPolicy returns the new policy spec (nil: none) of sandbox id merged with the
+// sandbox's tier, if it has one (tiers.Policy): a tiered sandbox's policy stays within
+// its tier. Between the read and the change a sandbox's tier cannot change (it is fixed at
+// create).
+func (s *Server) tierPolicy(ctx context.Context, id string, spec *policy.Spec) (*policy.Spec, error) {
+	if spec == nil {
+		return nil, nil
+	}
+	sb, err := s.sandboxes.Get(ctx, id)
+	if err != nil || sb.Tier == "" {
+		return spec, err
+	}
+	t, err := s.tierSet().Get(sb.Tier)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s has tier %q, which the daemon no longer has (its --tiers file changed); its policy cannot be changed: %w", id, sb.Tier, errdefs.ErrConflict)
+	}
+	return tiers.Policy(t, *spec)
 }
 
 func (s *Server) listTiers(w http.ResponseWriter, r *http.Request) {

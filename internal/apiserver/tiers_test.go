@@ -89,3 +89,37 @@ func TestTierRoutes(t *testing.T) {
 		t.Errorf("a refused create reached the manager: %+v", fake.got[n:])
 	}
 }
+
+// TestE2BTierMetadata: E2B create metadata moat.tier selects a tier; its conflicts are
+// 400s in E2B's error shape and nothing is created.
+func TestE2BTierMetadata(t *testing.T) {
+	fake := &recordingSandboxes{}
+	tpl := &buildingTemplates{}
+	tpl.built.Store(true)
+	s := New(Deps{Sandboxes: fake, Templates: tpl, Log: slog.New(slog.DiscardHandler)})
+	api := httptest.NewServer(s.Handler(keys{"good": true}))
+	t.Cleanup(api.Close)
+	create := func(body string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, api.URL+"/v2/sandboxes", strings.NewReader(body))
+		req.Header.Set("X-API-KEY", "good")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	code, body := create(`{"templateID":"debian","metadata":{"moat.tier":"read"},"network":{"allowOut":["api.test"],"denyOut":["0.0.0.0/0"]}}`)
+	if code != 201 || len(fake.got) != 1 {
+		t.Fatalf("E2B create with moat.tier read: %d %s", code, body)
+	}
+	o := fake.got[0]
+	if o.Tier != "read" || o.GitPush != "none" || strings.Join(o.Policy.Phases["run"].HTTP, ";") != "api.test GET,HEAD" || o.Metadata["moat.tier"] != "read" {
+		t.Errorf("options of the E2B create: tier %q push %q policy %+v metadata %v", o.Tier, o.GitPush, o.Policy, o.Metadata)
+	}
+	code, body = create(`{"templateID":"debian","metadata":{"moat.tier":"read"},"allow_internet_access":true}`)
+	if code != 400 || !strings.Contains(body, `"code":400`) || !strings.Contains(body, "tier read: policy: this tier limits the network") || len(fake.got) != 1 {
+		t.Errorf("E2B create of tier read with internet access: %d %s", code, body)
+	}
+}

@@ -170,7 +170,18 @@ func TestTiers(t *testing.T) {
 		if r.code == 0 || w.log.contains("git push received") {
 			t.Errorf("push under read: %+v (server: %v)", r, w.log.all())
 		}
-		_, err := e.c.Create(ctx, v1.CreateSandboxRequest{Runtime: "runc", Tier: "read",
+		// Its policy stays within the tier: a new one is merged with it, a wider one refused.
+		if _, err := e.c.SetPolicy(ctx, sb.ID, v1.SetPolicyRequest{Policy: &v1.Policy{Phases: map[string]v1.PolicyRules{"run": {Net: "allow-all"}}}}); err == nil || !strings.Contains(err.Error(), "tier read: policy: this tier limits the network") {
+			t.Errorf("widening the read sandbox's policy: %v", err)
+		}
+		res, err := e.c.SetPolicy(ctx, sb.ID, v1.SetPolicyRequest{Policy: &v1.Policy{Phases: map[string]v1.PolicyRules{"run": {Allow: []string{api}}}}})
+		if err != nil || strings.Join(res.Sandbox.Policy.Phases["run"].HTTP, ";") != api+" GET,HEAD" {
+			t.Fatalf("a new policy of the read sandbox: %+v %v", res, err)
+		}
+		if got := w.curl(sb.ID, "-X POST -d x "+base+"/read/post2"); got != "403" || w.log.contains("/read/post2") {
+			t.Errorf("POST under read after a policy change: %s", got)
+		}
+		_, err = e.c.Create(ctx, v1.CreateSandboxRequest{Runtime: "runc", Tier: "read",
 			Credentials: []v1.Credential{{Secret: "API_TOKEN", Hosts: []string{api}, Methods: []string{"POST"}}}})
 		if err == nil || !strings.Contains(err.Error(), "tier read: credentials: API_TOKEN: this tier lets credentials into GET and HEAD requests only; POST can write") {
 			t.Errorf("create read with a POST binding: %v", err)

@@ -216,3 +216,32 @@ func appendNew(list []string, add ...string) []string {
 	}
 	return list
 }
+
+// Policy returns the egress policy a sandbox of tier t gets when its policy is replaced
+// by req (PUT …/policy, moat policy set): req's run phase is merged with the tier as at
+// create, and what it asks beyond the tier is refused; a setup phase in req is replaced by
+// the one the tier makes from the new run phase. The result names req's phase when the
+// result has it, else none (the sandbox keeps its current phase). Policy is pure.
+func Policy(t Tier, req policy.Spec) (*policy.Spec, error) {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("tier %s: %s: %s: %w", t.Name, field, fmt.Sprintf(format, args...), errdefs.ErrInvalidArgument)
+	}
+	in := policy.Spec{Phases: map[string]policy.Rules{}, Sets: req.Sets}
+	for name, r := range req.Phases {
+		if name != "setup" {
+			in.Phases[name] = r
+		}
+	}
+	if len(in.Phases) == 0 {
+		return nil, bad("policy.phases", "give the hosts in a phase named run")
+	}
+	spec, err := applyEgress(t, &in, bad)
+	if err != nil {
+		return nil, err
+	}
+	spec.Phase = ""
+	if _, ok := spec.Phases[req.Phase]; ok {
+		spec.Phase = req.Phase
+	}
+	return spec, nil
+}

@@ -256,3 +256,33 @@ func FuzzParseFile(f *testing.F) {
 		}
 	})
 }
+
+// TestPolicy: a tiered sandbox's new policy is merged with its tier like its first one;
+// asking beyond the tier is refused.
+func TestPolicy(t *testing.T) {
+	read := builtin(t, "read")
+	got, err := Policy(read, policy.Spec{Phases: map[string]policy.Rules{"run": {Allow: []string{"new.test"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &policy.Spec{Phases: map[string]policy.Rules{"run": {HTTP: []string{"new.test GET,HEAD"}}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("read: %+v, want %+v", got, want)
+	}
+	if _, err := Policy(read, policy.Spec{Phases: map[string]policy.Rules{"run": {Net: policy.NetAllowAll}}}); err == nil || !strings.Contains(err.Error(), "tier read: policy: this tier limits the network") {
+		t.Errorf("read, net allow-all: %v", err)
+	}
+	// edit: the policy as inspected (setup and run), run changed: setup is made again
+	// from the new run, and the phase named is kept.
+	edit := builtin(t, "edit")
+	got, err = Policy(edit, policy.Spec{Phase: "run", Phases: map[string]policy.Rules{
+		"run": {Allow: []string{"b.test"}}, "setup": {Allow: []string{"a.test", "registries", "evil.test"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = &policy.Spec{Phase: "run", Phases: map[string]policy.Rules{"run": {Allow: []string{"b.test"}}, "setup": {Allow: []string{"b.test", "registries"}}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("edit: %+v, want %+v", got, want)
+	}
+}
