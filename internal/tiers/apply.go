@@ -116,6 +116,12 @@ func applyEgress(t Tier, req *policy.Spec, bad func(field, format string, args .
 		if run.Net == policy.NetAllowAll {
 			return nil, bad("policy", "this tier limits requests to %s; net allow-all cannot be limited", strings.Join(ms, ","))
 		}
+		// A set the tier allows, extended by the request, would carry any method.
+		for _, name := range sortedKeys(sets) {
+			if slices.Contains(t.Egress.Allow, name) || t.Egress.Setup != nil && slices.Contains(t.Egress.Setup.Allow, name) {
+				return nil, bad("policy.sets", "%s: this tier limits requests to %s and allows the set itself; a request may not extend it", name, strings.Join(ms, ","))
+			}
+		}
 		var allow, http []string
 		for _, a := range run.Allow {
 			switch {

@@ -188,6 +188,12 @@ func TestSet(t *testing.T) {
 	if got := opts.Policy.Phases["run"].Allow; !reflect.DeepEqual(got, []string{"docs.test"}) {
 		t.Errorf("docs tier's run allow: %v", got)
 	}
+	// A methods-limited tier that allows a set: the request may not extend that set.
+	setTier := Tier{Name: "pkgs", Credentials: Credentials{Mode: CredNone}, Git: Git{Push: PushNone}, Egress: Egress{Methods: []string{"GET"}, Allow: []string{"registries"}}}
+	opts = sandbox.CreateOptions{Policy: &policy.Spec{Phase: "run", Phases: map[string]policy.Rules{"run": {}}, Sets: map[string][]string{"registries": {"evil.test *"}}}}
+	if err := Apply(setTier, &opts); err == nil || !strings.Contains(err.Error(), "policy.sets: registries: this tier limits requests to GET and allows the set itself") {
+		t.Errorf("extending the tier's set: %v", err)
+	}
 	if _, err := NewSet([]Tier{{Name: "x", Credentials: Credentials{Mode: CredNone}, Git: Git{Push: PushNone}}, {Name: "x", Credentials: Credentials{Mode: CredNone}, Git: Git{Push: PushNone}}}); err == nil || !strings.Contains(err.Error(), "defined twice") {
 		t.Errorf("a tier defined twice: %v", err)
 	}
