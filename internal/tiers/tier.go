@@ -164,6 +164,13 @@ func (t Tier) Validate() error {
 			return err
 		}
 	}
+	if t.Ask {
+		// The egress side of ask mode is built beside this (issue 15, part 2); until a
+		// sandbox can be made in ask mode, a tier asking for it is refused rather than
+		// silently made without it. At the merge: Apply sets the create option, and this
+		// check goes.
+		return bad("ask", "network ask mode is not available in this build yet")
+	}
 	switch t.Credentials.Mode {
 	case CredNone, CredReadOnly, CredAsBound:
 	default:

@@ -231,6 +231,7 @@ func TestParseFile(t *testing.T) {
 		{"tiers:\n - name: x\n   credentials: {mode: none}\n   git: {push: none}\n - name: x\n   credentials: {mode: none}\n   git: {push: none}\n", "defined twice"},
 		{"tiers: [{name: x, credentials: {mode: none}, git: {push: none}}]\n---\ntiers: []\n", "more than one YAML document"},
 		{"tiers: 3", "cannot unmarshal"},
+		{"tiers:\n - name: x\n   credentials: {mode: none}\n   git: {push: none}\n   ask: true\n", "ask: network ask mode is not available in this build yet"},
 	}
 	for _, c := range bad {
 		_, err := ParseFile([]byte(c.file))
