@@ -68,6 +68,20 @@ func TestCLITiers(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &sb); err != nil || sb.Tier != "read" || sb.GitPush != "none" || strings.Join(sb.Policy.Phases["run"].HTTP, ";") != "docs.example.com GET,HEAD" {
 		t.Errorf("inspect of a read sandbox: %s", stdout)
 	}
+	// run --tier edit: the setup command runs in the tier's setup phase, the main one in
+	// run; without --setup, the main command runs in run.
+	stdout, e, code = c.run("", "run", "--memory", "256M", "--disk", "128M", "--tier", "edit", "--setup", "echo setup-ran", "--", "echo main-ran")
+	if code != 0 || !strings.Contains(stdout, "setup-ran") || !strings.Contains(stdout, "main-ran") || !strings.Contains(e, "moat: run phase:") {
+		t.Errorf("run --tier edit --setup: %d %q %s", code, stdout, e)
+	}
+	stdout, e, code = c.run("", "create", "--memory", "256M", "--disk", "128M", "--tier", "edit")
+	edit := strings.TrimSpace(stdout)
+	if code != 0 {
+		t.Fatalf("create --tier edit: %s", e)
+	}
+	if out, _, _ := c.run("", "policy", "show", edit); !strings.Contains(out, "setup") {
+		t.Errorf("policy show of an edit sandbox: %s", out)
+	}
 	for _, c2 := range []struct {
 		args []string
 		want string
