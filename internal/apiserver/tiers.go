@@ -52,6 +52,9 @@ func (s *Server) applyTier(name string, opts *sandbox.CreateOptions) error {
 	t, err := set.Get(name)
 	if err != nil {
 		// An unknown tier is a bad request, not a missing resource.
+		if len(name) > 80 {
+			name = name[:80] + "..."
+		}
 		return fmt.Errorf("tier %q: no such tier (have %s; moat tier ls): %w", name, strings.Join(set.Names(), ", "), errdefs.ErrInvalidArgument)
 	}
 	return tiers.Apply(t, opts)
