@@ -96,12 +96,16 @@ func newTierWorld(t *testing.T) *tierWorld {
 	return w
 }
 
-// create makes a runc sandbox of tier with the given run-phase rules and bindings, and
+// create makes a sandbox of runtime rt and tier with the given run-phase rules and bindings, and
 // dumps its egress log if t fails.
-func (w *tierWorld) create(t *testing.T, tier string, rules v1.PolicyRules, sets map[string][]string, creds ...v1.Credential) *v1.Sandbox {
+func (w *tierWorld) create(t *testing.T, rt, tier string, rules v1.PolicyRules, sets map[string][]string, creds ...v1.Credential) *v1.Sandbox {
 	t.Helper()
-	sb := w.e.create(v1.CreateSandboxRequest{Runtime: "runc", Tier: tier, Credentials: creds,
+	sb, err := w.e.c.Create(context.Background(), v1.CreateSandboxRequest{Runtime: rt, Tier: tier, Credentials: creds,
+		MemoryBytes: 512 << 20, DiskBytes: 256 << 20,
 		Policy: &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": rules}, Sets: sets}})
+	if err != nil {
+		t.Fatalf("create %s sandbox of tier %s: %v", rt, tier, err)
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			w.e.d.Egress.Flush()
@@ -113,6 +117,17 @@ func (w *tierWorld) create(t *testing.T, tier string, rules v1.PolicyRules, sets
 		}
 	})
 	return sb
+}
+
+// pushes counts the pushes the git server has received.
+func (w *tierWorld) pushes() int {
+	n := 0
+	for _, l := range w.log.all() {
+		if strings.Contains(l, "git push received") {
+			n++
+		}
+	}
+	return n
 }
 
 func (w *tierWorld) gitCred() v1.Credential {
@@ -134,7 +149,8 @@ func (w *tierWorld) curl(id, args string) string {
 	return strings.TrimSpace(w.e.mustSh(id, `curl -k -s --max-time 10 -o /dev/null -w '%{http_code}' `+args+`; true`))
 }
 
-// TestTiers: each built-in tier (and an operator's) tried, through a real daemon and runc,
+// TestTiers: each built-in tier (and an operator's) tried, through a real daemon on runc and
+// runsc,
 // with one thing it allows and one it forbids, asserted at the receiving server:
 //   - read: GET passes, POST is refused (the server never sees it), a push is refused;
 //     a create with a binding that can POST is refused;
@@ -153,181 +169,186 @@ func TestTiers(t *testing.T) {
 	base := fmt.Sprintf("https://api.test:%d", w.port)
 	api := fmt.Sprintf("api.test:%d", w.port)
 
-	e.run("read", func(t *testing.T, e *env) {
-		sb := w.create(t, "read", v1.PolicyRules{Allow: []string{api, w.gitBinding}}, nil, w.gitCred())
-		if sb.Tier != "read" || sb.GitPush != "none" || strings.Join(sb.Credentials[0].Methods, ",") != "GET,HEAD" {
-			t.Errorf("the read sandbox as inspected: tier %q push %q credential %+v", sb.Tier, sb.GitPush, sb.Credentials)
-		}
-		if got := w.curl(sb.ID, base+"/read/get"); got != "200" || !w.log.contains("GET /read/get") {
-			t.Errorf("GET under read: %s", got)
-		}
-		if got := w.curl(sb.ID, "-X POST -d x "+base+"/read/post"); got != "403" || w.log.contains("/read/post") {
-			t.Errorf("POST under read: %s (the server saw it: %v)", got, w.log.contains("/read/post"))
-		}
-		// A push from a repository made in the sandbox: refused, the server never gets it.
-		r := e.sh(sb.ID, "", fmt.Sprintf(`set -e; git config --global user.email a@example.test; git config --global user.name a
-		git init -q -b main /tmp/r; cd /tmp/r; echo x > f; git add f; git commit -qm x
-		git push "https://x-access-token:$GIT_TOKEN@git.test:%d/git/repo.git" HEAD:refs/heads/agent/%s/x`, w.port, sb.ID))
-		if r.code == 0 || w.log.contains("git push received") {
-			t.Errorf("push under read: %+v (server: %v)", r, w.log.all())
-		}
-		// Its policy stays within the tier: a new one is merged with it, a wider one refused.
-		if _, err := e.c.SetPolicy(ctx, sb.ID, v1.SetPolicyRequest{Policy: &v1.Policy{Phases: map[string]v1.PolicyRules{"run": {Net: "allow-all"}}}}); err == nil || !strings.Contains(err.Error(), "tier read: policy: this tier limits the network") {
-			t.Errorf("widening the read sandbox's policy: %v", err)
-		}
-		res, err := e.c.SetPolicy(ctx, sb.ID, v1.SetPolicyRequest{Policy: &v1.Policy{Phases: map[string]v1.PolicyRules{"run": {Allow: []string{api}}}}})
-		if err != nil || strings.Join(res.Sandbox.Policy.Phases["run"].HTTP, ";") != api+" GET,HEAD" {
-			t.Fatalf("a new policy of the read sandbox: %+v %v", res, err)
-		}
-		if got := w.curl(sb.ID, "-X POST -d x "+base+"/read/post2"); got != "403" || w.log.contains("/read/post2") {
-			t.Errorf("POST under read after a policy change: %s", got)
-		}
-		_, err = e.c.Create(ctx, v1.CreateSandboxRequest{Runtime: "runc", Tier: "read",
-			Credentials: []v1.Credential{{Secret: "API_TOKEN", Hosts: []string{api}, Methods: []string{"POST"}}}})
-		if err == nil || !strings.Contains(err.Error(), "tier read: credentials: API_TOKEN: this tier lets credentials into GET and HEAD requests only; POST can write") {
-			t.Errorf("create read with a POST binding: %v", err)
-		}
-	})
+	for _, rt := range runtimesUnderTest(t) {
+		e.run(rt, func(t *testing.T, e *env) {
+			e.run("read", func(t *testing.T, e *env) {
+				sb := w.create(t, rt, "read", v1.PolicyRules{Allow: []string{api, w.gitBinding}}, nil, w.gitCred())
+				if sb.Tier != "read" || sb.GitPush != "none" || strings.Join(sb.Credentials[0].Methods, ",") != "GET,HEAD" {
+					t.Errorf("the read sandbox as inspected: tier %q push %q credential %+v", sb.Tier, sb.GitPush, sb.Credentials)
+				}
+				if got := w.curl(sb.ID, base+"/read/get-"+rt); got != "200" || !w.log.contains("GET /read/get-"+rt) {
+					t.Errorf("GET under read: %s", got)
+				}
+				if got := w.curl(sb.ID, "-X POST -d x "+base+"/read/post-"+rt); got != "403" || w.log.contains("/read/post-"+rt) {
+					t.Errorf("POST under read: %s (the server saw it: %v)", got, w.log.contains("/read/post-"+rt))
+				}
+				// A push from a repository made in the sandbox: refused, the server never gets it.
+				pushes := w.pushes()
+				r := e.sh(sb.ID, "", fmt.Sprintf(`set -e; git config --global user.email a@example.test; git config --global user.name a
+				git init -q -b main /tmp/r; cd /tmp/r; echo x > f; git add f; git commit -qm x
+				git push "https://x-access-token:$GIT_TOKEN@git.test:%d/git/repo.git" HEAD:refs/heads/agent/%s/x`, w.port, sb.ID))
+				if r.code == 0 || w.pushes() != pushes {
+					t.Errorf("push under read: %+v (server: %v)", r, w.log.all())
+				}
+				// Its policy stays within the tier: a new one is merged with it, a wider one refused.
+				if _, err := e.c.SetPolicy(ctx, sb.ID, v1.SetPolicyRequest{Policy: &v1.Policy{Phases: map[string]v1.PolicyRules{"run": {Net: "allow-all"}}}}); err == nil || !strings.Contains(err.Error(), "tier read: policy: this tier limits the network") {
+					t.Errorf("widening the read sandbox's policy: %v", err)
+				}
+				res, err := e.c.SetPolicy(ctx, sb.ID, v1.SetPolicyRequest{Policy: &v1.Policy{Phases: map[string]v1.PolicyRules{"run": {Allow: []string{api}}}}})
+				if err != nil || strings.Join(res.Sandbox.Policy.Phases["run"].HTTP, ";") != api+" GET,HEAD" {
+					t.Fatalf("a new policy of the read sandbox: %+v %v", res, err)
+				}
+				if got := w.curl(sb.ID, "-X POST -d x "+base+"/read/again-"+rt); got != "403" || w.log.contains("/read/again-"+rt) {
+					t.Errorf("POST under read after a policy change: %s", got)
+				}
+				_, err = e.c.Create(ctx, v1.CreateSandboxRequest{Runtime: "runc", Tier: "read",
+					Credentials: []v1.Credential{{Secret: "API_TOKEN", Hosts: []string{api}, Methods: []string{"POST"}}}})
+				if err == nil || !strings.Contains(err.Error(), "tier read: credentials: API_TOKEN: this tier lets credentials into GET and HEAD requests only; POST can write") {
+					t.Errorf("create read with a POST binding: %v", err)
+				}
+			})
 
-	e.run("edit", func(t *testing.T, e *env) {
-		registry := fmt.Sprintf("registry.test:%d", w.port)
-		sb := w.create(t, "edit", v1.PolicyRules{Allow: []string{w.gitBinding}},
-			map[string][]string{"registries": {registry + " GET,HEAD"}}, w.gitCred())
-		if sb.Policy.Phase != "setup" {
-			t.Errorf("an edit sandbox starts in %q, want setup", sb.Policy.Phase)
-		}
-		if got := w.curl(sb.ID, fmt.Sprintf("https://%s/pkg/setup", registry)); got != "200" || !w.log.contains("registry.test:") || !w.log.contains("GET /pkg/setup") {
-			t.Errorf("registry in setup: %s", got)
-		}
-		w.clone(t, sb.ID)
-		if _, err := e.c.SetPolicy(ctx, sb.ID, v1.SetPolicyRequest{Phase: "run"}); err != nil {
-			t.Fatal(err)
-		}
-		if got := w.curl(sb.ID, fmt.Sprintf("https://%s/pkg/run", registry)); got == "200" || w.log.contains("/pkg/run") {
-			t.Errorf("registry in run: %s (the server saw it: %v)", got, w.log.contains("/pkg/run"))
-		}
-		prefix := "refs/heads/agent/" + sb.ID + "/"
-		if r := e.sh(sb.ID, "", `cd /tmp/repo && git push origin HEAD:`+prefix+`work`); r.code != 0 {
-			t.Fatalf("push to the agent branch: %+v", r)
-		}
-		refs := serverRefs(t, w.bare)
-		if refs[prefix+"work"] == "" {
-			t.Fatalf("server refs after the agent push: %v", refs)
-		}
-		for _, line := range []string{
-			`git push origin HEAD:main`,
-			`mkdir -p .github/workflows && echo 'on: push' > .github/workflows/ci.yml && git add . && git commit -qm ci && git push origin HEAD:` + prefix + `work`,
-		} {
-			r := e.sh(sb.ID, "", "cd /tmp/repo && "+line)
-			if r.code == 0 || !strings.Contains(r.stderr, "remote: moat: ") || strings.Contains(r.stderr, "held for approval") {
-				t.Errorf("%s: %+v", line, r)
-			}
-			if got := serverRefs(t, w.bare); !maps.Equal(got, refs) {
-				t.Errorf("%s changed the server's refs: %v", line, got)
-			}
-		}
-	})
+			e.run("edit", func(t *testing.T, e *env) {
+				registry := fmt.Sprintf("registry.test:%d", w.port)
+				sb := w.create(t, rt, "edit", v1.PolicyRules{Allow: []string{w.gitBinding}},
+					map[string][]string{"registries": {registry + " GET,HEAD"}}, w.gitCred())
+				if sb.Policy.Phase != "setup" {
+					t.Errorf("an edit sandbox starts in %q, want setup", sb.Policy.Phase)
+				}
+				if got := w.curl(sb.ID, fmt.Sprintf("https://%s/pkg/setup-%s", registry, rt)); got != "200" || !w.log.contains("registry.test:") || !w.log.contains("GET /pkg/setup-"+rt) {
+					t.Errorf("registry in setup: %s", got)
+				}
+				w.clone(t, sb.ID)
+				if _, err := e.c.SetPolicy(ctx, sb.ID, v1.SetPolicyRequest{Phase: "run"}); err != nil {
+					t.Fatal(err)
+				}
+				if got := w.curl(sb.ID, fmt.Sprintf("https://%s/pkg/run-%s", registry, rt)); got == "200" || w.log.contains("/pkg/run-"+rt) {
+					t.Errorf("registry in run: %s (the server saw it: %v)", got, w.log.contains("/pkg/run-"+rt))
+				}
+				prefix := "refs/heads/agent/" + sb.ID + "/"
+				if r := e.sh(sb.ID, "", `cd /tmp/repo && git push origin HEAD:`+prefix+`work`); r.code != 0 {
+					t.Fatalf("push to the agent branch: %+v", r)
+				}
+				refs := serverRefs(t, w.bare)
+				if refs[prefix+"work"] == "" {
+					t.Fatalf("server refs after the agent push: %v", refs)
+				}
+				for _, line := range []string{
+					`git push origin HEAD:main`,
+					`mkdir -p .github/workflows && echo 'on: push' > .github/workflows/ci.yml && git add . && git commit -qm ci && git push origin HEAD:` + prefix + `work`,
+				} {
+					r := e.sh(sb.ID, "", "cd /tmp/repo && "+line)
+					if r.code == 0 || !strings.Contains(r.stderr, "remote: moat: ") || strings.Contains(r.stderr, "held for approval") {
+						t.Errorf("%s: %+v", line, r)
+					}
+					if got := serverRefs(t, w.bare); !maps.Equal(got, refs) {
+						t.Errorf("%s changed the server's refs: %v", line, got)
+					}
+				}
+			})
 
-	e.run("integrate", func(t *testing.T, e *env) {
-		sb := w.create(t, "integrate", v1.PolicyRules{Allow: []string{w.gitBinding}, HTTP: []string{api + " POST /write/"}}, nil, w.gitCred())
-		if sb.GitProtected != "hold" {
-			t.Errorf("integrate git_protected %q", sb.GitProtected)
-		}
-		if got := w.curl(sb.ID, "-X POST -d x "+base+"/write/one"); got != "200" || !w.log.contains("POST /write/one") {
-			t.Errorf("the chosen write API: %s", got)
-		}
-		if got := w.curl(sb.ID, "-X POST -d x "+base+"/other"); got != "403" || w.log.contains("POST /other") {
-			t.Errorf("a write outside the chosen API: %s", got)
-		}
-		w.clone(t, sb.ID)
-		refs := serverRefs(t, w.bare)
-		prefix := "refs/heads/agent/" + sb.ID + "/"
-		r := e.sh(sb.ID, "", `cd /tmp/repo && mkdir -p .github/workflows && echo 'on: push' > .github/workflows/ci.yml && git add . && git commit -qm ci && git push origin HEAD:`+prefix+`work`)
-		if r.code == 0 || heldRE.FindStringSubmatch(r.stderr) == nil {
-			t.Errorf("a protected-path push under integrate is not held: %+v", r)
-		}
-		if got := serverRefs(t, w.bare); !maps.Equal(got, refs) {
-			t.Errorf("a held push changed the server's refs: %v", got)
-		}
-	})
+			e.run("integrate", func(t *testing.T, e *env) {
+				sb := w.create(t, rt, "integrate", v1.PolicyRules{Allow: []string{w.gitBinding}, HTTP: []string{api + " POST /write/"}}, nil, w.gitCred())
+				if sb.GitProtected != "hold" {
+					t.Errorf("integrate git_protected %q", sb.GitProtected)
+				}
+				if got := w.curl(sb.ID, "-X POST -d x "+base+"/write/one-"+rt); got != "200" || !w.log.contains("POST /write/one-"+rt) {
+					t.Errorf("the chosen write API: %s", got)
+				}
+				if got := w.curl(sb.ID, "-X POST -d x "+base+"/other-"+rt); got != "403" || w.log.contains("POST /other-"+rt) {
+					t.Errorf("a write outside the chosen API: %s", got)
+				}
+				w.clone(t, sb.ID)
+				refs := serverRefs(t, w.bare)
+				prefix := "refs/heads/agent/" + sb.ID + "/"
+				r := e.sh(sb.ID, "", `cd /tmp/repo && mkdir -p .github/workflows && echo 'on: push' > .github/workflows/ci.yml && git add . && git commit -qm ci && git push origin HEAD:`+prefix+`work`)
+				if r.code == 0 || heldRE.FindStringSubmatch(r.stderr) == nil {
+					t.Errorf("a protected-path push under integrate is not held: %+v", r)
+				}
+				if got := serverRefs(t, w.bare); !maps.Equal(got, refs) {
+					t.Errorf("a held push changed the server's refs: %v", got)
+				}
+			})
 
-	e.run("operate", func(t *testing.T, e *env) {
-		sb := w.create(t, "operate", v1.PolicyRules{Allow: []string{api}}, nil, v1.Credential{Secret: "API_TOKEN", Hosts: []string{api}})
-		if len(sb.Credentials) != 1 || !sb.Credentials[0].Approve {
-			t.Fatalf("operate credential: %+v", sb.Credentials)
-		}
-		if _, err := e.c.SetPolicy(ctx, sb.ID, v1.SetPolicyRequest{Phase: "run"}); err != nil {
-			t.Fatal(err)
-		}
-		// held runs a request with the placeholder in the background, checks it is held
-		// (asked about, not at the server) and answers.
-		held := func(t *testing.T, path string, approve bool) string {
-			t.Helper()
-			var mu sync.Mutex
-			var status string
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				r := e.sh(sb.ID, "", `curl -s --max-time 60 -o /dev/null -w '%{http_code}' -X POST -d x -H "Authorization: Bearer $API_TOKEN" `+base+path)
-				mu.Lock()
-				status = strings.TrimSpace(r.stdout)
-				mu.Unlock()
-			}()
-			var q egress.Question
-			select {
-			case q = <-w.asker.asked:
-			case <-done:
-				t.Fatalf("%s was not held: status %s", path, status)
-			case <-time.After(30 * time.Second):
-				t.Fatalf("%s: no question within 30 s", path)
-			}
-			if q.Kind != egress.AskCredential || q.Sandbox != sb.ID || q.Secret != "API_TOKEN" || q.Method != "POST" || q.Path != path || q.Name != "api.test" {
-				t.Errorf("question %+v", q)
-			}
-			if strings.Contains(fmt.Sprintf("%+v", q), w.apiSecret) {
-				t.Errorf("the question carries the value: %+v", q)
-			}
-			if w.log.contains(path) {
-				t.Errorf("%s reached the server before the decision", path)
-			}
-			w.asker.answers <- egress.Answer{ApprovalID: "ap-test", Approved: approve, Scope: egress.ScopeOnce, By: "tester", Reason: "test"}
-			<-done
-			mu.Lock()
-			defer mu.Unlock()
-			return status
-		}
-		if got := held(t, "/deploy/approved", true); got != "200" || !w.log.contains("POST /deploy/approved auth=Bearer "+w.apiSecret) {
-			t.Errorf("approved: status %s, server %v", got, w.log.all())
-		}
-		if got := held(t, "/deploy/denied", false); got != "403" || w.log.contains("/deploy/denied") {
-			t.Errorf("denied: status %s, the server saw it: %v", got, w.log.contains("/deploy/denied"))
-		}
-		if _, ok := e.egressEntry(sb.ID, func(x v1.EgressEntry) bool {
-			return x.Rule == "approval" && !x.Allowed && strings.Contains(x.Reason, "POST /deploy/denied: credential API_TOKEN: denied (test) by tester")
-		}); !ok {
-			t.Error("no egress entry for the denied use")
-		}
-	})
+			e.run("operate", func(t *testing.T, e *env) {
+				sb := w.create(t, rt, "operate", v1.PolicyRules{Allow: []string{api}}, nil, v1.Credential{Secret: "API_TOKEN", Hosts: []string{api}})
+				if len(sb.Credentials) != 1 || !sb.Credentials[0].Approve {
+					t.Fatalf("operate credential: %+v", sb.Credentials)
+				}
+				if _, err := e.c.SetPolicy(ctx, sb.ID, v1.SetPolicyRequest{Phase: "run"}); err != nil {
+					t.Fatal(err)
+				}
+				// held runs a request with the placeholder in the background, checks it is held
+				// (asked about, not at the server) and answers.
+				held := func(t *testing.T, path string, approve bool) string {
+					t.Helper()
+					var mu sync.Mutex
+					var status string
+					done := make(chan struct{})
+					go func() {
+						defer close(done)
+						r := e.sh(sb.ID, "", `curl -s --max-time 60 -o /dev/null -w '%{http_code}' -X POST -d x -H "Authorization: Bearer $API_TOKEN" `+base+path)
+						mu.Lock()
+						status = strings.TrimSpace(r.stdout)
+						mu.Unlock()
+					}()
+					var q egress.Question
+					select {
+					case q = <-w.asker.asked:
+					case <-done:
+						t.Fatalf("%s was not held: status %s", path, status)
+					case <-time.After(30 * time.Second):
+						t.Fatalf("%s: no question within 30 s", path)
+					}
+					if q.Kind != egress.AskCredential || q.Sandbox != sb.ID || q.Secret != "API_TOKEN" || q.Method != "POST" || q.Path != path || q.Name != "api.test" {
+						t.Errorf("question %+v", q)
+					}
+					if strings.Contains(fmt.Sprintf("%+v", q), w.apiSecret) {
+						t.Errorf("the question carries the value: %+v", q)
+					}
+					if w.log.contains(path) {
+						t.Errorf("%s reached the server before the decision", path)
+					}
+					w.asker.answers <- egress.Answer{ApprovalID: "ap-test", Approved: approve, Scope: egress.ScopeOnce, By: "tester", Reason: "test"}
+					<-done
+					mu.Lock()
+					defer mu.Unlock()
+					return status
+				}
+				if got := held(t, "/deploy/approved-"+rt, true); got != "200" || !w.log.contains("POST /deploy/approved-"+rt+" auth=Bearer "+w.apiSecret) {
+					t.Errorf("approved: status %s, server %v", got, w.log.all())
+				}
+				if got := held(t, "/deploy/denied-"+rt, false); got != "403" || w.log.contains("/deploy/denied-"+rt) {
+					t.Errorf("denied: status %s, the server saw it: %v", got, w.log.contains("/deploy/denied-"+rt))
+				}
+				if _, ok := e.egressEntry(sb.ID, func(x v1.EgressEntry) bool {
+					return x.Rule == "approval" && !x.Allowed && strings.Contains(x.Reason, "POST /deploy/denied-"+rt+": credential API_TOKEN: denied (test) by tester")
+				}); !ok {
+					t.Error("no egress entry for the denied use")
+				}
+			})
 
-	e.run("review (operator tier, no push)", func(t *testing.T, e *env) {
-		tier, err := e.c.Tier(ctx, "review")
-		if err != nil || tier.Builtin || tier.Git.Push != "none" {
-			t.Fatalf("GET /v1/tiers/review: %+v %v", tier, err)
-		}
-		sb := w.create(t, "review", v1.PolicyRules{Allow: []string{w.gitBinding}}, nil, w.gitCred())
-		w.clone(t, sb.ID)
-		before := serverRefs(t, w.bare)
-		r := e.sh(sb.ID, "", `cd /tmp/repo && git push origin HEAD:refs/heads/agent/`+sb.ID+`/work`)
-		if r.code == 0 || !strings.Contains(r.stderr, "this sandbox may not push at all (its tier allows no push)") {
-			t.Errorf("push under review: %+v", r)
-		}
-		if got := serverRefs(t, w.bare); !maps.Equal(got, before) {
-			t.Errorf("the refused push changed the server's refs: %v", got)
-		}
-		if _, ok := e.egressEntry(sb.ID, func(x v1.EgressEntry) bool { return x.Proto == "git" && !x.Allowed && x.Rule == "no-push" }); !ok {
-			t.Error("no egress entry with rule no-push")
-		}
-	})
+			e.run("review (operator tier, no push)", func(t *testing.T, e *env) {
+				tier, err := e.c.Tier(ctx, "review")
+				if err != nil || tier.Builtin || tier.Git.Push != "none" {
+					t.Fatalf("GET /v1/tiers/review: %+v %v", tier, err)
+				}
+				sb := w.create(t, rt, "review", v1.PolicyRules{Allow: []string{w.gitBinding}}, nil, w.gitCred())
+				w.clone(t, sb.ID)
+				before := serverRefs(t, w.bare)
+				r := e.sh(sb.ID, "", `cd /tmp/repo && git push origin HEAD:refs/heads/agent/`+sb.ID+`/work`)
+				if r.code == 0 || !strings.Contains(r.stderr, "this sandbox may not push at all (its tier allows no push)") {
+					t.Errorf("push under review: %+v", r)
+				}
+				if got := serverRefs(t, w.bare); !maps.Equal(got, before) {
+					t.Errorf("the refused push changed the server's refs: %v", got)
+				}
+				if _, ok := e.egressEntry(sb.ID, func(x v1.EgressEntry) bool { return x.Proto == "git" && !x.Allowed && x.Rule == "no-push" }); !ok {
+					t.Error("no egress entry with rule no-push")
+				}
+			})
+		})
+	}
 
 	var unknown error
 	_, unknown = e.c.Create(ctx, v1.CreateSandboxRequest{Runtime: "runc", Tier: "nope"})
