@@ -53,6 +53,7 @@ type tierWorld struct {
 	gitSecret  string
 	apiSecret  string
 	gitBinding string
+	configure  func(*daemon.Config)
 }
 
 func newTierWorld(t *testing.T) *tierWorld {
@@ -77,7 +78,7 @@ func newTierWorld(t *testing.T) *tierWorld {
 	w.port = tlsServe(t, up, mux)
 	w.gitBinding = fmt.Sprintf("git.test:%d", w.port)
 	caFile := upstreamCAFile(t, up)
-	w.e = newEnvWith(t, func(c *daemon.Config) {
+	w.configure = func(c *daemon.Config) {
 		in.configure(c)
 		for _, n := range []string{"api.test", "registry.test", "git.test"} {
 			c.EgressHosts[n] = []netip.Addr{netip.MustParseAddr("127.0.0.4")}
@@ -85,7 +86,8 @@ func newTierWorld(t *testing.T) *tierWorld {
 		c.EgressCA = caFile
 		c.Tiers = []tiers.Tier{{Name: "review", Description: "push nothing", Credentials: tiers.Credentials{Mode: tiers.CredAsBound}, Git: tiers.Git{Push: tiers.PushNone}}}
 		c.CredentialAsker = w.asker
-	})
+	}
+	w.e = newEnvWith(t, w.configure)
 	ctx := context.Background()
 	if err := w.e.c.SetSecret(ctx, "GIT_TOKEN", w.gitSecret, &v1.SecretScope{Hosts: []string{w.gitBinding}}); err != nil {
 		t.Fatal(err)
@@ -354,5 +356,48 @@ func TestTiers(t *testing.T) {
 	_, unknown = e.c.Create(ctx, v1.CreateSandboxRequest{Runtime: "runc", Tier: "nope"})
 	if unknown == nil || !strings.Contains(unknown.Error(), `no such tier (have read, edit, integrate, operate, review`) || errors.Is(unknown, context.Canceled) {
 		t.Errorf("create with an unknown tier: %v", unknown)
+	}
+}
+
+// TestTiersRestart: a sandbox's tier and what it set survive a daemon restart and a stop
+// and start of the sandbox (the boundary is attached again from the record): the record
+// still names the tier, a push is still refused with rule no-push and the server's refs are
+// unchanged, and a read sandbox's POST is still refused unseen.
+func TestTiersRestart(t *testing.T) {
+	w := newTierWorld(t)
+	e := w.e
+	ctx := context.Background()
+	api := fmt.Sprintf("api.test:%d", w.port)
+	review := w.create(t, "runc", "review", v1.PolicyRules{Allow: []string{w.gitBinding}}, nil, w.gitCred())
+	read := w.create(t, "runc", "read", v1.PolicyRules{Allow: []string{api}}, nil)
+	w.clone(t, review.ID)
+	refs := serverRefs(t, w.bare)
+
+	e.stop()
+	e.start(filepath.Join(testutil.Binaries(t), "moat-init"), w.configure)
+	if _, err := e.c.Stop(ctx, read.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Start(ctx, read.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{review.ID, read.ID} {
+		sb, err := e.c.Get(ctx, id)
+		if err != nil || sb.Tier == "" || sb.Tier == "review" && sb.GitPush != "none" {
+			t.Fatalf("after the restart: %+v %v", sb, err)
+		}
+	}
+	r := e.sh(review.ID, "", `cd /tmp/repo && git push origin HEAD:refs/heads/agent/`+review.ID+`/work`)
+	if r.code == 0 || !strings.Contains(r.stderr, "this sandbox may not push at all") {
+		t.Errorf("push after the restart: %+v", r)
+	}
+	if got := serverRefs(t, w.bare); !maps.Equal(got, refs) {
+		t.Errorf("server refs changed: %v", got)
+	}
+	if got := w.curl(read.ID, fmt.Sprintf("-X POST -d x https://%s/restart/post", api)); got != "403" || w.log.contains("/restart/post") {
+		t.Errorf("POST from the read sandbox after a restart and a stop/start: %s", got)
+	}
+	if got := w.curl(read.ID, fmt.Sprintf("https://%s/restart/get", api)); got != "200" || !w.log.contains("GET /restart/get") {
+		t.Errorf("GET from the read sandbox after a restart and a stop/start: %s", got)
 	}
 }
