@@ -207,6 +207,9 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 				// kept sandbox when its time is up.
 				return fmt.Errorf("--keep with --timeout needs a running daemon to stop the sandbox when its time is up; %s", startHint)
 			}
+			if err := checkTierSetup(ctx, c, req.Tier, setup != ""); err != nil {
+				return err
+			}
 			sb, err := c.Create(ctx, req)
 			if err != nil {
 				return err

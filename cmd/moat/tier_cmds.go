@@ -53,6 +53,22 @@ func leaveTierSetup(ctx context.Context, c *sdk.Client, sb *v1.Sandbox, setup bo
 	return nil
 }
 
+// checkTierSetup refuses `moat run --setup` with a tier that has no setup phase, whose
+// setup command would run with the main command's network.
+func checkTierSetup(ctx context.Context, c *sdk.Client, tier string, setup bool) error {
+	if tier == "" || !setup {
+		return nil
+	}
+	t, err := c.Tier(ctx, tier)
+	if err != nil {
+		return fmt.Errorf("--tier: %w", err)
+	}
+	if t.Egress.Setup == nil {
+		return fmt.Errorf("--setup: tier %s has no setup phase (its network is the same before and after); run the setup as part of the command", t.Name)
+	}
+	return nil
+}
+
 func (a *app) tierCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tier",

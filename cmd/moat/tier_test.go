@@ -89,6 +89,7 @@ func TestCLITiers(t *testing.T) {
 		{[]string{"create", "--tier", "edit", "--git-hold"}, "tier edit: git_protected: this tier refuses pushes that touch protected paths"},
 		{[]string{"create", "--tier", "read", "--net", "allow-all"}, "tier read: policy: this tier limits the network"},
 		{[]string{"create", "--tier", "nope"}, `tier "nope": no such tier`},
+		{[]string{"run", "--tier", "read", "--setup", "true", "--", "true"}, "--setup: tier read has no setup phase"},
 	} {
 		if _, e, code := c.run("", c2.args...); code == 0 || !strings.Contains(e, c2.want) {
 			t.Errorf("moat %v: %d %s; want %q", c2.args, code, e, c2.want)
