@@ -51,6 +51,10 @@ type CreateSandboxRequest struct {
 	// the longest hold (0: the daemon's default, 120). See docs/api.md, "Ask mode".
 	Ask            bool  `json:"ask,omitempty"`
 	AskWaitSeconds int64 `json:"ask_wait_seconds,omitempty"`
+	// Tier is a consequence tier (GET /v1/tiers): it sets the policy's phases and
+	// methods, the credentials' limits and approvals and the git gate together, and
+	// refuses what the request asks beyond it (tiers.go).
+	Tier string `json:"tier,omitempty"`
 }
 
 // Credential binds a stored secret (moat secret set) to hosts. Without Header the sandbox
@@ -76,6 +80,9 @@ type Credential struct {
 	// Basic credentials with PH as user or password. The placeholder anywhere else (other
 	// headers, the query string, the path, the body) reaches the host unchanged.
 	PlaceholderHeader string `json:"placeholder_header,omitempty"`
+	// Approve: each request the value would be injected into waits for a person's
+	// approval; denied or unanswered it gets 403 and is not sent (the operate tier sets it).
+	Approve bool `json:"approve,omitempty"`
 }
 
 // GitHubScope limits the GitHub App installation tokens of one sandbox.
@@ -114,6 +121,10 @@ type Sandbox struct {
 	AgentBranchPrefix string `json:"agent_branch_prefix"`
 	// GitProtected is "refuse" or "hold" (see CreateSandboxRequest).
 	GitProtected string `json:"git_protected"`
+	// Tier is the consequence tier it was made with ("": none); GitPush is "none" when
+	// the git gate refuses every push (the read tier), else "agent-branch".
+	Tier    string `json:"tier,omitempty"`
+	GitPush string `json:"git_push"`
 	// OOMKills counts the sandbox's processes the kernel's OOM killer ended (its memory
 	// limit was reached), over all its runs; LastOOMAt is when the latest was seen.
 	OOMKills  uint64     `json:"oom_kills,omitempty"`

@@ -21,7 +21,7 @@ var testDaemonFlags = []string{"--default-disk", "1G"}
 // value.
 func daemonOnly(flag string) bool {
 	switch flag {
-	case "--egress-hosts", "--egress-dns", "--egress-ca", "--git-protected", "--default-disk", "--listen", "--runtime-path":
+	case "--egress-hosts", "--egress-dns", "--egress-ca", "--git-protected", "--default-disk", "--listen", "--runtime-path", "--tiers":
 		return true
 	}
 	return false

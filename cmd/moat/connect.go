@@ -26,7 +26,7 @@ func (a *app) socketPath() (path string, chosen bool) {
 // daemonOnlyFlagsSet says whether a flag that configures a daemon (not a request) was
 // given: such flags cannot reach a daemon that already runs.
 func (a *app) daemonOnlyFlagsSet() bool {
-	return a.egressHosts != "" || a.egressDNS != "" || a.egressCA != "" || a.defaultDisk != "" || len(a.gitProtected) > 0
+	return a.egressHosts != "" || a.egressDNS != "" || a.egressCA != "" || a.defaultDisk != "" || len(a.gitProtected) > 0 || a.tiersFile != ""
 }
 
 // startHint says how to get a daemon; every command but `run` ends with it when none
@@ -60,7 +60,7 @@ func (a *app) reach(ctx context.Context) (*sdk.Client, error) {
 	switch {
 	case err == nil:
 		if a.daemonOnlyFlagsSet() {
-			return nil, fmt.Errorf("--egress-hosts, --egress-dns, --egress-ca, --git-protected and --default-disk configure a daemon: a daemon already runs at %s, give them to its `moat serve`", sock)
+			return nil, fmt.Errorf("--egress-hosts, --egress-dns, --egress-ca, --git-protected, --default-disk and --tiers configure a daemon: a daemon already runs at %s, give them to its `moat serve`", sock)
 		}
 		a.client = c
 		return c, nil

@@ -46,6 +46,8 @@ type app struct {
 	gitProtected []string
 	// defaultDisk is the drive size of sandboxes that do not ask (--default-disk).
 	defaultDisk string
+	// tiersFile is the operator's tiers file (--tiers; tier_cmds.go).
+	tiersFile string
 	// runtimePaths: --runtime-path (runtime_cmds.go).
 	runtimePaths runtimePaths
 
@@ -101,6 +103,7 @@ limits, an overlay root with no host mounts, and no network path out.`,
 		a.apikeyCmd(), a.secretCmd(), a.eventsCmd(), a.egressCmd(), a.policyCmd(),
 		a.diffCmd(), a.exportCmd(), a.changesCmd(), a.changeCmd(), a.approvalsCmd(),
 		a.snapshotCmd(), a.restoreCmd(), a.forkCmd(), a.checkpointCmd(),
+		a.tierCmd(),
 	)
 	// The flags that configure a daemon appear only on the commands that start one.
 	for _, c := range root.Commands() {
@@ -123,6 +126,7 @@ func (a *app) daemonFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&a.gitProtected, "git-protected", nil, "repository path glob (anchored, ** across directories) a sandbox's git push may not touch, besides .github/workflows/**, .gitlab-ci.yml, .circleci/**, CODEOWNERS and .moat/**; repeatable (serve and the in-process daemon)")
 	fs.StringVar(&a.egressCA, "egress-ca", "", "PEM file of extra CA certificates the egress proxy trusts upstream when it injects credentials")
 	a.runtimePathFlag(fs)
+	fs.StringVar(&a.tiersFile, "tiers", "", "YAML or JSON `FILE` of consequence tiers that add to or replace the built-ins read, edit, integrate and operate (serve and the in-process daemon; see moat tier ls)")
 }
 
 // strictGroups makes each command that only groups others (moat template, moat archive, …)
@@ -192,6 +196,9 @@ func (a *app) daemonConfig() (daemon.Config, error) {
 		if _, err := netip.ParseAddrPort(a.egressDNS); err != nil {
 			return cfg, fmt.Errorf("--egress-dns %q: want IP:PORT", a.egressDNS)
 		}
+	}
+	if err := a.loadTiers(&cfg); err != nil {
+		return cfg, err
 	}
 	if a.egressHosts != "" {
 		data, err := os.ReadFile(a.egressHosts)

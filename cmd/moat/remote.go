@@ -52,7 +52,7 @@ func (a *app) reachRemote(ctx context.Context, host string) (*sdk.Client, error)
 		return nil, fmt.Errorf("%s is a remote daemon: give an API key in MOAT_API_KEY (made on its host with `moat apikey create`)", base)
 	}
 	if a.daemonOnlyFlagsSet() {
-		return nil, fmt.Errorf("--egress-hosts, --egress-dns, --egress-ca, --git-protected and --default-disk configure a daemon: give them to the `moat serve` at %s", base)
+		return nil, fmt.Errorf("--egress-hosts, --egress-dns, --egress-ca, --git-protected, --default-disk and --tiers configure a daemon: give them to the `moat serve` at %s", base)
 	}
 	c := sdk.NewHTTP(base, key)
 	switch err := c.Ping(ctx); {

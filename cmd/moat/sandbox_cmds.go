@@ -39,6 +39,7 @@ type sandboxFlags struct {
 	lifecycle                     lifecycleFlags
 	naming                        namingFlags
 	files                         fileFlags // --upload, --repo-dirty (files_cmds.go)
+	tier                          string    // --tier (tier_cmds.go)
 }
 
 // githubFlags bind a GitHub App key (moat secret set --github-app) with a task's scope.
@@ -73,12 +74,13 @@ func (f *sandboxFlags) register(cmd *cobra.Command) {
 	fl.StringSliceVar(&f.github.perms, "github-permission", nil, "PERMISSION=LEVEL for the --github-token, e.g. contents=write,pull_requests=write (default contents=read)")
 	f.lifecycle.register(cmd)
 	f.naming.register(cmd)
+	registerTier(cmd, &f.tier)
 }
 
 // request validates the flags before anything is created.
 func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Duration, error) {
 	start := policy.StartCreate
-	if setup {
+	if setup && f.tier == "" { // a tier makes the setup phase itself
 		start = policy.StartSetup
 	}
 	req := v1.CreateSandboxRequest{Runtime: f.runtime, Template: f.template, User: f.user, CPUs: f.cpus, Pids: f.pids,
@@ -151,6 +153,7 @@ func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Durati
 	if err := f.naming.apply(&req); err != nil {
 		return req, 0, err
 	}
+	req.Tier = f.tier
 	return req, timeout, nil
 }
 
@@ -203,6 +206,9 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 				// The in-process daemon ends with this command: nothing would stop the
 				// kept sandbox when its time is up.
 				return fmt.Errorf("--keep with --timeout needs a running daemon to stop the sandbox when its time is up; %s", startHint)
+			}
+			if err := checkTierSetup(ctx, c, req.Tier, setup != ""); err != nil {
+				return err
 			}
 			sb, err := c.Create(ctx, req)
 			if err != nil {
@@ -257,6 +263,9 @@ the end, run prints the egress summary: allowed destinations and blocked attempt
 					return exitError{code}
 				}
 				return nil
+			}
+			if err := leaveTierSetup(ctx, c, sb, setup != ""); err != nil {
+				return err
 			}
 			if setup != "" {
 				// The setup phase ends at the first ^C (ctx's end).

@@ -270,6 +270,9 @@ func (s *Server) e2bOptions(ctx context.Context, req e2bCreateRequest) (sandbox.
 		opts.Template, opts.TemplateAlias, opts.FromSnapshot = "", "", src.Snapshot.ID
 	}
 	e2bLifecycleOptions(&opts, req)
+	if err := s.applyTier(md[E2BTierKey], &opts); err != nil {
+		return sandbox.CreateOptions{}, err
+	}
 	return opts, nil
 }
 

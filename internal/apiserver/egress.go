@@ -46,7 +46,12 @@ func (s *Server) setPolicy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("give a policy, a phase or both: %w", errdefs.ErrInvalidArgument))
 		return
 	}
-	sb, cut, err := s.sandboxes.SetPolicy(r.Context(), r.PathValue("id"), sandbox.PolicyUpdate{Spec: FromAPIPolicy(req.Policy), Phase: req.Phase})
+	spec, err := s.tierPolicy(r.Context(), r.PathValue("id"), FromAPIPolicy(req.Policy))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	sb, cut, err := s.sandboxes.SetPolicy(r.Context(), r.PathValue("id"), sandbox.PolicyUpdate{Spec: spec, Phase: req.Phase})
 	if err != nil {
 		writeError(w, err)
 		return

@@ -24,6 +24,7 @@ import (
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/secrets"
+	"github.com/moatdev/moat/internal/tiers"
 )
 
 // Sandboxes is the lifecycle surface the API needs. Implemented by *sandbox.Manager.
@@ -114,6 +115,8 @@ type Server struct {
 	archives Archives
 	// approvalsSvc are the approvals (SetApprovals, approvals.go); nil: none.
 	approvalsSvc Approvals
+	// tiers are the consequence tiers (SetTiers; default: the built-ins).
+	tiers *tiers.Set
 	// routes is the route table, access each pattern's access class (the gate's).
 	routes []route
 	access map[string]access
@@ -227,6 +230,7 @@ func New(d Deps) *Server {
 	routes = append(routes, s.statsRoutes()...)
 	routes = append(routes, s.templateRoutes()...)
 	routes = append(routes, s.approvalRoutes()...)
+	routes = append(routes, s.tierRoutes()...)
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, route{"GET /health", s.health, public})
 	s.routes, s.access = routes, map[string]access{}
@@ -380,7 +384,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sb, err := s.sandboxes.Create(r.Context(), sandbox.CreateOptions{
+	opts := sandbox.CreateOptions{
 		Runtime: req.Runtime, Template: req.Template, Repo: req.Repo, User: req.User, Env: req.Env,
 		Limits: sandbox.Limits{
 			MemoryBytes: req.MemoryBytes, CPUs: req.CPUs, Pids: req.Pids, DiskBytes: req.DiskBytes,
@@ -398,7 +402,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		Archive:           req.Archive,
 		Name:              req.Name,
 		Labels:            req.Labels,
-	})
+	}
+	if err := s.applyTier(req.Tier, &opts); err != nil {
+		writeError(w, err)
+		return
+	}
+	sb, err := s.sandboxes.Create(r.Context(), opts)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -744,12 +753,16 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 	if sb.GitSettings().Hold {
 		out.GitProtected = sandbox.GitProtectedHold
 	}
+	out.Tier, out.GitPush = sb.Tier, "agent-branch"
+	if sb.GitSettings().NoPush {
+		out.GitPush = sandbox.GitPushNone
+	}
 	for _, c := range sb.Credentials {
 		cred := v1.Credential{Secret: c.Secret, Hosts: c.Hosts, Header: c.Header, Template: c.Template, PathPrefix: c.PathPrefix, Methods: c.Methods, PlainHTTP: c.PlainHTTP}
 		if g := c.GitHub; g != nil {
 			cred.GitHub = &v1.GitHubScope{Repositories: g.Repositories, Permissions: g.Permissions}
 		}
-		cred.PlaceholderHeader = c.PlaceholderHeader
+		cred.PlaceholderHeader, cred.Approve = c.PlaceholderHeader, c.Approve
 		out.Credentials = append(out.Credentials, cred)
 	}
 	return out
@@ -841,7 +854,7 @@ func fromAPICredentials(in []v1.Credential) []sandbox.Credential {
 		if g := c.GitHub; g != nil {
 			cred.GitHub = &sandbox.GitHubScope{Repositories: g.Repositories, Permissions: g.Permissions}
 		}
-		cred.PlaceholderHeader = c.PlaceholderHeader
+		cred.PlaceholderHeader, cred.Approve = c.PlaceholderHeader, c.Approve
 		out = append(out, cred)
 	}
 	return out

@@ -200,11 +200,11 @@ func (c changeDecider) DenyChange(sandbox, cid, by, reason string) error {
 	return err
 }
 
-// egressAsker is who decides what the egress proxy and the interceptor ask about: the
-// test hook Config.EgressAsker when set, else the approvals service.
-func (d *Daemon) egressAsker() egress.Asker {
-	if d.cfg.EgressAsker != nil {
-		return d.cfg.EgressAsker
+// egressAsker is who decides what the egress proxy and the interceptor ask about: a test
+// hook (Config.EgressAsker, Config.CredentialAsker) when set, else the approvals service.
+func (d *Daemon) egressAsker(hook egress.Asker) egress.Asker {
+	if hook != nil {
+		return hook
 	}
 	return d.Approvals.Asker()
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/moatdev/moat/internal/secrets"
 	"github.com/moatdev/moat/internal/storage"
 	"github.com/moatdev/moat/internal/store"
+	"github.com/moatdev/moat/internal/tiers"
 	"github.com/moatdev/moat/sdk"
 )
 
@@ -133,6 +134,14 @@ type Config struct {
 	// made at Socket (systemd socket activation, see activation.go); Socket then only
 	// names it in messages. The daemon neither checks, nor changes, nor removes its file.
 	SocketListener net.Listener
+
+	// Tiers are the operator's consequence tiers (moat serve --tiers FILE), added to the
+	// built-ins or replacing them by name (internal/tiers).
+	Tiers []tiers.Tier
+	// CredentialAsker answers the questions about credentials bound with approve (the
+	// operate tier): nil refuses those requests. Tests set it; the approvals service is
+	// wired here when it lands.
+	CredentialAsker egress.Asker
 
 	// Exclusive makes the daemon the only one on its data directory: it refuses to start
 	// while another moat daemon (a `moat serve`, an in-process `moat run`) uses it, and
@@ -332,7 +341,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		MaxConns:    cfg.EgressMaxConns,
 		IdleTimeout: cfg.EgressIdleTimeout,
 		MaxDuration: cfg.EgressMaxDuration,
-		Asker:       d.egressAsker(), // approvals.go: the approvals service, or the test hook cfg.EgressAsker
+		// approvals.go: the approvals service decides, unless a test hook is set.
+		Asker:           d.egressAsker(cfg.EgressAsker),
+		CredentialAsker: d.egressAsker(cfg.CredentialAsker),
 	})
 	d.addCloser("egress", d.Egress.Close)
 
@@ -404,6 +415,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		E2B: apiserver.E2BConfig{Templates: cfg.E2BTemplates}, Log: d.log.With("component", "api"),
 	})
 	d.api.SetTemplateAdmin(tmpls)
+	tierSet, err := tiers.NewSet(cfg.Tiers)
+	if err != nil {
+		return nil, fmt.Errorf("tiers: %w", err)
+	}
+	d.api.SetTiers(tierSet)
 	d.api.SetWorkspaces(&workspaces{
 		m: d.Manager, gitDir: filepath.Join(cfg.DataDir, "git"), protected: protected, log: d.log.With("component", "workspace"),
 		audit: func(id, kind, detail string) {

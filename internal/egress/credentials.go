@@ -446,13 +446,14 @@ func (ic interceptor) config() (intercept.Config, error) {
 		inj = append(inj, intercept.Injection{
 			Secret: c.Secret, Value: v, Placeholder: c.Placeholder, Header: c.Header, Template: c.Template,
 			PathPrefix: scoped.PathPrefix, Methods: scoped.Methods, PlainHTTP: c.PlainHTTP,
-			PlaceholderHeader: c.PlaceholderHeader, ScrubOnly: scrubOnly,
+			PlaceholderHeader: c.PlaceholderHeader, ScrubOnly: scrubOnly, Approve: c.Approve,
 		})
 	}
 	return intercept.Config{
 		CA: ca, RootCAs: ic.m.cfg.RootCAs, Injections: inj, Log: ic.m.log.With("sandbox", ic.b.id),
 		Check: ic.check, Upstreams: ic.b.upstreams, PlainHTTP: ic.PlainHTTP(),
-		Git: &intercept.GitGate{Policy: ic.b.git, Record: ic.recordGit, Objects: ic.m.gitObjects(ic.b)},
+		Git:     &intercept.GitGate{Policy: ic.b.git, Record: ic.recordGit, Objects: ic.m.gitObjects(ic.b)},
+		Approve: ic.approveCredential,
 		Audit: func(u intercept.Use) {
 			if ic.m.cfg.Audit != nil && u.Injected {
 				ic.m.cfg.Audit(ic.b.id, "credential", fmt.Sprintf("%s %s %s://%s%s → %d", u.Secret, u.Method, u.Scheme, u.Host, u.Path, u.Status))

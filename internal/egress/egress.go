@@ -105,6 +105,11 @@ type Config struct {
 	Asker   Asker
 	AskWait time.Duration
 	MaxHeld int
+	// CredentialAsker is asked before a credential bound with Approve is injected
+	// (approve.go): the request waits for its answer, at most CredentialWait (0: 5 min).
+	// nil: such requests are refused.
+	CredentialAsker Asker
+	CredentialWait  time.Duration
 }
 
 // Manager runs the boundaries of all running sandboxes. Safe for concurrent use.
@@ -188,7 +193,8 @@ func (b *boundary) current() (string, *policy.Policy) {
 // creds; with bindings it returns the PEM certificate of the sandbox's interception CA.
 // Attaching a sandbox that is attached replaces its policy (as SetPolicy). git.Prefix is
 // the ref prefix the git gate lets the sandbox push under ("": refs/heads/agent/<id>/);
-// git.Hold holds pushes that touch protected paths for approval instead of refusing them.
+// git.Hold holds pushes that touch protected paths for approval instead of refusing them;
+// git.NoPush refuses every push.
 func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential, git sandbox.GitSettings) (string, error) {
 	comp, pol, err := compile(spec)
 	if err != nil {
@@ -198,7 +204,7 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 	if gitPrefix == "" {
 		gitPrefix = gitgate.DefaultPrefix(id)
 	}
-	gitPol, err := gitgate.Compile(gitgate.PolicySpec{Prefix: gitPrefix})
+	gitPol, err := gitgate.Compile(gitgate.PolicySpec{Prefix: gitPrefix, NoPush: git.NoPush})
 	if err != nil {
 		return "", fmt.Errorf("git gate of sandbox %s: %w", id, err)
 	}

@@ -22,6 +22,9 @@ type PolicySpec struct {
 	// Off by default: the history an agent pushed is part of what a reviewer reads, and a
 	// forced update erases it on the server.
 	AllowForcePush bool
+	// NoPush refuses every push (rule "no-push"): a sandbox whose tier allows no change
+	// to leave through git.
+	NoPush bool
 }
 
 // DefaultPrefix is the default agent prefix of a sandbox named name:
@@ -32,6 +35,7 @@ func DefaultPrefix(name string) string { return DefaultPrefixRoot + name + "/" }
 type Policy struct {
 	prefix         string
 	allowForcePush bool
+	noPush         bool
 }
 
 // Compile checks spec and returns its Policy. A prefix that is not a valid ref name
@@ -47,7 +51,7 @@ func Compile(spec PolicySpec) (*Policy, error) {
 	if !strings.HasPrefix(p, "refs/heads/") || p == "refs/heads/" {
 		return nil, fmt.Errorf("agent ref prefix %q: must be below %q: %w", p, "refs/heads/", errdefs.ErrInvalidArgument)
 	}
-	return &Policy{prefix: p, allowForcePush: spec.AllowForcePush}, nil
+	return &Policy{prefix: p, allowForcePush: spec.AllowForcePush, noPush: spec.NoPush}, nil
 }
 
 // Prefix is the policy's agent ref prefix.
@@ -65,7 +69,7 @@ type Verdict struct {
 	Allow   bool
 	// Rule names what decided, for the audit log: "agent-prefix", "outside-prefix",
 	// "delete", "tag", "non-fast-forward", "push-cert", "push-options", "protected-path",
-	// "all-or-nothing".
+	// "all-or-nothing", "no-push".
 	Rule string
 	// Reason is a sentence for the person reading git push's output ("" when allowed).
 	// It is plain ASCII without newlines, fit for an "ng" line.
@@ -106,12 +110,14 @@ const (
 	RulePushOptions    = "push-options"
 	RuleAllOrNothing   = "all-or-nothing"
 	RuleProtectedPath  = "protected-path"
+	RuleNoPush         = "no-push"
 )
 
 // Decide decides req's commands. It does no I/O; ff is called as documented at FastForward
 // (it may be nil when the policy allows forced updates; a nil ff otherwise counts every
 // update as non-fast-forward, which refuses it). Rules, in order:
 //
+//   - a policy with NoPush refuses every command;
 //   - a push certificate (git push --signed) or push options (git push -o) refuse every
 //     command: certificates make the server record a signature over commands moat may
 //     change nothing about, and push options are instructions to the git host (GitLab's
@@ -148,6 +154,8 @@ func allOrNothing(d Decision) Decision {
 func (p *Policy) decide(req *Request, c Command, ff FastForward) Verdict {
 	v := Verdict{Command: c}
 	switch {
+	case p.noPush:
+		v.Rule, v.Reason = RuleNoPush, "this sandbox may not push at all (its tier allows no push)"
 	case req.PushCert:
 		v.Rule, v.Reason = RulePushCert, "signed pushes (push certificates) are not accepted; push without --signed"
 	case len(req.Options) > 0:

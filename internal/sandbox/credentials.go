@@ -43,6 +43,9 @@ type Credential struct {
 	// PlaceholderHeader is the header a placeholder binding's placeholder is swapped in
 	// (empty: Authorization); the placeholder anywhere else reaches the host unchanged.
 	PlaceholderHeader string `json:"placeholder_header,omitempty"`
+	// Approve: every request the value would be injected into waits for a person's
+	// approval (egress.AskCredential); denied or unanswered, it gets 403 and is not sent.
+	Approve bool `json:"approve,omitempty"`
 }
 
 // GitHubScope is what the installation tokens of one sandbox may touch.

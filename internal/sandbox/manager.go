@@ -200,6 +200,10 @@ type CreateOptions struct {
 	// Name and Labels (names.go): the name must be free among the caller's sandboxes.
 	Name   string            `json:"name,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// Tier is the consequence tier the options were made with (internal/tiers.Apply set
+	// the rest); GitPush is GitPushNone when the git gate refuses every push.
+	Tier    string `json:"tier,omitempty"`
+	GitPush string `json:"git_push,omitempty"`
 }
 
 // Create makes and starts a sandbox, or hands over a warm one (pool.go). On any error,
@@ -258,6 +262,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool, use
 		Policy: opts.Policy, OnTimeout: opts.OnTimeout, TemplateAlias: opts.TemplateAlias,
 		Credentials: opts.Credentials, AgentBranchPrefix: opts.AgentBranchPrefix, GitProtected: opts.GitProtected, CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
 		Owner: CallerFrom(ctx).Owner(), Provisioning: true, Name: opts.Name, Labels: opts.Labels, Mapped: m.mapsUsers(opts.Runtime),
+		Tier: opts.Tier, GitPush: opts.GitPush,
 	}
 	if opts.Timeout > 0 {
 		exp := now.Add(opts.Timeout)

@@ -152,6 +152,12 @@ type Sandbox struct {
 	// Users are the accounts moat added to the sandbox, at create or later (users.go).
 	Users []User `json:"users,omitempty"`
 
+	// Tier is the consequence tier the sandbox was made with ("": none; internal/tiers):
+	// its policy, credentials and git settings below are the tier's merged with the
+	// request. GitPush is GitPushNone when the git gate refuses every push.
+	Tier    string `json:"tier,omitempty"`
+	GitPush string `json:"git_push,omitempty"`
+
 	// Name is the sandbox's name, unique among its owner's sandboxes ("": none), and
 	// Labels its labels (names.go). Both are fixed at create.
 	Name   string            `json:"name,omitempty"`
@@ -203,11 +209,16 @@ type GitSettings struct {
 	// Hold: a push whose refs are fine but which touches protected paths is held for a
 	// person to approve instead of refused.
 	Hold bool
+	// NoPush: every push is refused (a read tier).
+	NoPush bool
 }
+
+// GitPushNone is Sandbox.GitPush of a sandbox that may not push at all.
+const GitPushNone = "none"
 
 // GitSettings returns the sandbox's git gate settings.
 func (s *Sandbox) GitSettings() GitSettings {
-	return GitSettings{Prefix: s.GitPrefix(), Hold: s.GitProtected == GitProtectedHold}
+	return GitSettings{Prefix: s.GitPrefix(), Hold: s.GitProtected == GitProtectedHold, NoPush: s.GitPush == GitPushNone}
 }
 
 // NormalizeAgentPrefix makes a create request's agent branch prefix a full ref prefix

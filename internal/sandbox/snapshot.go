@@ -283,6 +283,7 @@ func (m *Manager) createFrom(ctx context.Context, opts CreateOptions, sn *Snapsh
 		Repo: sn.Repo, RepoLayer: sn.RepoLayer, User: opts.User, Env: opts.Env, Limits: opts.Limits, Metadata: opts.Metadata,
 		Policy: opts.Policy, OnTimeout: opts.OnTimeout, TemplateAlias: opts.TemplateAlias,
 		Credentials: opts.Credentials, AgentBranchPrefix: opts.AgentBranchPrefix, GitProtected: opts.GitProtected,
+		Tier: opts.Tier, GitPush: opts.GitPush,
 		CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), IDBase: m.cfg.IDBase,
 		Owner: CallerFrom(ctx).Owner(), Provisioning: true, Snapshot: sn.ID, ForkOf: fork,
 		Name: opts.Name, Labels: opts.Labels, Mapped: m.mapsUsers(opts.Runtime),
@@ -433,6 +434,7 @@ func forkOptions(p *Sandbox) CreateOptions {
 		Runtime: p.Runtime, Template: p.Template, TemplateAlias: p.TemplateAlias, User: p.User,
 		Env: p.Env, Limits: p.Limits, Timeout: p.Timeout, Metadata: p.Metadata, Policy: pol,
 		OnTimeout: p.OnTimeout, Credentials: creds, AgentBranchPrefix: prefix, GitProtected: p.GitProtected,
+		Tier: p.Tier, GitPush: p.GitPush,
 		Idle: &idle, DeleteAfter: &unused, Archive: p.Archive, AutoResume: p.AutoResume,
 		Labels: p.Labels, // a fork keeps the labels; a name is one sandbox's
 	}

@@ -86,6 +86,11 @@ func (m *Manager) validate(ctx context.Context, opts *CreateOptions) error {
 	default:
 		return fmt.Errorf("git protected-path action %q: want refuse or hold: %w", opts.GitProtected, errdefs.ErrInvalidArgument)
 	}
+	switch opts.GitPush {
+	case "", GitPushNone:
+	default:
+		return fmt.Errorf("git push %q: want none or empty (the agent branch): %w", opts.GitPush, errdefs.ErrInvalidArgument)
+	}
 	for _, c := range opts.Credentials {
 		if _, clash := opts.Env[c.Secret]; clash && c.Header == "" {
 			return fmt.Errorf("credential %s: the environment already sets %s: %w", c.Secret, c.Secret, errdefs.ErrInvalidArgument)

@@ -112,6 +112,10 @@ type Injection struct {
 	// for a port of a bound host that the binding does not cover, where the host may
 	// serve what it stored from a request on a covered one.
 	ScrubOnly bool
+	// Approve: a request the value would be written into is held until Config.Approve
+	// says yes; refused, unanswered or without Config.Approve, it gets 403 and nothing of
+	// it is sent (approve.go).
+	Approve bool
 }
 
 // Use is one intercepted request, for the audit log. It never carries a value.
@@ -148,6 +152,9 @@ type Config struct {
 	// Git, if set, is the sandbox's git gate: pushes are decided (after Check, before the
 	// credential is fetched) and push advertisements filtered; see GitGate.
 	Git *GitGate
+	// Approve, if set, decides the requests an injection marked Approve would be written
+	// into (approve.go), after Check and the git gate, before any value is fetched.
+	Approve ApproveFunc
 
 	// IdleTimeout ends a client connection that sends no request for this long
 	// (default 15 min, the proxy's idle timeout).
@@ -292,6 +299,7 @@ type session struct {
 	audit            func(Use)
 	check            func(method, path string) (bool, string)
 	git              *GitGate
+	approve          ApproveFunc
 	log              *slog.Logger
 	idleTimeout      time.Duration
 	handshakeTimeout time.Duration
@@ -339,6 +347,7 @@ func newSession(host string, port int, dial func(context.Context) (net.Conn, err
 		audit:            cfg.Audit,
 		check:            cfg.Check,
 		git:              cfg.Git,
+		approve:          cfg.Approve,
 		log:              cfg.Log,
 		idleTimeout:      cfg.IdleTimeout,
 		handshakeTimeout: cfg.HandshakeTimeout,
@@ -438,6 +447,9 @@ func (s *session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if s.git != nil && !s.gate(rw, r, ex) {
+		return
+	}
+	if !s.approved(rw, r) {
 		return
 	}
 	for i := range s.inj {
