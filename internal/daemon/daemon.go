@@ -138,9 +138,8 @@ type Config struct {
 	// Tiers are the operator's consequence tiers (moat serve --tiers FILE), added to the
 	// built-ins or replacing them by name (internal/tiers).
 	Tiers []tiers.Tier
-	// CredentialAsker answers the questions about credentials bound with approve (the
-	// operate tier): nil refuses those requests. Tests set it; the approvals service is
-	// wired here when it lands.
+	// CredentialAsker, a test hook, answers the questions about credentials bound with
+	// approve (the operate tier) instead of the approvals service (approvals.go).
 	CredentialAsker egress.Asker
 
 	// Exclusive makes the daemon the only one on its data directory: it refuses to start
