@@ -56,7 +56,7 @@ type tierWorld struct {
 	configure  func(*daemon.Config)
 }
 
-func newTierWorld(t *testing.T) *tierWorld {
+func newTierWorld(t *testing.T, more ...func(*daemon.Config)) *tierWorld {
 	t.Helper()
 	w := &tierWorld{gitSecret: "tier-git-secret-0c4e9a7d31", apiSecret: "tier-api-secret-5b18f2e6c0",
 		asker: &heldAsker{asked: make(chan egress.Question), answers: make(chan egress.Answer)}}
@@ -86,6 +86,9 @@ func newTierWorld(t *testing.T) *tierWorld {
 		c.EgressCA = caFile
 		c.Tiers = []tiers.Tier{{Name: "review", Description: "push nothing", Credentials: tiers.Credentials{Mode: tiers.CredAsBound}, Git: tiers.Git{Push: tiers.PushNone}}}
 		c.CredentialAsker = w.asker
+		for _, f := range more {
+			f(c)
+		}
 	}
 	w.e = newEnvWith(t, w.configure)
 	ctx := context.Background()
