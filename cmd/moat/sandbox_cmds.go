@@ -38,7 +38,8 @@ type sandboxFlags struct {
 	gitHold                       bool
 	lifecycle                     lifecycleFlags
 	naming                        namingFlags
-	files                         fileFlags // --upload, --repo-dirty (files_cmds.go)
+	files                         fileFlags    // --upload, --repo-dirty (files_cmds.go)
+	users                         addUserFlags // --add-user (user_cmds.go)
 }
 
 // githubFlags bind a GitHub App key (moat secret set --github-app) with a task's scope.
@@ -73,6 +74,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command) {
 	fl.StringSliceVar(&f.github.perms, "github-permission", nil, "PERMISSION=LEVEL for the --github-token, e.g. contents=write,pull_requests=write (default contents=read)")
 	f.lifecycle.register(cmd)
 	f.naming.register(cmd)
+	f.users.register(fl)
 }
 
 // request validates the flags before anything is created.
@@ -149,6 +151,9 @@ func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Durati
 		return req, 0, err
 	}
 	if err := f.naming.apply(&req); err != nil {
+		return req, 0, err
+	}
+	if err := f.users.apply(&req); err != nil {
 		return req, 0, err
 	}
 	return req, timeout, nil

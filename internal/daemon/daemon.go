@@ -398,6 +398,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	})
 	d.api.SetChanges(d.Egress)
 	d.api.SetSnapshots(d.Manager)
+	d.api.SetUsers(d.Manager) // users (issue 15)
 	d.archives = archives{s: stor, st: st, log: d.log.With("component", "archives")}
 	d.api.SetArchives(d.archives)
 	return d, nil

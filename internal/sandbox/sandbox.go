@@ -151,6 +151,9 @@ type Sandbox struct {
 
 	// Users are the accounts moat added to the sandbox, at create or later (users.go).
 	Users []User `json:"users,omitempty"`
+	// SharedGroups are the groups moat made for its users, with gids fixed for the
+	// sandbox's life (usernames.go).
+	SharedGroups []SharedGroup `json:"shared_groups,omitempty"`
 
 	// Name is the sandbox's name, unique among its owner's sandboxes ("": none), and
 	// Labels its labels (names.go). Both are fixed at create.
