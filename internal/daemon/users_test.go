@@ -229,8 +229,16 @@ func usersOn(t *testing.T, e *env, rt string) {
 		if _, err := e.c.Exec(ctx, sb.ID, sdk.ExecRequest{Cmd: "true", User: "carol"}); err == nil {
 			t.Fatal("exec as a removed user worked")
 		}
+		// A new user never gets a removed user's uid: bob's kept home stays out of reach.
+		gail, err := e.c.AddUser(ctx, sb.ID, v1.UserRequest{Name: "gail"})
+		if err != nil || gail.UID == bob.UID || gail.UID == sb.Users[0].UID {
+			t.Fatalf("gail: %+v %v (bob had %d, carol %d)", gail, err, bob.UID, sb.Users[0].UID)
+		}
+		if r := e.asUser(sb.ID, "gail", `ls /home/bob`); r.code == 0 || !strings.Contains(r.stderr, "Permission denied") {
+			t.Fatalf("gail reached bob's kept home: %+v", r)
+		}
 		got, err := e.c.Get(ctx, sb.ID)
-		if err != nil || len(got.Users) != 1 || got.Users[0].Name != "alice" {
+		if err != nil || len(got.Users) != 2 || got.Users[0].Name != "alice" {
 			t.Fatalf("record after removals: %+v %v", got.Users, err)
 		}
 	})

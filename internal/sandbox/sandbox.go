@@ -154,6 +154,9 @@ type Sandbox struct {
 	// SharedGroups are the groups moat made for its users, with gids fixed for the
 	// sandbox's life (usernames.go).
 	SharedGroups []SharedGroup `json:"shared_groups,omitempty"`
+	// RetiredUIDs are the uids of removed users: never given again in this sandbox (files
+	// the old user left, a kept home, stay out of a new user's reach).
+	RetiredUIDs []uint32 `json:"retired_uids,omitempty"`
 
 	// Name is the sandbox's name, unique among its owner's sandboxes ("": none), and
 	// Labels its labels (names.go). Both are fixed at create.

@@ -36,6 +36,7 @@ func (m *Manager) AddUser(ctx context.Context, id string, s UserSpec) (*User, er
 	if err != nil {
 		return nil, err
 	}
+	db.retire(sb.RetiredUIDs)
 	u, added, err := planUser(db, sb.Users, sb.SharedGroups, s)
 	if err != nil {
 		return nil, err
@@ -105,6 +106,7 @@ func (m *Manager) RemoveUser(ctx context.Context, id, name string, keepHome bool
 	}
 	if _, err := m.store.Update(ctx, id, func(r *Sandbox) error {
 		r.Users = slices.DeleteFunc(r.Users, func(x User) bool { return x.Name == name })
+		r.RetiredUIDs = append(r.RetiredUIDs, u.UID)
 		return nil
 	}); err != nil {
 		return err
@@ -176,6 +178,7 @@ func (m *Manager) applyUsers(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
+		db.retire(sb.RetiredUIDs)
 		var users []User
 		shared := slices.Clone(sb.SharedGroups)
 		for _, p := range sb.Users {

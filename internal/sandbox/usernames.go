@@ -150,6 +150,13 @@ func parseAccountDB(passwd, group []byte) accountDB {
 	return db
 }
 
+// retire marks the uids (and same-numbered gids) of removed users as in use.
+func (db accountDB) retire(ids []uint32) {
+	for _, id := range ids {
+		db.uids[id], db.gids[id] = true, true
+	}
+}
+
 // planUser decides a new user's uid, gid and the gids of the shared groups it is the
 // first member of. db is the sandbox's database (moat's own accounts included), users and
 // shared the record's. Names already in the record are ErrAlreadyExists; names the

@@ -102,6 +102,11 @@ func TestPlanUser(t *testing.T) {
 			t.Errorf("planUser(%+v) = %v, want %v", c.spec, err, c.want)
 		}
 	}
+	// A removed user's uid is never given again.
+	db.retire([]uint32{2004})
+	if c, _, err := planUser(db, users, shared, UserSpec{Name: "carol"}); err != nil || c.UID != 2005 {
+		t.Errorf("after retiring 2004: %+v %v, want uid 2005", c, err)
+	}
 	// The range runs out.
 	var many []User
 	for n := uint32(FirstUserID); n <= LastUserID; n++ {
