@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/testutil"
 	"github.com/moatdev/moat/sdk"
 )
@@ -263,3 +266,38 @@ func usersAcrossRestart(t *testing.T, e *env) {
 }
 
 func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
+
+// TestUsersE2B: the E2B `username` of a file request through the E2B envd gateway
+// (E2b-Sandbox-Id, X-Access-Token: what the e2b SDK sends) selects a user moat added:
+// alice reads her file, bob is refused without its content.
+func TestUsersE2B(t *testing.T) {
+	addr := freeLoopbackAddr(t)
+	e := newEnvWith(t, func(c *daemon.Config) { c.Listen = addr })
+	ctx := context.Background()
+	sb := e.create(v1.CreateSandboxRequest{Users: []v1.UserRequest{{Name: "alice"}, {Name: "bob"}}})
+	if r := e.sh(sb.ID, "alice", `echo e2b-secret-8812 > ~/s.txt`); r.code != 0 {
+		t.Fatalf("%+v", r)
+	}
+	rec, err := e.d.Store.Get(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(user string) (int, string) {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/files?path=/home/alice/s.txt&username="+user, nil)
+		req.Header.Set("E2b-Sandbox-Id", sb.ID)
+		req.Header.Set("X-Access-Token", rec.AccessToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("alice"); code != 200 || body != "e2b-secret-8812\n" {
+		t.Fatalf("as alice: %d %q", code, body)
+	}
+	if code, body := get("bob"); code != http.StatusForbidden || strings.Contains(body, "e2b-secret-8812") {
+		t.Fatalf("as bob: %d %q, want 403 without the content", code, body)
+	}
+}
