@@ -6,6 +6,8 @@ package users
 
 import (
 	"bytes"
+	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +36,31 @@ type SharedGroup struct {
 type State struct {
 	Users  []Account     `json:"users"`
 	Groups []SharedGroup `json:"groups"`
+}
+
+// nameRE is the daemon's rule for user and group names (sandbox.CheckAccountName),
+// checked again here: names become paths and file lines.
+var nameRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+
+// Check refuses a state whose names could not safely become lines and paths, or that
+// gives root's ids.
+func (st State) Check() error {
+	for _, a := range st.Users {
+		if !nameRE.MatchString(a.Name) || a.Name == "root" || a.UID == 0 || a.GID == 0 {
+			return fmt.Errorf("user %q (%d:%d) is not valid", a.Name, a.UID, a.GID)
+		}
+		for _, g := range a.Groups {
+			if !st.hasGroup(g) {
+				return fmt.Errorf("user %q: group %q is not in the state", a.Name, g)
+			}
+		}
+	}
+	for _, g := range st.Groups {
+		if !nameRE.MatchString(g.Name) || g.Name == "root" || g.GID == 0 {
+			return fmt.Errorf("group %q (%d) is not valid", g.Name, g.GID)
+		}
+	}
+	return nil
 }
 
 // Stale names the marked accounts in passwd that st does not hold (removed from the

@@ -82,6 +82,28 @@ func TestEditShadow(t *testing.T) {
 	}
 }
 
+func TestStateCheck(t *testing.T) {
+	if err := twoUsers().Check(); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []State{
+		{Users: []Account{{Name: "../etc", UID: 2000, GID: 2000}}},
+		{Users: []Account{{Name: "a:b", UID: 2000, GID: 2000}}},
+		{Users: []Account{{Name: "root", UID: 2000, GID: 2000}}},
+		{Users: []Account{{Name: "a", UID: 0, GID: 2000}}},
+		{Users: []Account{{Name: "a", UID: 2000, GID: 2000, Groups: []string{"nogroup"}}}},
+		{Groups: []SharedGroup{{Name: "a\nroot", GID: 3000}}},
+		{Groups: []SharedGroup{{Name: "g", GID: 0}}},
+	} {
+		if err := st.Check(); err == nil {
+			t.Errorf("Check(%+v) accepted", st)
+		}
+		if err := (Files{Root: t.TempDir()}).Apply(st); err == nil {
+			t.Errorf("Apply(%+v) accepted", st)
+		}
+	}
+}
+
 func TestStale(t *testing.T) {
 	in := basePasswd + "alice:x:2000:2000:" + Marker + ":/home/alice:/bin/bash\nold:x:2005:2005:" + Marker + ":/home/old:/bin/sh\n"
 	got := Stale([]byte(in), twoUsers())

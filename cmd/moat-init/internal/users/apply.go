@@ -26,6 +26,9 @@ func (fsys Files) path(rel string) string { return filepath.Join(fsys.Root, rel)
 // of each sudo user and of no other. Marked accounts st does not hold are removed (their
 // processes killed, their homes kept). Apply is idempotent.
 func (fsys Files) Apply(st State) error {
+	if err := st.Check(); err != nil {
+		return err
+	}
 	passwd, err := fsys.read("etc/passwd")
 	if err != nil {
 		return err
@@ -74,6 +77,12 @@ func (fsys Files) Apply(st State) error {
 // longer holds: its processes are killed, its entries and sudoers file removed, and its
 // home too unless keepHome. A missing account is no error (a retried removal).
 func (fsys Files) Remove(st State, name string, uid uint32, keepHome bool) error {
+	if err := st.Check(); err != nil {
+		return err
+	}
+	if !nameRE.MatchString(name) || name == "root" || uid == 0 {
+		return fmt.Errorf("user %q (%d) is not valid", name, uid)
+	}
 	if err := fsys.killUID(uid); err != nil {
 		return err
 	}
