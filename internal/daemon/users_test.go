@@ -214,6 +214,27 @@ func usersOn(t *testing.T, e *env, rt string) {
 		}
 	})
 
+	e.run("fork", func(t *testing.T, e *env) {
+		rep, err := e.c.Fork(ctx, sb.ID, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		child := rep.Forks[0]
+		defer e.c.Delete(ctx, child.ID)
+		if len(child.Users) != 3 || child.Users[1].Name != "alice" || child.Users[1].UID != alice.UID || len(child.SharedGroups) != 2 {
+			t.Fatalf("fork's users: %+v %+v", child.Users, child.SharedGroups)
+		}
+		if r := e.asUser(child.ID, "alice", `cat ~/secret.txt`); r.code != 0 || r.stdout != "alice-secret-4711\n" {
+			t.Fatalf("alice in the fork: %+v", r)
+		}
+		if r := e.asUser(child.ID, "bob", `cat /home/alice/secret.txt`); r.code == 0 || strings.Contains(r.stdout, "alice-secret") {
+			t.Fatalf("bob read alice's home in the fork: %+v", r)
+		}
+		if _, err := e.c.AddUser(ctx, child.ID, v1.UserRequest{Name: "alice"}); !errors.Is(err, sdk.ErrConflict) {
+			t.Errorf("alice again in the fork: %v, want already exists", err)
+		}
+	})
+
 	e.run("remove", func(t *testing.T, e *env) {
 		e.asUser(sb.ID, "bob", `nohup sleep 1000 >/dev/null 2>&1 &`)
 		if err := e.c.RemoveUser(ctx, sb.ID, "bob", true); err != nil {

@@ -203,6 +203,8 @@ type CreateOptions struct {
 	// Users are accounts to add at create (useradd.go); their ids are chosen once the
 	// root filesystem is mounted.
 	Users []UserSpec `json:"users,omitempty"`
+	// inherited are a fork's parent's users, recorded as they are (useradd.go).
+	inherited *accounts
 }
 
 // Create makes and starts a sandbox, or hands over a warm one (pool.go). On any error,

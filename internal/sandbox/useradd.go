@@ -275,3 +275,36 @@ func (m *Manager) reapplyUsers(ctx context.Context, sb *Sandbox) {
 		m.log.Error("re-applying the users of an adopted sandbox", "sandbox", sb.ID, "err", err)
 	}
 }
+
+// accounts are a sandbox's users as its record holds them: what a fork inherits with its
+// parent's files, so that the fork's record names the accounts those files hold (same
+// uids, shared groups and retired uids; per-user egress too, from the first start on).
+type accounts struct {
+	users   []User
+	groups  []SharedGroup
+	retired []uint32
+}
+
+func accountsOf(p *Sandbox) *accounts {
+	if len(p.Users) == 0 && len(p.SharedGroups) == 0 && len(p.RetiredUIDs) == 0 {
+		return nil
+	}
+	a := &accounts{groups: slices.Clone(p.SharedGroups), retired: slices.Clone(p.RetiredUIDs)}
+	for _, u := range p.Users {
+		u.Groups = slices.Clone(u.Groups)
+		if u.Egress != nil {
+			e := UserEgress{Allow: slices.Clone(u.Egress.Allow), Credentials: slices.Clone(u.Egress.Credentials)}
+			u.Egress = &e
+		}
+		a.users = append(a.users, u)
+	}
+	return a
+}
+
+// applyTo records a's accounts in sb (nil: none).
+func (a *accounts) applyTo(sb *Sandbox) {
+	if a == nil {
+		return
+	}
+	sb.Users, sb.SharedGroups, sb.RetiredUIDs = a.users, a.groups, a.retired
+}
