@@ -156,3 +156,25 @@ func FuzzCheckAccountName(f *testing.F) {
 		}
 	})
 }
+
+// TestAccountsOf: a fork's record gets its parent's users, groups and retired uids as they
+// are, sharing no slice with the parent's record; no users: nothing.
+func TestAccountsOf(t *testing.T) {
+	if accountsOf(&Sandbox{}) != nil {
+		t.Fatal("accounts of a sandbox without users")
+	}
+	p := &Sandbox{
+		Users:        []User{{Name: "a", UID: 2000, GID: 2000, Groups: []string{"g"}, Egress: &UserEgress{Allow: []string{"x.test"}}}},
+		SharedGroups: []SharedGroup{{"g", 3000}}, RetiredUIDs: []uint32{2001},
+	}
+	var child Sandbox
+	accountsOf(p).applyTo(&child)
+	if len(child.Users) != 1 || child.Users[0].UID != 2000 || child.SharedGroups[0].GID != 3000 || child.RetiredUIDs[0] != 2001 ||
+		child.Users[0].Egress.Allow[0] != "x.test" {
+		t.Fatalf("child: %+v", child)
+	}
+	child.Users[0].Groups[0], child.Users[0].Egress.Allow[0], child.SharedGroups[0].GID, child.RetiredUIDs[0] = "h", "y.test", 1, 1
+	if p.Users[0].Groups[0] != "g" || p.Users[0].Egress.Allow[0] != "x.test" || p.SharedGroups[0].GID != 3000 || p.RetiredUIDs[0] != 2001 {
+		t.Fatalf("the fork's record shares slices with its parent's: %+v", p)
+	}
+}
