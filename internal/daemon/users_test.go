@@ -261,6 +261,17 @@ func usersOn(t *testing.T, e *env, rt string) {
 		if r := e.asUser(sb.ID, "gail", `ls /home/bob`); r.code == 0 || !strings.Contains(r.stderr, "Permission denied") {
 			t.Fatalf("gail reached bob's kept home: %+v", r)
 		}
+		evs, err := e.c.Events(ctx, sb.ID)
+		var kinds []string
+		for _, ev := range evs {
+			if strings.HasPrefix(ev.Kind, "user_") {
+				kinds = append(kinds, ev.Kind+" "+ev.Detail)
+			}
+		}
+		if err != nil || !strings.Contains(strings.Join(kinds, ","), "user_added alice,user_added bob") ||
+			!strings.Contains(strings.Join(kinds, ","), "user_removed bob,user_removed carol,user_added gail") {
+			t.Errorf("user events: %v %v", kinds, err)
+		}
 		got, err := e.c.Get(ctx, sb.ID)
 		if err != nil || len(got.Users) != 2 || got.Users[0].Name != "alice" {
 			t.Fatalf("record after removals: %+v %v", got.Users, err)

@@ -64,7 +64,7 @@ func (m *Manager) AddUser(ctx context.Context, id string, s UserSpec) (*User, er
 		}
 		return nil, fmt.Errorf("adding user %q inside sandbox %s: %w", u.Name, id, err)
 	}
-	m.event(ctx, id, "user-added", u.Name)
+	m.event(ctx, id, "user_added", u.Name)
 	m.log.Info("user added", "sandbox", id, "user", u.Name, "uid", u.UID, "groups", u.Groups, "sudo", u.Sudo)
 	return &u, nil
 }
@@ -111,7 +111,7 @@ func (m *Manager) RemoveUser(ctx context.Context, id, name string, keepHome bool
 	}); err != nil {
 		return err
 	}
-	m.event(ctx, id, "user-removed", name)
+	m.event(ctx, id, "user_removed", name)
 	m.log.Info("user removed", "sandbox", id, "user", name, "keep_home", keepHome)
 	return nil
 }
