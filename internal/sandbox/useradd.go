@@ -52,6 +52,7 @@ func (m *Manager) AddUser(ctx context.Context, id string, s UserSpec) (*User, er
 	if err != nil {
 		return nil, err
 	}
+	m.at("user-recorded") // failpoint of tests: recorded, not yet made inside
 	if err := m.postUsers(ctx, sb); err != nil {
 		// Put the record back; moat-init removes what it made of the user at the next
 		// apply (an account it marked that the record does not hold).
@@ -104,6 +105,7 @@ func (m *Manager) RemoveUser(ctx context.Context, id, name string, keepHome bool
 	if err := m.envdPost(ctx, sb, "/moat/users/remove", body); err != nil {
 		return fmt.Errorf("removing user %q inside sandbox %s: %w", name, id, err)
 	}
+	m.at("user-removed-inside") // failpoint of tests: removed inside, still recorded
 	if _, err := m.store.Update(ctx, id, func(r *Sandbox) error {
 		r.Users = slices.DeleteFunc(r.Users, func(x User) bool { return x.Name == name })
 		r.RetiredUIDs = append(r.RetiredUIDs, u.UID)
