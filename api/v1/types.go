@@ -55,6 +55,8 @@ type CreateSandboxRequest struct {
 	// methods, the credentials' limits and approvals and the git gate together, and
 	// refuses what the request asks beyond it (tiers.go).
 	Tier string `json:"tier,omitempty"`
+	// Users are accounts to add to the sandbox (users.go; POST …/users adds more later).
+	Users []UserRequest `json:"users,omitempty"`
 }
 
 // Credential binds a stored secret (moat secret set) to hosts. Without Header the sandbox
@@ -137,6 +139,9 @@ type Sandbox struct {
 	// LastPidsLimitAt is when the latest was seen.
 	PidsLimitHits   uint64     `json:"pids_limit_hits,omitempty"`
 	LastPidsLimitAt *time.Time `json:"last_pids_limit_at,omitempty"`
+	// Users and SharedGroups are the accounts moat added (users.go).
+	Users        []User        `json:"users,omitempty"`
+	SharedGroups []SharedGroup `json:"shared_groups,omitempty"`
 }
 
 // Limits are a sandbox's resource limits. Nofile is each process' RLIMIT_NOFILE, chosen

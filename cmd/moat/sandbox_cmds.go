@@ -38,8 +38,9 @@ type sandboxFlags struct {
 	gitHold                       bool
 	lifecycle                     lifecycleFlags
 	naming                        namingFlags
-	files                         fileFlags // --upload, --repo-dirty (files_cmds.go)
-	tier                          string    // --tier (tier_cmds.go)
+	files                         fileFlags    // --upload, --repo-dirty (files_cmds.go)
+	tier                          string       // --tier (tier_cmds.go)
+	users                         addUserFlags // --add-user (user_cmds.go)
 }
 
 // githubFlags bind a GitHub App key (moat secret set --github-app) with a task's scope.
@@ -75,6 +76,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command) {
 	f.lifecycle.register(cmd)
 	f.naming.register(cmd)
 	registerTier(cmd, &f.tier)
+	f.users.register(fl)
 }
 
 // request validates the flags before anything is created.
@@ -154,6 +156,9 @@ func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Durati
 		return req, 0, err
 	}
 	req.Tier = f.tier
+	if err := f.users.apply(&req); err != nil {
+		return req, 0, err
+	}
 	return req, timeout, nil
 }
 

@@ -110,6 +110,7 @@ type Server struct {
 	templateAdmin TemplateAdmin
 	changes       Changes   // change records of git pushes (SetChanges); nil: none
 	snaps         Snapshots // snapshots, restore and fork (SetSnapshots); nil: none
+	users         Users     // accounts in sandboxes (SetUsers, users.go); nil: none
 
 	// archives lists the drive archives of sandboxes deleted unused (SetArchives); nil: none.
 	archives Archives
@@ -228,6 +229,7 @@ func New(d Deps) *Server {
 	routes = append(routes, s.idleRoutes()...)
 	routes = append(routes, s.nameRoutes()...)
 	routes = append(routes, s.statsRoutes()...)
+	routes = append(routes, s.userRoutes()...)
 	routes = append(routes, s.templateRoutes()...)
 	routes = append(routes, s.approvalRoutes()...)
 	routes = append(routes, s.tierRoutes()...)
@@ -402,6 +404,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		Archive:           req.Archive,
 		Name:              req.Name,
 		Labels:            req.Labels,
+		Users:             fromAPIUsers(req.Users), // users.go
 	}
 	if err := s.applyTier(req.Tier, &opts); err != nil {
 		writeError(w, err)
@@ -747,6 +750,7 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 	if sb.InUserNS() {
 		out.HostUID = sb.HostIDs().Host
 	}
+	out.Users, out.SharedGroups = toAPIUsers(sb.Users, sb.SharedGroups) // users.go
 	out.Policy = ToAPIPolicy(sb.EgressPolicy())
 	out.AgentBranchPrefix = sb.GitPrefix()
 	out.GitProtected = sandbox.GitProtectedRefuse

@@ -429,6 +429,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	})
 	d.api.SetChanges(d.Egress)
 	d.api.SetSnapshots(d.Manager)
+	d.api.SetUsers(d.Manager) // users (issue 15)
 	d.archives = archives{s: stor, st: st, log: d.log.With("component", "archives")}
 	d.api.SetArchives(d.archives)
 	if err := d.startApprovals(ctx, exclusive); err != nil { // approvals.go

@@ -204,6 +204,11 @@ type CreateOptions struct {
 	// the rest); GitPush is GitPushNone when the git gate refuses every push.
 	Tier    string `json:"tier,omitempty"`
 	GitPush string `json:"git_push,omitempty"`
+	// Users are accounts to add at create (useradd.go); their ids are chosen once the
+	// root filesystem is mounted.
+	Users []UserSpec `json:"users,omitempty"`
+	// inherited are a fork's parent's users, recorded as they are (useradd.go).
+	inherited *accounts
 }
 
 // Create makes and starts a sandbox, or hands over a warm one (pool.go). On any error,
@@ -218,7 +223,13 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (*Sandbox, err
 // create makes a sandbox (warm: for a pool, pool.go); used, if not nil, receives the
 // template it was built from.
 func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool, used *Template) (*Sandbox, error) {
+	if err := CheckUserSpecs(opts.Users); err != nil {
+		return nil, err
+	}
 	if opts.FromSnapshot != "" {
+		if len(opts.Users) > 0 {
+			return nil, fmt.Errorf("users at create are not taken with from_snapshot (the snapshot's record has its own): add them after: %w", errdefs.ErrInvalidArgument)
+		}
 		return m.createFromSnapshot(ctx, opts)
 	}
 	askedNofile := opts.Limits.Nofile != 0
@@ -263,6 +274,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool, use
 		Credentials: opts.Credentials, AgentBranchPrefix: opts.AgentBranchPrefix, GitProtected: opts.GitProtected, CreatedAt: now, UpdatedAt: now, AccessToken: newToken(), Warm: warm, IDBase: m.cfg.IDBase,
 		Owner: CallerFrom(ctx).Owner(), Provisioning: true, Name: opts.Name, Labels: opts.Labels, Mapped: m.mapsUsers(opts.Runtime),
 		Tier: opts.Tier, GitPush: opts.GitPush,
+		Users: pendingUsers(opts.Users),
 	}
 	if opts.Timeout > 0 {
 		exp := now.Add(opts.Timeout)
@@ -462,7 +474,7 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 	if err := m.waitHealthy(ctx, sb.ID); err != nil {
 		return fmt.Errorf("moat-init did not become ready: %w (its log: %s)", err, m.LogPath(sb.ID))
 	}
-	return nil
+	return m.applyUsers(ctx, sb.ID) // useradd.go
 }
 
 // mergeEnv combines image defaults (KEY=VALUE list) with the sandbox's own variables.

@@ -194,7 +194,7 @@ func templateStamp(t Template) string {
 // false) then gets the warm sandbox's, which fits its pids.
 func (m *Manager) fitsPool(opts *CreateOptions, askedNofile bool) *pool {
 	p := m.pools[PoolKey{opts.Runtime, opts.Template}]
-	if p == nil || opts.Repo != "" || len(opts.Credentials) > 0 || opts.AgentBranchPrefix != "" || opts.GitProtected != "" || opts.Tier != "" || opts.GitPush != "" {
+	if p == nil || opts.Repo != "" || len(opts.Users) > 0 || len(opts.Credentials) > 0 || opts.AgentBranchPrefix != "" || opts.GitProtected != "" || opts.Tier != "" || opts.GitPush != "" {
 		return nil
 	}
 	warm, err := EffectiveLimits(Limits{}, m.cfg.DefaultLimits, m.ceilings(Caller{Operator: true}))

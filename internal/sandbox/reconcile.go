@@ -50,6 +50,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 				m.attachLog(sb.ID)
 				if _, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials, sb.GitSettings()); err == nil {
 					m.log.Info("adopted running sandbox", "sandbox", sb.ID, "state", sb.State)
+					m.reapplyUsers(ctx, sb) // useradd.go
 					continue
 				} else {
 					m.log.Error("restarting egress of a running sandbox", "sandbox", sb.ID, "err", err)

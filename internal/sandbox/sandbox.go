@@ -151,6 +151,12 @@ type Sandbox struct {
 
 	// Users are the accounts moat added to the sandbox, at create or later (users.go).
 	Users []User `json:"users,omitempty"`
+	// SharedGroups are the groups moat made for its users, with gids fixed for the
+	// sandbox's life (usernames.go).
+	SharedGroups []SharedGroup `json:"shared_groups,omitempty"`
+	// RetiredUIDs are the uids of removed users: never given again in this sandbox (files
+	// the old user left, a kept home, stay out of a new user's reach).
+	RetiredUIDs []uint32 `json:"retired_uids,omitempty"`
 
 	// Tier is the consequence tier the sandbox was made with ("": none; internal/tiers):
 	// its policy, credentials and git settings below are the tier's merged with the

@@ -291,6 +291,7 @@ func (m *Manager) createFrom(ctx context.Context, opts CreateOptions, sn *Snapsh
 	if sn.Fork {
 		sb.Snapshot = sn.Parent // a fork descends from what its parent descends from
 	}
+	opts.inherited.applyTo(sb) // a fork's users are its parent's (useradd.go)
 	if opts.Timeout > 0 {
 		exp := now.Add(opts.Timeout)
 		sb.ExpiresAt, sb.Timeout = &exp, opts.Timeout
@@ -436,7 +437,8 @@ func forkOptions(p *Sandbox) CreateOptions {
 		OnTimeout: p.OnTimeout, Credentials: creds, AgentBranchPrefix: prefix, GitProtected: p.GitProtected,
 		Tier: p.Tier, GitPush: p.GitPush,
 		Idle: &idle, DeleteAfter: &unused, Archive: p.Archive, AutoResume: p.AutoResume,
-		Labels: p.Labels, // a fork keeps the labels; a name is one sandbox's
+		Labels:    p.Labels, // a fork keeps the labels; a name is one sandbox's
+		inherited: accountsOf(p),
 	}
 }
 

@@ -41,6 +41,8 @@ type Config struct {
 	// sandbox's memory cgroup (OOMKillsFromCgroup); nil: unknown, no process's end is
 	// put down to it.
 	OOMKills func() uint64
+	// UsersRoot is the root whose user database POST /moat/users edits ("": "/"; tests).
+	UsersRoot string
 }
 
 // Server is the envd service. Create it with New.
@@ -52,6 +54,7 @@ type Server struct {
 	logs     *logRegistry // the kept output of processes (logs.go)
 	watchers *watcherTable
 	errw     *connect.ErrorWriter
+	usersMu  sync.Mutex // serializes edits of the user database (users.go)
 }
 
 // New returns a Server for cfg.
@@ -93,6 +96,8 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /init", s.init)
 	mux.HandleFunc("GET /moat/logs", s.serveLogs)
+	mux.HandleFunc("POST /moat/users", s.applyUsers)        // users.go
+	mux.HandleFunc("POST /moat/users/remove", s.removeUser) // users.go
 	return s.gate(mux)
 }
 
