@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -66,6 +67,9 @@ type Entry struct {
 	Duration time.Duration `json:"duration_ns"`
 	Open     bool          `json:"open,omitempty"` // an allowed connection still open
 	Error    string        `json:"error,omitempty"`
+	// User is the sandbox user who made the connection or request (users.go); "" for
+	// root and users moat does not tell apart.
+	User string `json:"user,omitempty"`
 }
 
 // Config configures the Manager. Listener and Journal are required.
@@ -163,6 +167,8 @@ type boundary struct {
 	gitHold bool
 	// creds are the sandbox's credential bindings (an approved push is sent with them).
 	creds []sandbox.Credential
+	// users are the sandbox's users and their own rules (users.go); nil: none.
+	users atomic.Pointer[userSet]
 }
 
 func (b *boundary) current() (string, *policy.Policy) {
@@ -230,6 +236,8 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 		HostAddrs:   m.hostAddresses,
 		Record:      func(ev proxy.Event) func(proxy.Outcome) { return m.recordConn(id, ev) },
 		Intercept:   func(host string, port uint16) proxy.Interceptor { return m.interceptorFor(b, b.creds, host, port) },
+		User:        func(src netip.AddrPort) (string, string) { return b.users.Load().userOf(src) },
+		UserPolicy:  func(user string) *policy.Policy { return b.users.Load().policyOf(user) },
 		Log:         m.log.With("sandbox", id),
 		Budget:      m.cfg.Budget,
 		MaxConns:    m.cfg.MaxConns,
@@ -290,6 +298,7 @@ func (m *Manager) SetPolicy(id string, spec policy.Spec) (int, error) {
 	}
 	b.spec, b.comp, b.phase, b.pol = spec, comp, spec.Phase, pol
 	b.mu.Unlock()
+	m.recompileUsers(b, spec)
 	// Upstream connections dialled under the old policy are not reused.
 	b.upstreams.Reset()
 	cut := b.proxy.Recheck()
@@ -384,13 +393,13 @@ func (m *Manager) hostAddresses() []netip.Addr {
 func (m *Manager) recordConn(id string, ev proxy.Event) func(proxy.Outcome) {
 	e := &Entry{
 		Time: ev.Time, Sandbox: id, Phase: ev.Phase, Proto: "tcp", Name: ev.Name,
-		Port: int(ev.Port), Allowed: ev.Allowed, Rule: ev.Rule, Reason: ev.Reason, Open: ev.Allowed,
+		Port: int(ev.Port), Allowed: ev.Allowed, Rule: ev.Rule, Reason: ev.Reason, Open: ev.Allowed, User: ev.User,
 	}
 	if ev.Addr.IsValid() {
 		e.Addr = ev.Addr.String()
 	}
 	if !ev.Allowed {
-		m.log.Info("egress denied", "sandbox", id, "name", e.Name, "addr", e.Addr, "port", e.Port, "reason", e.Reason)
+		m.log.Info("egress denied", "sandbox", id, "user", e.User, "name", e.Name, "addr", e.Addr, "port", e.Port, "reason", e.Reason)
 	}
 	base := *e // e belongs to the journal from now on
 	m.journal.add(e)

@@ -50,6 +50,7 @@ type Event struct {
 	Allowed bool
 	Rule    string
 	Reason  string
+	User    string // the sandbox user who opened the connection ("": root or not told apart)
 }
 
 // Outcome is how an allowed connection ended.
@@ -90,6 +91,12 @@ type Config struct {
 	// with the outcome. Optional.
 	Record func(Event) func(Outcome)
 	Log    *slog.Logger // optional
+	// User names the sandbox user a connection comes from by its client address ("" for
+	// root and users moat does not tell apart), or says why it is refused. Optional.
+	User func(src netip.AddrPort) (user, refuse string)
+	// UserPolicy returns a user's own rules, which narrow the sandbox's: deny wins. nil:
+	// the user has the sandbox's. Optional.
+	UserPolicy func(user string) *policy.Policy
 
 	// Budget is the daemon's connection budget shared with the other sandboxes' proxies;
 	// the proxy joins it with a cap of MaxConns. Optional: nil gives a budget of MaxConns
@@ -161,6 +168,7 @@ type conn struct {
 	target      policy.Request
 	cancel      context.CancelCauseFunc
 	intercepted bool
+	user        string // the sandbox user who opened it (users.go)
 }
 
 // errPolicyChanged ends connections the new policy no longer allows.
@@ -246,7 +254,7 @@ func (p *Proxy) Recheck() int {
 	for c := range p.conns {
 		// c.target is guarded by p.mu: it gains the dialled address and a late claim.
 		switch {
-		case !pol.Decide(c.target).Allow:
+		case !p.allowsFor(pol, c.user, c.target):
 			c.cancel(errPolicyChanged)
 			n++
 		case !c.intercepted && c.target.Name != "" && p.cfg.Intercept != nil && p.cfg.Intercept(c.target.Name, c.target.Port) != nil,
@@ -267,6 +275,7 @@ func (p *Proxy) handle(client net.Conn) {
 		// Refused at once with a reset: the sandbox's client sees the refusal, not a hang.
 		phase, _ := p.cfg.Policy()
 		ev := Event{Time: start, Phase: phase, Reason: why}
+		ev.User, _ = p.userOf(client)
 		if dst, err := p.cfg.OriginalDst(client); err == nil {
 			ev.Addr, ev.Port = dst.Addr(), dst.Port()
 			ev.Name, _ = p.cfg.Name(dst.Addr())
@@ -295,8 +304,11 @@ func (p *Proxy) handle(client net.Conn) {
 	ctx, cancelTotal := context.WithTimeoutCause(ctx, p.cfg.MaxDuration, fmt.Errorf("connection open longer than %s", p.cfg.MaxDuration))
 	defer cancelTotal()
 
+	user, refuse := p.userOf(client)
+	ctx = WithUser(ctx, user)
 	head, proto, ev, req := p.decide(client, dst)
 	ev.Time = start
+	p.narrow(&ev, req, user, refuse)
 	var targets []netip.AddrPort
 	var ic Interceptor
 	if ev.Allowed && req.Name != "" && p.cfg.Intercept != nil {
@@ -342,14 +354,14 @@ func (p *Proxy) handle(client net.Conn) {
 		reset(client)
 		return
 	}
-	c := &conn{client: client, target: req, cancel: cancel, intercepted: ic != nil}
+	c := &conn{client: client, target: req, cancel: cancel, intercepted: ic != nil, user: user}
 	if !p.track(c) {
 		return
 	}
 	defer p.untrack(c)
 	finish := p.cfg.Record(ev)
 	// A policy change between the decision and the tracking is caught here.
-	if _, pol := p.cfg.Policy(); !pol.Decide(req).Allow {
+	if _, pol := p.cfg.Policy(); !p.allowsFor(pol, user, req) {
 		finish(Outcome{Duration: time.Since(start), Err: errPolicyChanged.Error()})
 		return
 	}
@@ -601,7 +613,7 @@ func (p *Proxy) lateClaim(c *conn) ([]byte, string) {
 	c.target = req
 	p.mu.Unlock()
 	if why == "" && req.Claimed != "" {
-		if _, pol := p.cfg.Policy(); !pol.Decide(req).Allow {
+		if _, pol := p.cfg.Policy(); !p.allowsFor(pol, c.user, req) {
 			why = "the connection names " + req.Claimed + ", which the policy denies"
 		} else {
 			why = p.inspectedClaim(req)
