@@ -101,6 +101,7 @@ limits, an overlay root with no host mounts, and no network path out.`,
 		a.apikeyCmd(), a.secretCmd(), a.eventsCmd(), a.egressCmd(), a.policyCmd(),
 		a.diffCmd(), a.exportCmd(), a.changesCmd(), a.changeCmd(),
 		a.snapshotCmd(), a.restoreCmd(), a.forkCmd(), a.checkpointCmd(),
+		a.userGroupCmd(), // issue 15: `moat user egress` (usergroup_cmds.go; the users part replaces it)
 	)
 	// The flags that configure a daemon appear only on the commands that start one.
 	for _, c := range root.Commands() {

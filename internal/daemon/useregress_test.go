@@ -2,14 +2,17 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
@@ -243,6 +246,88 @@ except OSError as e:
 		}
 		if r := get("alice", "/alice-4"); r.code != 0 || !in.log.contains("path=/alice-4") {
 			t.Errorf("alice did not reach allowed.test after a restart: %+v", r)
+		}
+	})
+
+	e.run("open connections are decided again when a user's rules change", func(t *testing.T, e *env) {
+		// bob may reach allowed.test; he holds an echo connection open; his rules then
+		// drop it: the connection is cut (the echo server sees it close).
+		if _, err := e.c.SetUserEgress(ctx, sb.ID, "bob", v1.SetUserEgressRequest{Allow: []string{"api.test", "allowed.test"}}); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan result, 1)
+		go func() {
+			done <- e.sh(sb.ID, "bob", fmt.Sprintf(`python3 -c '
+import socket
+s = socket.create_connection(("allowed.test", %d))
+s.sendall(b"bob-held\n")
+print(s.recv(100), flush=True)
+print("closed:", s.recv(100))'`, in.echoPort))
+		}()
+		testutil.WaitFor(t, 10*time.Second, "bob's echo line", func() bool { return in.log.contains("echo line=bob-held") })
+		res, err := e.c.SetUserEgress(ctx, sb.ID, "bob", v1.SetUserEgressRequest{Allow: []string{"api.test"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ConnectionsCut != 1 {
+			t.Errorf("connections cut: %d, want 1", res.ConnectionsCut)
+		}
+		select {
+		case r := <-done:
+			if !strings.Contains(r.stdout, "closed:") {
+				t.Errorf("bob's connection: %+v", r)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("bob's connection was not cut")
+		}
+		testutil.WaitFor(t, 10*time.Second, "the echo connection closing", func() bool { return in.log.contains("echo closed") })
+	})
+
+	e.run("the CLI", func(t *testing.T, e *env) {
+		moat := func(args ...string) (string, string, int) {
+			cmd := exec.Command(filepath.Join(testutil.Binaries(t), "moat"), append([]string{"--run-dir", e.runDir}, args...)...)
+			var out, errb strings.Builder
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			err := cmd.Run()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			return out.String(), errb.String(), code
+		}
+		js, stderr, code := moat("user", "egress", sb.ID, "alice", "--allow", "allowed.test", "--allow", "api.test", "--credential", "API_TOKEN", "--json")
+		var res v1.UserEgressResponse
+		if err := json.Unmarshal([]byte(js), &res); err != nil || code != 0 || res.Egress == nil || strings.Join(res.Egress.Credentials, ",") != "API_TOKEN" {
+			t.Errorf("user egress --json: %d %q %q", code, js, stderr)
+		}
+		if out, _, code := moat("user", "egress", sb.ID, "bob", "--allow", "api.test"); code != 0 || !strings.Contains(out, "user bob of "+sb.ID+": allow api.test (within the sandbox's policy); no credentials") {
+			t.Errorf("user egress: %d %q", code, out)
+		}
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"user", "egress", sb.ID, "bob"}, "--allow"},
+			{[]string{"user", "egress", sb.ID, "bob", "--clear", "--allow", "x.test"}, "--clear takes no"},
+			{[]string{"user", "egress", sb.ID, "sudoer", "--allow", "api.test"}, "has sudo"},
+			{[]string{"user", "egress", sb.ID, "bob", "--allow", "denied.test"}, "allows nothing that denied.test names"},
+		} {
+			if _, stderr, code := moat(c.args...); code == 0 || !strings.Contains(stderr, c.want) {
+				t.Errorf("%v: %d %q, want %q", c.args, code, stderr, c.want)
+			}
+		}
+		e.d.Egress.Flush()
+		out, _, code := moat("egress", "--user", "bob", "--blocked", sb.ID)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if code != 0 || !strings.Contains(lines[0], "USER") || len(lines) < 2 {
+			t.Fatalf("egress --user bob: %d %q", code, out)
+		}
+		for _, l := range lines[1:] {
+			if f := strings.Fields(l); len(f) < 4 || f[2] != "BLOCKED" || f[3] != "bob" {
+				t.Errorf("egress --user bob --blocked row: %q", l)
+			}
 		}
 	})
 
