@@ -4,8 +4,9 @@ import "strings"
 
 // CoversRule reports whether p allows something that the allow rule (or set name) entry
 // names, checked on one representative destination: the name itself (a wildcard's
-// representative child "x.<parent>"), the prefix's first address, the first and last
-// port of its range; a set when p covers one of its members. It serves a check of rules
+// representative child "x.<parent>"), the prefix's first address, on the first port of
+// its range (on "some port" for a rule of every port); a set when p covers one of its
+// members. It serves a check of rules
 // meant to narrow p (a sandbox user's own rules): a rule p covers nowhere could never
 // let anything through. Entries that do not parse are not covered. sets are the user's
 // named sets (Spec.Sets).
@@ -40,10 +41,8 @@ func (p *Policy) coversParsed(r rule) bool {
 	case kindCIDR:
 		req.Addr = r.prefix.Addr()
 	}
-	if r.ports.all() {
-		return p.Decide(req).Allow
+	if !r.ports.all() {
+		req.Port = r.ports.lo
 	}
-	lo, hi := req, req
-	lo.Port, hi.Port = r.ports.lo, r.ports.hi
-	return p.Decide(lo).Allow && p.Decide(hi).Allow
+	return p.Decide(req).Allow
 }
