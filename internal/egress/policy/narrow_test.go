@@ -31,8 +31,8 @@ func TestCoversRule(t *testing.T) {
 		{rules, "c.test:8000-8100", true},
 		{rules, "c.test:8000-8200", true}, // its first port
 		{rules, "c.test:7000-8100", false},
-		{rules, "mine", true},          // a set one of whose members is covered
-		{rules, "registries", false},   // none of the built-in set
+		{rules, "mine", true},        // a set one of whose members is covered
+		{rules, "registries", false}, // none of the built-in set
 		{rules, "https://a.test", false},
 		{rules, "", false},
 		{open, "anything.test", true},
