@@ -93,6 +93,18 @@ func TestUserEgress(t *testing.T) {
 		if r := get("bob", "/bob-1"); r.code == 0 || in.log.contains("path=/bob-1") {
 			t.Errorf("bob reached allowed.test: %+v", r)
 		}
+		// The names bob's rules deny do not resolve for him.
+		if r := e.sh(sb.ID, "bob", "getent hosts allowed.test"); r.code == 0 {
+			t.Errorf("allowed.test resolved for bob: %+v", r)
+		}
+		if r := e.sh(sb.ID, "alice", "getent hosts allowed.test"); r.code != 0 {
+			t.Errorf("allowed.test did not resolve for alice: %+v", r)
+		}
+		if x, ok := e.egressEntry(sb.ID, func(x v1.EgressEntry) bool {
+			return x.Proto == "dns" && !x.Allowed && x.User == "bob" && x.Name == "allowed.test"
+		}); !ok {
+			t.Errorf("no blocked DNS entry of bob: %+v", x)
+		}
 		// root (and a user without rules of its own) has the sandbox's policy.
 		if r := get("root", "/root-1"); r.code != 0 || !in.log.contains("path=/root-1") {
 			t.Errorf("root did not reach allowed.test: %+v", r)
@@ -154,19 +166,25 @@ func TestUserEgress(t *testing.T) {
 		// bob binds a port of alice's range, then one of root's: each is rewritten into
 		// his own range, so the proxy still sees bob.
 		alicePorts, _ := sandbox.PortMap([]sandbox.User{{Name: "alice", UID: 2001}})
+		// bob cannot resolve the name: he dials the address root got for it (the proxy
+		// maps it back to the name).
+		addr := strings.Fields(e.sh(sb.ID, "root", "getent hosts allowed.test").stdout)
+		if len(addr) == 0 {
+			t.Fatal("root could not resolve allowed.test")
+		}
 		for i, port := range []uint16{alicePorts[0].Lo + 7, sandbox.DefaultPorts.Lo + 11} {
 			path := fmt.Sprintf("/bob-spoof-%d", i)
 			r := e.sh(sb.ID, "bob", fmt.Sprintf(`python3 -c '
 import socket
 s = socket.socket()
 s.bind(("0.0.0.0", %d))
-s.connect(("allowed.test", %d))
+s.connect(("%s", %d))
 print(s.getsockname()[1], flush=True)
 try:
     s.sendall(b"GET %s HTTP/1.0\r\nHost: allowed.test\r\n\r\n")
     print(s.recv(100))
 except OSError as e:
-    print(e)'`, port, in.httpPort, path))
+    print(e)'`, port, addr[0], in.httpPort, path))
 			if in.log.contains("path=" + path) {
 				t.Errorf("bob reached allowed.test from port %d: %+v", port, r)
 			}

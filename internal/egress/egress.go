@@ -251,6 +251,8 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 			d := pol.AllowsName(name)
 			return dns.Verdict{Allow: d.Allow, Rule: d.Rule, Reason: d.Reason}
 		},
+		User:       func(src netip.AddrPort) string { u, _ := b.users.Load().userOf(src); return u },
+		DecideUser: func(user, name string) dns.Verdict { return b.decideName(user, name) },
 		Log: func(q dns.Query) { m.recordDNS(b, q) },
 	})
 	m.mu.Lock()
@@ -417,7 +419,7 @@ func (m *Manager) recordConn(id string, ev proxy.Event) func(proxy.Outcome) {
 // recordDNS logs a DNS decision the first time it is made in a phase: a sandbox asking for
 // the same name again does not grow the log.
 func (m *Manager) recordDNS(b *boundary, q dns.Query) {
-	key := fmt.Sprintf("%t %s", q.Verdict.Allow, q.Name)
+	key := fmt.Sprintf("%t %s %s", q.Verdict.Allow, q.User, q.Name)
 	b.mu.Lock()
 	seen := b.dnsLog[key]
 	if !seen {
@@ -432,7 +434,7 @@ func (m *Manager) recordDNS(b *boundary, q dns.Query) {
 		return
 	}
 	e := &Entry{Time: time.Now(), Sandbox: b.id, Phase: phase, Proto: "dns", Name: q.Name,
-		Allowed: q.Verdict.Allow, Rule: q.Verdict.Rule, Reason: q.Verdict.Reason}
+		Allowed: q.Verdict.Allow, Rule: q.Verdict.Rule, Reason: q.Verdict.Reason, User: q.User}
 	if q.Answer.IsValid() {
 		e.Addr = q.Answer.String()
 	}

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/moatdev/moat/internal/egress/dns"
 	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/netns"
@@ -81,6 +82,22 @@ func (s *userSet) injects(user, secret string) bool {
 	}
 	names, ok := s.creds[user]
 	return !ok || names[secret]
+}
+
+// decideName is the DNS server's question for user: the sandbox's policy, then the user's
+// own rules (deny wins). A query whose source port lies in no range is answered as the
+// sandbox's (the proxy refuses its connections).
+func (b *boundary) decideName(user, name string) dns.Verdict {
+	_, pol := b.current()
+	d := pol.AllowsName(name)
+	if d.Allow {
+		if up := b.users.Load().policyOf(user); up != nil {
+			if ud := up.AllowsName(name); !ud.Allow {
+				d = policy.Decision{Rule: "user " + user, Reason: "user " + user + "'s own rules: " + ud.Reason}
+			}
+		}
+	}
+	return dns.Verdict{Allow: d.Allow, Rule: d.Rule, Reason: d.Reason}
 }
 
 // SetUsers gives an attached sandbox its users (Sandbox.Users) and their own rules, and
