@@ -253,7 +253,7 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 		},
 		User:       func(src netip.AddrPort) string { u, _ := b.users.Load().userOf(src); return u },
 		DecideUser: func(user, name string) dns.Verdict { return b.decideName(user, name) },
-		Log: func(q dns.Query) { m.recordDNS(b, q) },
+		Log:        func(q dns.Query) { m.recordDNS(b, q) },
 	})
 	m.mu.Lock()
 	if _, ok := m.bs[id]; ok {
