@@ -51,11 +51,13 @@ func TestUserEgress(t *testing.T) {
 		in.log.add("api path=%s auth=%s", r.URL.Path, r.Header.Get("Authorization"))
 		fmt.Fprintln(w, "ok")
 	}))
-	e := newEnvWith(t, func(c *daemon.Config) {
+	caFile := upstreamCAFile(t, up)
+	configure := func(c *daemon.Config) {
 		in.configure(c)
 		c.EgressHosts["api.test"] = append(c.EgressHosts["api.test"], netip.MustParseAddr("127.0.0.4"))
-		c.EgressCA = upstreamCAFile(t, up)
-	})
+		c.EgressCA = caFile
+	}
+	e := newEnvWith(t, configure)
 	ctx := context.Background()
 	scope := &v1.SecretScope{Hosts: []string{fmt.Sprintf("api.test:%d", apiPort)}}
 	if err := e.c.SetSecret(ctx, "API_TOKEN", secret, scope); err != nil {
@@ -346,6 +348,25 @@ print("closed:", s.recv(100))'`, in.echoPort))
 			if f := strings.Fields(l); len(f) < 4 || f[2] != "BLOCKED" || f[3] != "bob" {
 				t.Errorf("egress --user bob --blocked row: %q", l)
 			}
+		}
+	})
+
+	// A new daemon adopts the running sandbox with its users: the table in S stayed, the
+	// proxy learns the users again.
+	e.stop()
+	restarted := time.Now()
+	e.start(filepath.Join(testutil.Binaries(t), "moat-init"), configure)
+	e.run("a daemon restart keeps the rules", func(t *testing.T, e *env) {
+		if r := get("bob", "/bob-6"); r.code == 0 || in.log.contains("path=/bob-6") {
+			t.Errorf("bob reached allowed.test after a daemon restart: %+v", r)
+		}
+		if r := get("alice", "/alice-6"); r.code != 0 || !in.log.contains("path=/alice-6") {
+			t.Errorf("alice did not reach allowed.test after a daemon restart: %+v", r)
+		}
+		if _, ok := e.egressEntry(sb.ID, func(x v1.EgressEntry) bool {
+			return x.Allowed && x.User == "alice" && x.Name == "allowed.test" && x.Time.After(restarted)
+		}); !ok {
+			t.Error("alice's connection after the restart is not logged as hers")
 		}
 	})
 
