@@ -48,7 +48,7 @@ func TestUserEgress(t *testing.T) {
 	in := newInternet(t)
 	up := testutil.NewUpstreamCA(t, "api.test")
 	apiPort := tlsServe(t, up, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		in.log.add("api path=%s auth=%s", r.URL.Path, r.Header.Get("Authorization"))
+		in.log.add("api path=%s auth=%s from=%s", r.URL.Path, r.Header.Get("Authorization"), r.RemoteAddr)
 		fmt.Fprintln(w, "ok")
 	}))
 	caFile := upstreamCAFile(t, up)
@@ -147,6 +147,24 @@ func TestUserEgress(t *testing.T) {
 		}
 		if in.log.contains("path=/bob-cred auth=Bearer " + secret) {
 			t.Error("bob's request carried the credential")
+		}
+		// Each user's requests go over upstream connections of its own: bob's never rides
+		// the connection alice's credential went over (a server may authenticate a
+		// connection, not each request).
+		from := func(path string) string {
+			for _, l := range in.log.all() {
+				if strings.Contains(l, "path="+path+" ") {
+					_, f, _ := strings.Cut(l, " from=")
+					return f
+				}
+			}
+			return ""
+		}
+		if a, b := from("/alice-cred"), from("/bob-cred"); a == "" || a == b {
+			t.Errorf("alice's and bob's requests came over one upstream connection: %q %q", a, b)
+		}
+		if r := call("alice", "/alice-cred-2"); r.code != 0 || from("/alice-cred-2") != from("/alice-cred") {
+			t.Logf("alice's second request did not reuse her upstream connection (%s, %s): pooling is not asserted", from("/alice-cred-2"), from("/alice-cred"))
 		}
 		evs, err := e.c.Events(ctx, sb.ID)
 		if err != nil {

@@ -448,7 +448,7 @@ func (ic interceptor) config() (intercept.Config, error) {
 	}
 	return intercept.Config{
 		CA: ca, RootCAs: ic.m.cfg.RootCAs, Injections: inj, Log: ic.m.log.With("sandbox", ic.b.id),
-		Check: ic.check, Upstreams: ic.b.upstreams, PlainHTTP: ic.PlainHTTP(),
+		Check: ic.check, Upstreams: ic.m.upstreamsFor(ic.b, ic.user), PlainHTTP: ic.PlainHTTP(),
 		Git: &intercept.GitGate{Policy: ic.b.git, Record: ic.recordGit, Objects: ic.m.gitObjects(ic.b)},
 		Audit: func(u intercept.Use) {
 			if ic.m.cfg.Audit != nil && u.Injected {

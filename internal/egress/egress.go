@@ -169,6 +169,8 @@ type boundary struct {
 	creds []sandbox.Credential
 	// users are the sandbox's users and their own rules (users.go); nil: none.
 	users atomic.Pointer[userSet]
+	// userUps are the upstream pools of the sandbox's named users (users.go), one each.
+	userUps sync.Map
 }
 
 func (b *boundary) current() (string, *policy.Policy) {
@@ -302,7 +304,7 @@ func (m *Manager) SetPolicy(id string, spec policy.Spec) (int, error) {
 	b.mu.Unlock()
 	m.recompileUsers(b, spec)
 	// Upstream connections dialled under the old policy are not reused.
-	b.upstreams.Reset()
+	b.resetUpstreams()
 	cut := b.proxy.Recheck()
 	m.log.Info("egress policy set", "sandbox", id, "phase", spec.Phase, "policy", pol.String(), "connections_cut", cut)
 	return cut, nil
@@ -322,7 +324,7 @@ func (m *Manager) Detach(id string) {
 	b.dns.Close()
 	b.ls.Close()
 	b.wg.Wait()
-	b.upstreams.Reset()
+	b.resetUpstreams()
 	// The sandbox stopped: its tokens are revoked; a start mints new ones.
 	m.revoke(id, m.provs.set(id, nil))
 	m.log.Debug("egress detached", "sandbox", id)

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/moatdev/moat/internal/egress/dns"
+	"github.com/moatdev/moat/internal/egress/intercept"
 	"github.com/moatdev/moat/internal/egress/policy"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/netns"
@@ -98,6 +99,30 @@ func (b *boundary) decideName(user, name string) dns.Verdict {
 		}
 	}
 	return dns.Verdict{Allow: d.Allow, Rule: d.Rule, Reason: d.Reason}
+}
+
+// upstreamsFor returns the pool of upstream connections for user's requests: each named
+// user has its own (root and users not told apart share the sandbox's), so a server that
+// authenticates a connection rather than each request never sees one user's credential
+// on another user's request.
+func (m *Manager) upstreamsFor(b *boundary, user string) *intercept.Upstreams {
+	if user == "" {
+		return b.upstreams
+	}
+	if u, ok := b.userUps.Load(user); ok {
+		return u.(*intercept.Upstreams)
+	}
+	u, _ := b.userUps.LoadOrStore(user, intercept.NewUpstreams(m.cfg.RootCAs))
+	return u.(*intercept.Upstreams)
+}
+
+// resetUpstreams closes the idle upstream connections of the sandbox and of its users.
+func (b *boundary) resetUpstreams() {
+	b.upstreams.Reset()
+	b.userUps.Range(func(_, u any) bool {
+		u.(*intercept.Upstreams).Reset()
+		return true
+	})
 }
 
 // SetUsers gives an attached sandbox its users (Sandbox.Users) and their own rules, and
