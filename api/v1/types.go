@@ -292,4 +292,7 @@ type EgressEntry struct {
 	DurationMS float64   `json:"duration_ms"`
 	Open       bool      `json:"open,omitempty"`
 	Error      string    `json:"error,omitempty"`
+	// User is the sandbox user who made the connection or request ("" for root and users
+	// moat does not tell apart).
+	User string `json:"user,omitempty"`
 }

@@ -22,6 +22,9 @@ type User struct {
 	Home   string   `json:"home"`
 	Groups []string `json:"groups,omitempty"`
 	Sudo   bool     `json:"sudo,omitempty"`
+	// Egress is the user's own, narrower egress (PUT …/users/{name}/egress); absent: the
+	// sandbox's.
+	Egress *UserEgress `json:"egress,omitempty"`
 }
 
 // SharedGroup is a group moat made for its users: its directory is /shared/NAME

@@ -338,23 +338,28 @@ func humanBytes(n int64) string {
 
 func (a *app) egressCmd() *cobra.Command {
 	var asJSON, follow, blockedOnly bool
+	var user string
 	cmd := &cobra.Command{
 		Use:   "egress ID",
 		Short: "Show a sandbox's egress log: every allowed and blocked destination",
 		Long: `egress lists every decision of the sandbox's network boundary: DNS answers and
 connections, allowed or BLOCKED, with the rule or reason, bytes and duration. --follow keeps
-printing new decisions (an open connection is printed again when it ends).`,
+printing new decisions (an open connection is printed again when it ends). USER is the
+sandbox user who made the connection (moat user), "-" for root and users moat does not tell
+apart; --user keeps one user's entries.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
-			keep := func(e v1.EgressEntry) bool { return !blockedOnly || !e.Allowed }
+			keep := func(e v1.EgressEntry) bool {
+				return (!blockedOnly || !e.Allowed) && (!cmd.Flags().Changed("user") || e.User == user)
+			}
 			if follow {
 				tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 				if !asJSON {
-					fmt.Fprintln(tw, "TIME\tPHASE\tVERDICT\tDESTINATION\tDETAIL")
+					fmt.Fprintln(tw, "TIME\tPHASE\tVERDICT\tUSER\tDESTINATION\tDETAIL")
 				}
 				return c.FollowEgress(cmd.Context(), args[0], 0, func(e v1.EgressEntry) error {
 					if !keep(e) {
@@ -379,7 +384,7 @@ printing new decisions (an open connection is printed again when it ends).`,
 				return printJSON(entries)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "TIME\tPHASE\tVERDICT\tDESTINATION\tDETAIL")
+			fmt.Fprintln(tw, "TIME\tPHASE\tVERDICT\tUSER\tDESTINATION\tDETAIL")
 			for _, e := range entries {
 				printEgressRow(tw, e)
 			}
@@ -389,6 +394,7 @@ printing new decisions (an open connection is printed again when it ends).`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (NDJSON with --follow)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new decisions")
 	cmd.Flags().BoolVar(&blockedOnly, "blocked", false, "only blocked attempts")
+	cmd.Flags().StringVar(&user, "user", "", "only the entries of this sandbox `USER` (\"\": root and users moat does not tell apart)")
 	return cmd
 }
 
@@ -411,7 +417,11 @@ func printEgressRow(tw *tabwriter.Writer, e v1.EgressEntry) {
 			detail += "  (" + termSafe(e.Error) + ")"
 		}
 	}
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("15:04:05.000"), termSafe(e.Phase), verdict, destination(e), detail)
+	user := "-"
+	if e.User != "" {
+		user = termSafe(e.User)
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("15:04:05.000"), termSafe(e.Phase), verdict, user, destination(e), detail)
 }
 
 func (a *app) policyCmd() *cobra.Command {

@@ -25,9 +25,10 @@ directory /shared/GROUP that only its members can use, and sudo only when asked 
 can become any user, root included). Run commands, shells and file transfers as the user
 with --user NAME (moat exec, moat shell, moat cp) or the API's and E2B's user parameter.
 Users are added and removed while the sandbox runs, and kept over stop/start and daemon
-restarts.`,
+restarts. A user without sudo may get egress rules and credentials of its own, narrower
+than the sandbox's (moat user egress).`,
 	}
-	cmd.AddCommand(a.userAddCmd(), a.userLsCmd(), a.userRmCmd())
+	cmd.AddCommand(a.userAddCmd(), a.userLsCmd(), a.userRmCmd(), a.userEgressCmd())
 	return cmd
 }
 

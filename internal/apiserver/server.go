@@ -234,6 +234,7 @@ func New(d Deps) *Server {
 	routes = append(routes, s.approvalRoutes()...)
 	routes = append(routes, s.tierRoutes()...)
 	routes = append(routes, s.e2bRoutes()...)
+	routes = append(routes, s.userEgressRoutes()...)
 	routes = append(routes, route{"GET /health", s.health, public})
 	s.routes, s.access = routes, map[string]access{}
 	for _, r := range routes {

@@ -106,7 +106,11 @@ func fromAPIUsers(in []v1.UserRequest) []sandbox.UserSpec {
 }
 
 func toAPIUser(u sandbox.User) v1.User {
-	return v1.User{Name: u.Name, UID: u.UID, GID: u.GID, Home: "/home/" + u.Name, Groups: u.Groups, Sudo: u.Sudo}
+	out := v1.User{Name: u.Name, UID: u.UID, GID: u.GID, Home: "/home/" + u.Name, Groups: u.Groups, Sudo: u.Sudo}
+	if e := u.Egress; e != nil {
+		out.Egress = &v1.UserEgress{Allow: e.Allow, Credentials: e.Credentials}
+	}
+	return out
 }
 
 // toAPIUsers is a record's users and shared groups (with their members) as the API shows

@@ -55,7 +55,7 @@ func (e events) Egress(ctx context.Context, id string, after int64, limit int) (
 		out[i] = v1.EgressEntry{
 			Seq: x.Seq, Time: x.Time, Phase: x.Phase, Proto: x.Proto, Name: x.Name, Addr: x.Addr, Port: x.Port,
 			Allowed: x.Allowed, Rule: x.Rule, Reason: x.Reason, Upstream: x.Upstream, BytesUp: x.Up, BytesDown: x.Down,
-			DurationMS: float64(x.Duration) / float64(time.Millisecond), Open: x.Open, Error: x.Error,
+			DurationMS: float64(x.Duration) / float64(time.Millisecond), Open: x.Open, Error: x.Error, User: x.User,
 		}
 	}
 	return out, nil

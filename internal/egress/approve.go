@@ -29,7 +29,7 @@ func (ic interceptor) approveCredential(ctx context.Context, q intercept.Credent
 		ctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
 		a, err := asker.Ask(ctx, Question{
-			Kind: AskCredential, Sandbox: ic.b.id, Phase: phase, Name: ic.host, Port: ic.port,
+			Kind: AskCredential, Sandbox: ic.b.id, User: ic.user, Phase: phase, Name: ic.host, Port: ic.port,
 			Method: q.Method, Path: q.Path, Secret: q.Secret, Wait: wait,
 		})
 		switch {

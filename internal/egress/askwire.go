@@ -52,7 +52,7 @@ func (m *Manager) askFor(id string) func(ctx context.Context, q proxy.Question) 
 		}
 		ans, err := a.Ask(ctx, Question{
 			Kind: AskNetwork, Sandbox: id, Phase: q.Phase, Name: q.Name, Addr: q.Addr, Port: q.Port,
-			Rule: q.Rule, Wait: q.Wait,
+			Rule: q.Rule, User: q.User, Wait: q.Wait,
 		})
 		if err != nil {
 			return proxy.Answer{}, err

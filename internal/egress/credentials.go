@@ -312,6 +312,7 @@ type interceptor struct {
 	creds []boundCred
 	host  string // canonical
 	port  uint16
+	user  string // the sandbox user whose connection it serves (users.go)
 }
 
 // boundCred is a binding and its index in the sandbox's credentials.
@@ -360,7 +361,7 @@ func (ic interceptor) checkRequest(method, path string, approved bool) (bool, st
 	d := pol.DecideHTTP(ic.host, ic.port, method, path)
 	ic.m.journal.add(&Entry{
 		Time: time.Now(), Sandbox: ic.b.id, Phase: phase, Proto: "http", Name: ic.host, Port: int(ic.port),
-		Allowed: d.Allow, Rule: d.Rule, Reason: method + " " + path + ": " + d.Reason,
+		Allowed: d.Allow, Rule: d.Rule, Reason: method + " " + path + ": " + d.Reason, User: ic.user,
 	})
 	if !d.Allow {
 		ic.m.log.Info("egress request denied", "sandbox", ic.b.id, "name", ic.host, "method", method, "path", path, "reason", d.Reason)
@@ -369,6 +370,7 @@ func (ic interceptor) checkRequest(method, path string, approved bool) (bool, st
 }
 
 func (ic interceptor) Serve(ctx context.Context, client net.Conn, head []byte, host string, port int, dial func(context.Context) (net.Conn, error)) (int64, int64, error) {
+	ic.user = proxy.UserFrom(ctx)
 	cfg, err := ic.config()
 	if err != nil {
 		return 0, 0, err
@@ -427,6 +429,10 @@ func (ic interceptor) config() (intercept.Config, error) {
 		// The secret's scope no longer covering the binding stops injection, not scrubbing:
 		// the host may hold the value from before.
 		scrubOnly := c.scrubOnly
+		if !ic.b.users.Load().injects(ic.user, c.Secret) {
+			// The user's own credentials do not name it: scrubbed, never injected.
+			scrubOnly = true
+		}
 		scoped, err := sandbox.WithinScope(c.Credential, info.Scope)
 		if err != nil {
 			ic.m.log.Warn("credential not injected", "sandbox", ic.b.id, "host", ic.host, "err", err)
@@ -451,12 +457,16 @@ func (ic interceptor) config() (intercept.Config, error) {
 	}
 	return intercept.Config{
 		CA: ca, RootCAs: ic.m.cfg.RootCAs, Injections: inj, Log: ic.m.log.With("sandbox", ic.b.id),
-		Check: ic.check, Upstreams: ic.b.upstreams, PlainHTTP: ic.PlainHTTP(),
+		Check: ic.check, Upstreams: ic.m.upstreamsFor(ic.b, ic.user), PlainHTTP: ic.PlainHTTP(),
 		Git:     &intercept.GitGate{Policy: ic.b.git, Record: ic.recordGit, Objects: ic.m.gitObjects(ic.b)},
 		Approve: ic.approveCredential,
 		Audit: func(u intercept.Use) {
 			if ic.m.cfg.Audit != nil && u.Injected {
-				ic.m.cfg.Audit(ic.b.id, "credential", fmt.Sprintf("%s %s %s://%s%s → %d", u.Secret, u.Method, u.Scheme, u.Host, u.Path, u.Status))
+				by := ""
+				if ic.user != "" {
+					by = " by user " + ic.user
+				}
+				ic.m.cfg.Audit(ic.b.id, "credential", fmt.Sprintf("%s %s %s://%s%s → %d%s", u.Secret, u.Method, u.Scheme, u.Host, u.Path, u.Status, by))
 			}
 		},
 	}, nil

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -66,6 +67,9 @@ type Entry struct {
 	Duration time.Duration `json:"duration_ns"`
 	Open     bool          `json:"open,omitempty"` // an allowed connection still open
 	Error    string        `json:"error,omitempty"`
+	// User is the sandbox user who made the connection or request (users.go); "" for
+	// root and users moat does not tell apart.
+	User string `json:"user,omitempty"`
 }
 
 // Config configures the Manager. Listener and Journal are required.
@@ -181,6 +185,10 @@ type boundary struct {
 	gitHold bool
 	// creds are the sandbox's credential bindings (an approved push is sent with them).
 	creds []sandbox.Credential
+	// users are the sandbox's users and their own rules (users.go); nil: none.
+	users atomic.Pointer[userSet]
+	// userUps are the upstream pools of the sandbox's named users (users.go), one each.
+	userUps sync.Map
 }
 
 func (b *boundary) current() (string, *policy.Policy) {
@@ -249,6 +257,8 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 		HostAddrs:   m.hostAddresses,
 		Record:      func(ev proxy.Event) func(proxy.Outcome) { return m.recordConn(id, ev) },
 		Intercept:   func(host string, port uint16) proxy.Interceptor { return m.interceptorFor(b, b.creds, host, port) },
+		User:        func(src netip.AddrPort) (string, string) { return b.users.Load().userOf(src) },
+		UserPolicy:  func(user string) *policy.Policy { return b.users.Load().policyOf(user) },
 		Log:         m.log.With("sandbox", id),
 		Budget:      m.cfg.Budget,
 		MaxConns:    m.cfg.MaxConns,
@@ -260,16 +270,10 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 		MaxHeld:     m.cfg.MaxHeld,
 	})
 	b.dns = dns.NewServer(dns.Config{
-		Table: table,
-		Decide: func(name string) dns.Verdict {
-			_, pol := b.current()
-			d := pol.AllowsName(name)
-			if d.Ask {
-				d.Reason = "answered: a connection will be held for approval (" + d.Rule + ")"
-			}
-			return dns.Verdict{Allow: d.Allow, Ask: d.Ask, Rule: d.Rule, Reason: d.Reason}
-		},
-		Log: func(q dns.Query) { m.recordDNS(b, q) },
+		Table:      table,
+		User:       func(src netip.AddrPort) string { u, _ := b.users.Load().userOf(src); return u },
+		DecideUser: func(user, name string) dns.Verdict { return b.decideName(user, name) },
+		Log:        func(q dns.Query) { m.recordDNS(b, q) },
 	})
 	m.mu.Lock()
 	if _, ok := m.bs[id]; ok {
@@ -316,8 +320,9 @@ func (m *Manager) SetPolicy(id string, spec policy.Spec) (int, error) {
 	}
 	b.spec, b.comp, b.phase, b.pol = spec, comp, spec.Phase, pol
 	b.mu.Unlock()
+	m.recompileUsers(b, spec)
 	// Upstream connections dialled under the old policy are not reused.
-	b.upstreams.Reset()
+	b.resetUpstreams()
 	cut := b.proxy.Recheck()
 	m.log.Info("egress policy set", "sandbox", id, "phase", spec.Phase, "policy", pol.String(), "connections_cut", cut)
 	return cut, nil
@@ -337,7 +342,7 @@ func (m *Manager) Detach(id string) {
 	b.dns.Close()
 	b.ls.Close()
 	b.wg.Wait()
-	b.upstreams.Reset()
+	b.resetUpstreams()
 	// The sandbox stopped: its tokens are revoked; a start mints new ones.
 	m.revoke(id, m.provs.set(id, nil))
 	m.log.Debug("egress detached", "sandbox", id)
@@ -410,13 +415,13 @@ func (m *Manager) hostAddresses() []netip.Addr {
 func (m *Manager) recordConn(id string, ev proxy.Event) func(proxy.Outcome) {
 	e := &Entry{
 		Time: ev.Time, Sandbox: id, Phase: ev.Phase, Proto: "tcp", Name: ev.Name,
-		Port: int(ev.Port), Allowed: ev.Allowed, Rule: ev.Rule, Reason: ev.Reason, Open: ev.Allowed,
+		Port: int(ev.Port), Allowed: ev.Allowed, Rule: ev.Rule, Reason: ev.Reason, Open: ev.Allowed, User: ev.User,
 	}
 	if ev.Addr.IsValid() {
 		e.Addr = ev.Addr.String()
 	}
 	if !ev.Allowed {
-		m.log.Info("egress denied", "sandbox", id, "name", e.Name, "addr", e.Addr, "port", e.Port, "reason", e.Reason)
+		m.log.Info("egress denied", "sandbox", id, "user", e.User, "name", e.Name, "addr", e.Addr, "port", e.Port, "reason", e.Reason)
 	}
 	base := *e // e belongs to the journal from now on
 	m.journal.add(e)
@@ -434,7 +439,7 @@ func (m *Manager) recordConn(id string, ev proxy.Event) func(proxy.Outcome) {
 // recordDNS logs a DNS decision the first time it is made in a phase: a sandbox asking for
 // the same name again does not grow the log.
 func (m *Manager) recordDNS(b *boundary, q dns.Query) {
-	key := fmt.Sprintf("%t %t %s", q.Verdict.Allow, q.Verdict.Ask, q.Name)
+	key := fmt.Sprintf("%t %t %s %s", q.Verdict.Allow, q.Verdict.Ask, q.User, q.Name)
 	b.mu.Lock()
 	seen := b.dnsLog[key]
 	if !seen {
@@ -449,7 +454,7 @@ func (m *Manager) recordDNS(b *boundary, q dns.Query) {
 		return
 	}
 	e := &Entry{Time: time.Now(), Sandbox: b.id, Phase: phase, Proto: "dns", Name: q.Name,
-		Allowed: q.Verdict.Allow, Rule: q.Verdict.Rule, Reason: q.Verdict.Reason}
+		Allowed: q.Verdict.Allow, Rule: q.Verdict.Rule, Reason: q.Verdict.Reason, User: q.User}
 	if q.Answer.IsValid() {
 		e.Addr = q.Answer.String()
 	}

@@ -408,6 +408,10 @@ func (m *Manager) up(ctx context.Context, sb *Sandbox, tmpl Template, extra []La
 			return
 		}
 		m.log.Debug("create step", "sandbox", sb.ID, "step", "egress", "took", time.Since(t))
+		if _, err := m.applyUserNetwork(sb); err != nil { // per-user egress (useregress.go)
+			netDone <- err
+			return
+		}
 		caPEM = pem
 		netDone <- nil
 	}()

@@ -48,7 +48,11 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			older := m.fromOlderDaemon(sb.ID)
 			if !older && m.alive(ctx, sb) {
 				m.attachLog(sb.ID)
-				if _, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials, sb.GitSettings()); err == nil {
+				_, err := m.egress.Attach(sb.ID, sb.EgressPolicy(), sb.Credentials, sb.GitSettings())
+				if err == nil {
+					_, err = m.applyUserNetwork(sb) // per-user egress (useregress.go): stopped without it
+				}
+				if err == nil {
 					m.log.Info("adopted running sandbox", "sandbox", sb.ID, "state", sb.State)
 					m.reapplyUsers(ctx, sb) // useradd.go
 					continue

@@ -65,6 +65,11 @@ func (m *Manager) AddUser(ctx context.Context, id string, s UserSpec) (*User, er
 		}
 		return nil, fmt.Errorf("adding user %q inside sandbox %s: %w", u.Name, id, err)
 	}
+	// Its connections get a source-port range of their own (useregress.go); until then they
+	// are told apart from no one. Failing that is logged: the next start applies it.
+	if _, err := m.applyUserNetwork(sb); err != nil {
+		m.log.Error("per-user source ports after adding a user", "sandbox", id, "user", u.Name, "err", err)
+	}
 	m.event(ctx, id, "user_added", u.Name)
 	m.log.Info("user added", "sandbox", id, "user", u.Name, "uid", u.UID, "groups", u.Groups, "sudo", u.Sudo)
 	return &u, nil
@@ -106,12 +111,16 @@ func (m *Manager) RemoveUser(ctx context.Context, id, name string, keepHome bool
 		return fmt.Errorf("removing user %q inside sandbox %s: %w", name, id, err)
 	}
 	m.at("user-removed-inside") // failpoint of tests: removed inside, still recorded
-	if _, err := m.store.Update(ctx, id, func(r *Sandbox) error {
+	after, err := m.store.Update(ctx, id, func(r *Sandbox) error {
 		r.Users = slices.DeleteFunc(r.Users, func(x User) bool { return x.Name == name })
 		r.RetiredUIDs = append(r.RetiredUIDs, u.UID)
 		return nil
-	}); err != nil {
+	})
+	if err != nil {
 		return err
+	}
+	if _, err := m.setUserNetwork(after); err != nil {
+		m.log.Error("per-user source ports after removing a user", "sandbox", id, "user", name, "err", err)
 	}
 	m.event(ctx, id, "user_removed", name)
 	m.log.Info("user removed", "sandbox", id, "user", name, "keep_home", keepHome)
@@ -206,6 +215,10 @@ func (m *Manager) applyUsers(ctx context.Context, id string) error {
 		}
 	}
 	if err := m.postUsers(ctx, sb); err != nil {
+		return fmt.Errorf("applying the sandbox's users: %w", err)
+	}
+	// The users made at create have their uids only now: their source ports too.
+	if _, err := m.applyUserNetwork(sb); err != nil {
 		return fmt.Errorf("applying the sandbox's users: %w", err)
 	}
 	return nil

@@ -27,7 +27,8 @@ const egressSchema = `CREATE TABLE IF NOT EXISTS egress (
 	down     INTEGER NOT NULL,
 	duration INTEGER NOT NULL,
 	open     INTEGER NOT NULL,
-	error    TEXT NOT NULL
+	error    TEXT NOT NULL,
+	user     TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS egress_sandbox ON egress(sandbox, seq);
 `
@@ -41,10 +42,10 @@ func (s *Store) WriteEgress(ctx context.Context, adds []*egress.Entry, finished 
 	}
 	defer tx.Rollback()
 	for _, e := range adds {
-		res, err := tx.ExecContext(ctx, `INSERT INTO egress(sandbox, time, phase, proto, name, addr, port, allowed, rule, reason, upstream, up, down, duration, open, error)
-			VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		res, err := tx.ExecContext(ctx, `INSERT INTO egress(sandbox, time, phase, proto, name, addr, port, allowed, rule, reason, upstream, up, down, duration, open, error, user)
+			VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 			e.Sandbox, e.Time.UTC().Format(time.RFC3339Nano), e.Phase, e.Proto, e.Name, e.Addr, e.Port, e.Allowed,
-			e.Rule, e.Reason, e.Upstream, e.Up, e.Down, int64(e.Duration), e.Open, e.Error)
+			e.Rule, e.Reason, e.Upstream, e.Up, e.Down, int64(e.Duration), e.Open, e.Error, e.User)
 		if err != nil {
 			return fmt.Errorf("writing egress log: %w", err)
 		}
@@ -68,7 +69,7 @@ func (s *Store) Egress(ctx context.Context, id string, after int64, limit int) (
 	if limit <= 0 {
 		limit = -1
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, sandbox, time, phase, proto, name, addr, port, allowed, rule, reason, upstream, up, down, duration, open, error
+	rows, err := s.db.QueryContext(ctx, `SELECT seq, sandbox, time, phase, proto, name, addr, port, allowed, rule, reason, upstream, up, down, duration, open, error, user
 		FROM egress WHERE sandbox = ? AND seq > ? ORDER BY seq LIMIT ?`, id, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading egress log: %w", err)
@@ -80,7 +81,7 @@ func (s *Store) Egress(ctx context.Context, id string, after int64, limit int) (
 		var t string
 		var dur int64
 		if err := rows.Scan(&e.Seq, &e.Sandbox, &t, &e.Phase, &e.Proto, &e.Name, &e.Addr, &e.Port, &e.Allowed,
-			&e.Rule, &e.Reason, &e.Upstream, &e.Up, &e.Down, &dur, &e.Open, &e.Error); err != nil {
+			&e.Rule, &e.Reason, &e.Upstream, &e.Up, &e.Down, &dur, &e.Open, &e.Error, &e.User); err != nil {
 			return nil, fmt.Errorf("reading egress log: %w", err)
 		}
 		e.Time, _ = time.Parse(time.RFC3339Nano, t)

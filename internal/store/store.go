@@ -100,6 +100,7 @@ func migrate(db *sql.DB) error {
 	for _, c := range []struct{ table, column, def string }{
 		{"sandboxes", "owner", `TEXT NOT NULL DEFAULT ''`},
 		{"api_keys", "max", `TEXT NOT NULL DEFAULT '{}'`},
+		{"egress", "user", `TEXT NOT NULL DEFAULT ''`}, // issue 15: the sandbox user of an entry
 	} {
 		var n int
 		if err := db.QueryRow(`SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`, c.table, c.column).Scan(&n); err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moatdev/moat/internal/egress"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/sandbox"
 )
@@ -337,5 +338,34 @@ func TestAPIKeyMaxMigration(t *testing.T) {
 	defer st.Close()
 	if c, err := st.Authenticate(context.Background(), key); err != nil || c.Max != (sandbox.Limits{}) {
 		t.Errorf("an older key: %+v %v", c, err)
+	}
+}
+
+// TestEgressUserMigration: an egress table from before issue 15 gains the user column;
+// its entries read back with no user, new ones with theirs.
+func TestEgressUserMigration(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "moat.db")
+	st, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WriteEgress(ctx, []*egress.Entry{{Sandbox: "sb-1", Proto: "tcp", Name: "old.test", Time: time.Now()}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.db.Exec(`ALTER TABLE egress DROP COLUMN user`); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if st, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.WriteEgress(ctx, []*egress.Entry{{Sandbox: "sb-1", Proto: "tcp", Name: "new.test", User: "alice", Time: time.Now()}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	list, err := st.Egress(ctx, "sb-1", 0, 0)
+	if err != nil || len(list) != 2 || list[0].User != "" || list[1].User != "alice" || list[1].Name != "new.test" {
+		t.Errorf("entries: %+v %v", list, err)
 	}
 }

@@ -38,6 +38,7 @@ type Query struct {
 	Type    string // "A", "AAAA", "TXT", "TYPE65534", …
 	Verdict Verdict
 	Answer  netip.Addr // the synthetic address when an A record was answered, else zero
+	User    string     // the sandbox user who asked (Config.User), "" if not told apart
 }
 
 // Config configures a Server.
@@ -54,6 +55,11 @@ type Config struct {
 	Log func(Query)
 	// TTL of answers, in seconds; 0 means 5.
 	TTL uint32
+	// User names the sandbox user a query comes from by its source address ("" for root
+	// and users not told apart); with DecideUser, that user's own rules narrow the answer.
+	// Optional (issue 15: per-user egress).
+	User       func(src netip.AddrPort) string
+	DecideUser func(user, name string) Verdict
 }
 
 const defaultTTL = 5
@@ -95,7 +101,7 @@ func (s *Server) ServeListener(l net.Listener) error {
 func (s *Server) serve(srv *dns.Server, c io.Closer, datagram bool) error {
 	r := &running{srv: srv, started: make(chan struct{}), done: make(chan struct{})}
 	srv.Handler = dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
-		resp := s.Answer(req)
+		resp := s.AnswerFor(req, s.userOf(w.RemoteAddr()))
 		resp.Compress = true
 		if datagram {
 			resp.Truncate(dns.MinMsgSize) // no EDNS: a UDP client takes 512 bytes
@@ -172,7 +178,11 @@ func (s *Server) Close() error {
 //     address for A and no records (NOERROR) for any other type.
 //
 // Replies are authoritative, say recursion is available, and carry req's ID and question.
-func (s *Server) Answer(req *dns.Msg) *dns.Msg {
+func (s *Server) Answer(req *dns.Msg) *dns.Msg { return s.AnswerFor(req, "") }
+
+// AnswerFor is Answer for a query of sandbox user user: a name the policy allows is
+// answered only when Config.DecideUser allows it for user too.
+func (s *Server) AnswerFor(req *dns.Msg, user string) *dns.Msg {
 	m := new(dns.Msg)
 	m.Authoritative = true
 	m.RecursionAvailable = true
@@ -195,14 +205,26 @@ func (s *Server) Answer(req *dns.Msg) *dns.Msg {
 	case req.Question[0].Qclass != dns.ClassINET:
 		m.Rcode = dns.RcodeRefused
 	default:
-		s.answer(m, m.Question[0])
+		s.answer(m, m.Question[0], user)
 	}
 	return m
 }
 
-func (s *Server) answer(m *dns.Msg, q dns.Question) {
+// userOf names the user of a query from a (Config.User).
+func (s *Server) userOf(a net.Addr) string {
+	if s.cfg.User == nil || a == nil {
+		return ""
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return ""
+	}
+	return s.cfg.User(ap)
+}
+
+func (s *Server) answer(m *dns.Msg, q dns.Question, user string) {
 	name, reason := normalize(q.Name)
-	query := Query{Name: name, Type: dns.Type(q.Qtype).String()}
+	query := Query{Name: name, Type: dns.Type(q.Qtype).String(), User: user}
 	defer func() {
 		if s.cfg.Log != nil {
 			s.cfg.Log(query)
@@ -229,7 +251,9 @@ func (s *Server) answer(m *dns.Msg, q dns.Question) {
 		return
 	}
 
-	if s.cfg.Decide != nil {
+	if s.cfg.DecideUser != nil {
+		query.Verdict = s.cfg.DecideUser(user, name)
+	} else if s.cfg.Decide != nil {
 		query.Verdict = s.cfg.Decide(name)
 	} else {
 		query.Verdict = Verdict{Reason: "no policy"}

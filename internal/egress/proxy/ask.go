@@ -33,6 +33,7 @@ type Question struct {
 	Addr  netip.Addr
 	Port  uint16
 	Rule  string // the ask rule that held it ("" for ask_all)
+	User  string // the sandbox user who opened the connection ("": root or not told apart)
 	Wait  time.Duration
 	// Request is what the policy decided (for the rule an approval adds).
 	Request policy.Request
@@ -126,7 +127,7 @@ func (p *Proxy) hold(ctx context.Context, ev *Event, req policy.Request) (approv
 	}
 	defer untrack()
 
-	q := Question{Phase: ev.Phase, Name: req.Name, Addr: req.Addr, Port: req.Port, Wait: wait, Request: req}
+	q := Question{Phase: ev.Phase, Name: req.Name, Addr: req.Addr, Port: req.Port, User: ev.User, Wait: wait, Request: req}
 	if askRule != "ask-all" {
 		q.Rule = strings.TrimPrefix(askRule, "ask ")
 	}

@@ -53,6 +53,7 @@ type Event struct {
 	Ask    bool
 	Rule   string
 	Reason string
+	User   string // the sandbox user who opened the connection ("": root or not told apart)
 }
 
 // Outcome is how an allowed connection ended.
@@ -93,6 +94,12 @@ type Config struct {
 	// with the outcome. Optional.
 	Record func(Event) func(Outcome)
 	Log    *slog.Logger // optional
+	// User names the sandbox user a connection comes from by its client address ("" for
+	// root and users moat does not tell apart), or says why it is refused. Optional.
+	User func(src netip.AddrPort) (user, refuse string)
+	// UserPolicy returns a user's own rules, which narrow the sandbox's: deny wins. nil:
+	// the user has the sandbox's. Optional.
+	UserPolicy func(user string) *policy.Policy
 
 	// Budget is the daemon's connection budget shared with the other sandboxes' proxies;
 	// the proxy joins it with a cap of MaxConns. Optional: nil gives a budget of MaxConns
@@ -178,7 +185,8 @@ type conn struct {
 	target      policy.Request
 	cancel      context.CancelCauseFunc
 	intercepted bool
-	approved    bool // let through by a person's approval: the policy's ask counts as allow
+	approved    bool   // let through by a person's approval: the policy's ask counts as allow
+	user        string // the sandbox user who opened it (users.go)
 }
 
 // errPolicyChanged ends connections the new policy no longer allows.
@@ -265,7 +273,7 @@ func (p *Proxy) Recheck() int {
 	for c := range p.conns {
 		// c.target is guarded by p.mu: it gains the dialled address and a late claim.
 		switch {
-		case !permits(pol.Decide(c.target), c.approved):
+		case !p.allowsFor(pol, c.user, c.target, c.approved):
 			c.cancel(errPolicyChanged)
 			n++
 		case !c.intercepted && c.target.Name != "" && p.cfg.Intercept != nil && p.cfg.Intercept(c.target.Name, c.target.Port) != nil,
@@ -286,6 +294,7 @@ func (p *Proxy) handle(client net.Conn) {
 		// Refused at once with a reset: the sandbox's client sees the refusal, not a hang.
 		phase, _ := p.cfg.Policy()
 		ev := Event{Time: start, Phase: phase, Reason: why}
+		ev.User, _ = p.userOf(client)
 		if dst, err := p.cfg.OriginalDst(client); err == nil {
 			ev.Addr, ev.Port = dst.Addr(), dst.Port()
 			ev.Name, _ = p.cfg.Name(dst.Addr())
@@ -314,8 +323,12 @@ func (p *Proxy) handle(client net.Conn) {
 	ctx, cancelTotal := context.WithTimeoutCause(ctx, p.cfg.MaxDuration, fmt.Errorf("connection open longer than %s", p.cfg.MaxDuration))
 	defer cancelTotal()
 
+	user, refuse := p.userOf(client)
+	ctx = WithUser(ctx, user)
 	head, proto, ev, req := p.decide(client, dst)
 	ev.Time = start
+	// The user's own rules first: what they deny is refused, never asked about.
+	p.narrow(&ev, req, user, refuse)
 	approved := false
 	if ev.Ask && !ev.Allowed {
 		approved = p.hold(ctx, &ev, req)
@@ -365,14 +378,14 @@ func (p *Proxy) handle(client net.Conn) {
 		reset(client)
 		return
 	}
-	c := &conn{client: client, target: req, cancel: cancel, intercepted: ic != nil, approved: approved}
+	c := &conn{client: client, target: req, cancel: cancel, intercepted: ic != nil, approved: approved, user: user}
 	if !p.track(c) {
 		return
 	}
 	defer p.untrack(c)
 	finish := p.cfg.Record(ev)
 	// A policy change between the decision and the tracking is caught here.
-	if _, pol := p.cfg.Policy(); !permits(pol.Decide(req), approved) {
+	if _, pol := p.cfg.Policy(); !p.allowsFor(pol, user, req, approved) {
 		finish(Outcome{Duration: time.Since(start), Err: errPolicyChanged.Error()})
 		return
 	}
@@ -628,7 +641,7 @@ func (p *Proxy) lateClaim(c *conn) ([]byte, string) {
 	approved := c.approved
 	p.mu.Unlock()
 	if why == "" && req.Claimed != "" {
-		if _, pol := p.cfg.Policy(); !permits(pol.Decide(req), approved) {
+		if _, pol := p.cfg.Policy(); !p.allowsFor(pol, c.user, req, approved) {
 			why = "the connection names " + req.Claimed + ", which the policy denies"
 		} else {
 			why = p.inspectedClaim(req)
