@@ -8,3 +8,14 @@ func (s *Service) HasWaiter(id string) bool {
 	_, ok := s.waiters[id]
 	return ok
 }
+
+// AskWaiting is how many egress connections wait on the pending questions.
+func (s *Service) AskWaiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, a := range s.asks {
+		n += a.waiting
+	}
+	return n
+}

@@ -240,7 +240,7 @@ func TestAsker(t *testing.T) {
 	var pending []approvals.Approval
 	testutil.WaitFor(t, 10*time.Second, "one pending approval with two waiters", func() bool {
 		pending, _ = s.List(ctx, approvals.Filter{State: approvals.Pending})
-		return len(pending) == 1
+		return len(pending) == 1 && s.AskWaiting() == 2
 	})
 	a := pending[0]
 	if a.Kind != approvals.KindNetwork || a.User != "agent" || !slices.Contains(a.NotBy, "key:key-owner") || a.AskedBy != approvals.BySandbox {
