@@ -3,6 +3,7 @@ package netns
 import (
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 // TestUserPortsReuse: a user's 256 source ports do not bound its connections: 4 × that
 // many connections to one destination, each closed gracefully (its NAT tuple left in
 // TIME_WAIT), all connect at the first SYN (the kernel reuses a tuple in TIME_WAIT for a
-// new SYN: no retransmission in S's TCP counters).
+// new SYN: at most a stray retransmission in S's TCP counters, not one per SYN).
 func TestUserPortsReuse(t *testing.T) {
 	e := newEnv(t)
 	id, sNS := e.setup(t)
@@ -52,8 +53,10 @@ func TestUserPortsReuse(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if retrans := tcpCounter(string(snmp), "RetransSegs"); retrans != "0" {
-			t.Errorf("S retransmitted %s segments:\n%s", retrans, snmp)
+		// Without the reuse every SYN past the 256th would be retransmitted (768 or more);
+		// a loaded host may retransmit a stray segment or two for other reasons.
+		if retrans, err := strconv.Atoi(tcpCounter(string(snmp), "RetransSegs")); err != nil || retrans > 8 {
+			t.Errorf("S retransmitted %d segments (%v):\n%s", retrans, err, snmp)
 		}
 		return nil
 	})
