@@ -25,23 +25,7 @@ func TestAskApprovals(t *testing.T) {
 		curl := func(path string) <-chan result {
 			return shAsync(e, sb.ID, fmt.Sprintf("curl -sS --max-time 80 http://allowed.test:%d/%s", in.httpPort, path))
 		}
-		pending := func() v1.Approval {
-			t.Helper()
-			for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				list, err := e.c.Approvals(ctx, "pending", sb.ID, "network")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(list) == 1 {
-					return list[0]
-				}
-				if len(list) > 1 {
-					t.Fatalf("%d pending approvals, want 1: %+v", len(list), list)
-				}
-			}
-			t.Fatal("no pending network approval")
-			return v1.Approval{}
-		}
+		pending := func() v1.Approval { return pendingApproval(t, e, sb.ID, "network") }
 
 		done := curl("ask-approved")
 		ap := pending()
@@ -87,4 +71,23 @@ func TestAskApprovals(t *testing.T) {
 			return x.Proto == "tcp" && strings.Contains(x.Reason, "(approval "+ap.ID+")") && strings.Contains(x.Reason, "not today")
 		})
 	})
+}
+
+// pendingApproval waits (up to a minute) for sandbox id's one pending approval of kind.
+func pendingApproval(t *testing.T, e *env, id, kind string) v1.Approval {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		list, err := e.c.Approvals(context.Background(), "pending", id, kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) == 1 {
+			return list[0]
+		}
+		if len(list) > 1 {
+			t.Fatalf("%d pending %s approvals, want 1: %+v", len(list), kind, list)
+		}
+	}
+	t.Fatalf("no pending %s approval", kind)
+	return v1.Approval{}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
@@ -30,20 +29,7 @@ func TestCredentialApprovals(t *testing.T) {
 		post := func(path string) <-chan result {
 			return shAsync(e, sb.ID, `curl -s --max-time 80 -o /dev/null -w '%{http_code}' -X POST -d x -H "Authorization: Bearer $API_TOKEN" `+base+path)
 		}
-		pending := func() v1.Approval {
-			t.Helper()
-			for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				list, err := e.c.Approvals(ctx, "pending", sb.ID, "credential")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(list) == 1 {
-					return list[0]
-				}
-			}
-			t.Fatal("no pending credential approval")
-			return v1.Approval{}
-		}
+		pending := func() v1.Approval { return pendingApproval(t, e, sb.ID, "credential") }
 
 		done := post("/deploy/approved")
 		ap := pending()

@@ -138,10 +138,24 @@ func EditPasswd(passwd []byte, st State, drop []string, shell string) []byte {
 // and with st's users and those in drop taken out of every other group's members (the
 // record says which groups moat's users are in).
 func EditGroup(group []byte, st State, drop []string) []byte {
+	out := dropMembers(group, st, drop)
+	for _, a := range st.Users {
+		out = append(out, a.Name+":x:"+u32(a.GID)+":\n"...)
+	}
+	for _, g := range st.Groups {
+		out = append(out, g.Name+":x:"+u32(g.GID)+":"+strings.Join(st.members(g.Name), ",")+"\n"...)
+	}
+	return out
+}
+
+// dropMembers returns the lines of group or gshadow (NAME:PASSWORD:X:MEMBERS) without the
+// groups of st and drop, and with st's users and those in drop taken out of every other
+// group's members.
+func dropMembers(data []byte, st State, drop []string) []byte {
 	ours := func(name string) bool {
 		return st.hasUser(name) || st.hasGroup(name) || slices.Contains(drop, name)
 	}
-	out := forLines(group, func(line string) string {
+	return forLines(data, func(line string) string {
 		f := strings.Split(line, ":")
 		if ours(f[0]) {
 			return ""
@@ -158,13 +172,6 @@ func EditGroup(group []byte, st State, drop []string) []byte {
 		f[3] = strings.Join(keep, ",")
 		return strings.Join(f, ":")
 	})
-	for _, a := range st.Users {
-		out = append(out, a.Name+":x:"+u32(a.GID)+":\n"...)
-	}
-	for _, g := range st.Groups {
-		out = append(out, g.Name+":x:"+u32(g.GID)+":"+strings.Join(st.members(g.Name), ",")+"\n"...)
-	}
-	return out
 }
 
 // EditShadow returns shadow with each of st's users' password locked ("!") and without
@@ -185,26 +192,7 @@ func EditShadow(shadow []byte, st State, drop []string) []byte {
 // EditGshadow is EditShadow for gshadow: every group of st without a password, members
 // as in EditGroup.
 func EditGshadow(gshadow []byte, st State, drop []string) []byte {
-	ours := func(name string) bool {
-		return st.hasUser(name) || st.hasGroup(name) || slices.Contains(drop, name)
-	}
-	out := forLines(gshadow, func(line string) string {
-		f := strings.Split(line, ":")
-		if ours(f[0]) {
-			return ""
-		}
-		if len(f) != 4 || f[3] == "" {
-			return line
-		}
-		var keep []string
-		for _, m := range strings.Split(f[3], ",") {
-			if !st.hasUser(m) && !slices.Contains(drop, m) {
-				keep = append(keep, m)
-			}
-		}
-		f[3] = strings.Join(keep, ",")
-		return strings.Join(f, ":")
-	})
+	out := dropMembers(gshadow, st, drop)
 	for _, a := range st.Users {
 		out = append(out, a.Name+":!::\n"...)
 	}
