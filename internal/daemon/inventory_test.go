@@ -110,10 +110,14 @@ func TestInventory(t *testing.T) {
 			setupPhase = p
 		}
 	}
-	has := func(rules []v1.InventoryRule, pred func(v1.InventoryRule) bool) bool { return slices.ContainsFunc(rules, pred) }
+	has := func(rules []v1.InventoryRule, pred func(v1.InventoryRule) bool) bool {
+		return slices.ContainsFunc(rules, pred)
+	}
 	if !has(runPhase.Rules, func(r v1.InventoryRule) bool {
 		return r.Verb == "http" && r.Host == "upload.example.com" && slices.Equal(r.Methods, []string{"GET"}) && r.PathPrefix == "/v1/" && r.Ports == "443"
-	}) || !has(runPhase.Rules, func(r v1.InventoryRule) bool { return r.Verb == "allow" && r.Set == "mine" && r.Host == "docs.example.com" }) ||
+	}) || !has(runPhase.Rules, func(r v1.InventoryRule) bool {
+		return r.Verb == "allow" && r.Set == "mine" && r.Host == "docs.example.com"
+	}) ||
 		!has(runPhase.Rules, func(r v1.InventoryRule) bool { return r.Verb == "deny" && r.Kind == "wildcard" }) {
 		t.Errorf("run phase rules %+v", runPhase.Rules)
 	}
