@@ -77,15 +77,15 @@ func RuleFlags(e policy.Entry) []v1.InventoryFlag {
 	case "wildcard":
 		if isICANNSuffix(e.Host) {
 			out = append(out, v1.InventoryFlag{Kind: "tld-wildcard", Severity: sev(High), Rule: e.Text,
-				Detail: fmt.Sprintf("%s rule *.%s reaches every domain registered under .%s", how, e.Host, e.Host)})
+				Detail: fmt.Sprintf("%s rule %s reaches every domain registered under .%s", how, e.Text, e.Host)})
 		} else if d, ok := sharedOver(e.Host); ok {
 			out = append(out, v1.InventoryFlag{Kind: "shared-wildcard", Severity: sev(High), Rule: e.Text,
-				Detail: fmt.Sprintf("%s rule *.%s reaches every tenant of %s (%s), anyone's included: a way to send data out", how, e.Host, d.Suffix, d.What)})
+				Detail: fmt.Sprintf("%s rule %s reaches every tenant of %s (%s), anyone's included: a way to send data out", how, e.Text, d.Suffix, d.What)})
 		}
 	case "name":
 		if d, ok := sharedExact(e.Host); ok {
 			out = append(out, v1.InventoryFlag{Kind: "shared-host", Severity: sev(Medium), Rule: e.Text,
-				Detail: fmt.Sprintf("%s rule %s reaches every tenant by path (%s), anyone's included", how, e.Host, d.What)})
+				Detail: fmt.Sprintf("%s rule %s reaches every tenant by path (%s), anyone's included", how, e.Text, d.What)})
 		}
 	case "cidr":
 		pfx, err := netip.ParsePrefix(e.CIDR)
