@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	v1 "github.com/moatdev/moat/api/v1"
@@ -17,6 +18,18 @@ func (c *Client) Inventory(ctx context.Context, withHost bool) (*v1.Inventory, e
 	if withHost {
 		path = "/v1/inventory"
 	}
+	if err := c.do(ctx, http.MethodGet, path, nil, &inv); err != nil {
+		return nil, err
+	}
+	return &inv, nil
+}
+
+// InventoryWith is Inventory with the query options: host (the host section) and scan
+// (the templates' default users and set-id programs; the operator only, slow for big
+// templates).
+func (c *Client) InventoryWith(ctx context.Context, host, scan bool) (*v1.Inventory, error) {
+	var inv v1.Inventory
+	path := fmt.Sprintf("/v1/inventory?host=%t&scan=%t", host, scan)
 	if err := c.do(ctx, http.MethodGet, path, nil, &inv); err != nil {
 		return nil, err
 	}

@@ -112,6 +112,12 @@ type InventoryTemplate struct {
 	Builtin   bool   `json:"builtin,omitempty"`
 	Layers    int    `json:"layers"`
 	Sandboxes int    `json:"sandboxes"`
+	// With ?scan=true (operator only): Scanned, the default user ("": root) and the
+	// set-user-ID and set-group-ID programs of its layers (at most 200).
+	Scanned     bool     `json:"scanned,omitempty"`
+	DefaultUser string   `json:"default_user,omitempty"`
+	SetID       []string `json:"setid,omitempty"`
+	ScanError   string   `json:"scan_error,omitempty"`
 }
 
 // InventoryAPIKey is an API key's authority.

@@ -17,9 +17,9 @@ import (
 // moat inventory: what each sandbox, template and API key can reach (GET /v1/inventory).
 
 func (a *app) inventoryCmd() *cobra.Command {
-	var asJSON, noHost, flagsOnly bool
+	var asJSON, noHost, flagsOnly, scan bool
 	cmd := &cobra.Command{
-		Use:   "inventory [--json] [--no-host] [--flags]",
+		Use:   "inventory [--json] [--no-host] [--flags] [--scan-templates]",
 		Short: "Show what every sandbox, template and API key can actually reach, and flag what widens access",
 		Long: `inventory lists, for every sandbox the caller may see (the operator: all; an API key:
 its own), each phase's reachable hosts and ports (sets expanded, HTTP rules with their
@@ -41,7 +41,7 @@ in sandboxes with secrets, ask mode, and sandboxes whose access exceeds their ti
 			if err != nil {
 				return err
 			}
-			inv, err := c.Inventory(cmd.Context(), !noHost && !flagsOnly)
+			inv, err := c.InventoryWith(cmd.Context(), !noHost && !flagsOnly, scan)
 			if err != nil {
 				return err
 			}
@@ -62,6 +62,7 @@ in sandboxes with secrets, ask mode, and sandboxes whose access exceeds their ti
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&noHost, "no-host", false, "leave out the host section (skips the doctor's checks)")
 	cmd.Flags().BoolVar(&flagsOnly, "flags", false, "print only the flags (what widens access)")
+	cmd.Flags().BoolVar(&scan, "scan-templates", false, "read each template's default user and set-id programs from its layers (operator only; slow for big templates)")
 	return cmd
 }
 
@@ -163,6 +164,17 @@ func printInventory(out io.Writer, inv *v1.Inventory) {
 	fmt.Fprintf(w, "\nTEMPLATES (%d)\n", len(inv.Templates))
 	for _, t := range inv.Templates {
 		fmt.Fprintf(w, "  %s\t%s, %d layers, %d sandboxes\n", t.Name, t.Source, t.Layers, t.Sandboxes)
+		if t.ScanError != "" {
+			fmt.Fprintf(w, "    scan\t%s\n", t.ScanError)
+		}
+		if t.Scanned {
+			user := t.DefaultUser
+			if user == "" {
+				user = "root"
+			}
+			fmt.Fprintf(w, "    default user\t%s\n", user)
+			fmt.Fprintf(w, "    set-id programs\t%d: %s\n", len(t.SetID), strings.Join(t.SetID, " "))
+		}
 	}
 	fmt.Fprintf(w, "\nAPI KEYS (%d)\n", len(inv.APIKeys))
 	for _, k := range inv.APIKeys {

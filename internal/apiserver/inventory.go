@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -25,6 +26,16 @@ import (
 // --git-protected), shown after gitgate.DefaultProtected() in each sandbox's git section.
 func (s *Server) SetProtectedPaths(globs []string) { s.protectedExtra = slices.Clone(globs) }
 
+// TemplateScanner reads what a template gives a sandbox's users: its default user and its
+// set-id programs (internal/inventory.ScanSetID). It walks the template's layers: slow
+// for big ones, so only ?scan=true asks for it, and only the operator may.
+type TemplateScanner interface {
+	ScanTemplate(ctx context.Context, name string) (defaultUser string, setid []string, err error)
+}
+
+// SetTemplateScanner sets the scanner of GET /v1/inventory?scan=true (nil: not available).
+func (s *Server) SetTemplateScanner(t TemplateScanner) { s.templateScan = t }
+
 func (s *Server) inventoryRoutes() []route {
 	return []route{{"GET /v1/inventory", s.inventory, byKey}}
 }
@@ -41,6 +52,23 @@ func (s *Server) inventory(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	caller := sandbox.CallerFrom(ctx)
+	scan := false
+	if v := r.URL.Query().Get("scan"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, fmt.Errorf("scan=%q: want true or false: %w", v, errdefs.ErrInvalidArgument))
+			return
+		}
+		scan = b
+	}
+	if scan && !caller.Operator {
+		writeError(w, fmt.Errorf("scan=true walks template layers on the daemon's host: the operator's only (unix socket): %w", errdefs.ErrPermissionDenied))
+		return
+	}
+	if scan && s.templateScan == nil {
+		writeError(w, fmt.Errorf("template scanning is not available in this daemon: %w", errdefs.ErrNotImplemented))
+		return
+	}
 	list, err := s.visible(ctx)
 	if err != nil {
 		writeError(w, err)
@@ -65,6 +93,9 @@ func (s *Server) inventory(w http.ResponseWriter, r *http.Request) {
 	} else {
 		in.Keys = []v1.APIKey{{ID: caller.APIKey, Secrets: caller.Secrets, Approver: caller.Approver,
 			Max: v1.KeyMaxima{MemoryBytes: caller.Max.MemoryBytes, CPUs: caller.Max.CPUs, Pids: caller.Max.Pids, DiskBytes: caller.Max.DiskBytes}}}
+	}
+	if scan {
+		in.ScanTemplate = func(name string) (string, []string, error) { return s.templateScan.ScanTemplate(ctx, name) }
 	}
 	set := s.tierSet()
 	in.Tier = func(name string) (tiers.Tier, bool) {

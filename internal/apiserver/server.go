@@ -123,6 +123,7 @@ type Server struct {
 	access map[string]access
 	// protectedExtra are the operator's protected path globs (SetProtectedPaths, inventory.go).
 	protectedExtra []string
+	templateScan   TemplateScanner // ?scan=true of GET /v1/inventory; nil: none
 }
 
 // route is one entry of the route table: its pattern, its handler and who may call it.

@@ -415,6 +415,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	})
 	d.api.SetTemplateAdmin(tmpls)
 	d.api.SetProtectedPaths(cfg.GitProtected) // GET /v1/inventory
+	d.api.SetTemplateScanner(templateScanner{stor})
 	tierSet, err := tiers.NewSet(cfg.Tiers)
 	if err != nil {
 		return nil, fmt.Errorf("tiers: %w", err)

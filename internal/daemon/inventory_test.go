@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	v1 "github.com/moatdev/moat/api/v1"
@@ -155,7 +156,7 @@ func TestInventory(t *testing.T) {
 
 	// A tiered sandbox whose policy is widened after create is flagged against its tier.
 	if _, err := e.c.SetPolicy(ctx, read.ID, v1.SetPolicyRequest{Policy: run(v1.PolicyRules{Allow: []string{"api.example.com"}, HTTP: []string{"api.example.com POST"}})}); err != nil {
-		t.Logf("widening the read tier's policy was refused (%v): no mismatch to flag", err)
+		t.Logf("widening the read tier's policy is refused (%v): nothing to flag", err)
 	} else {
 		inv, err := e.c.Inventory(ctx, false)
 		if err != nil {
@@ -185,6 +186,25 @@ func TestInventory(t *testing.T) {
 	for _, f := range invA.Flags {
 		if f.Subject != "sandbox "+s3.ID && f.Subject != "api-key "+keyA.ID {
 			t.Errorf("key A sees a flag of %s", f.Subject)
+		}
+	}
+	// Template scans: the operator's only; the host template's set-uid programs are found.
+	if _, err := a.InventoryWith(ctx, false, true); err == nil || !strings.Contains(err.Error(), "operator") {
+		t.Errorf("key A scanning templates: %v, want permission denied", err)
+	}
+	scanned, err := e.c.InventoryWith(ctx, false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tpl := range scanned.Templates {
+		if tpl.Name != "host" {
+			continue
+		}
+		if !tpl.Scanned || tpl.ScanError != "" {
+			t.Errorf("host template not scanned: %+v", tpl)
+		}
+		if fi, err := os.Stat("/usr/bin/sudo"); err == nil && fi.Mode()&os.ModeSetuid != 0 && !slices.Contains(tpl.SetID, "/usr/bin/sudo") {
+			t.Errorf("host template set-id programs %v lack /usr/bin/sudo", tpl.SetID)
 		}
 	}
 	invB, err := b.Inventory(ctx, false)

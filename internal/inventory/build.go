@@ -35,6 +35,9 @@ type Input struct {
 	// ProtectedPaths are the git gate's protected path globs (every sandbox's).
 	ProtectedPaths []string
 	Host           *doctor.Report // nil: no host section
+	// ScanTemplate, if set, reads a template's default user and set-id programs
+	// (ScanSetID); nil: templates are not scanned.
+	ScanTemplate func(name string) (defaultUser string, setid []string, err error)
 }
 
 // Build assembles the inventory. Pure.
@@ -58,9 +61,24 @@ func Build(in Input) v1.Inventory {
 		inv.Flags = append(inv.Flags, s.Flags...)
 	}
 	for _, t := range in.Templates {
-		inv.Templates = append(inv.Templates, v1.InventoryTemplate{Name: t.Name, Source: t.Source, Builtin: t.Builtin, Layers: t.Layers, Sandboxes: byTemplate[t.Name]})
+		it := v1.InventoryTemplate{Name: t.Name, Source: t.Source, Builtin: t.Builtin, Layers: t.Layers, Sandboxes: byTemplate[t.Name]}
+		if in.ScanTemplate != nil {
+			user, setid, err := in.ScanTemplate(t.Name)
+			if err != nil {
+				it.ScanError = err.Error()
+			} else {
+				it.Scanned, it.DefaultUser, it.SetID = true, user, setid
+			}
+		}
+		inv.Templates = append(inv.Templates, it)
 	}
 	slices.SortFunc(inv.Templates, func(a, b v1.InventoryTemplate) int { return cmp.Compare(a.Name, b.Name) })
+	for _, t := range inv.Templates {
+		for _, f := range TemplateFlags(t) {
+			f.Subject = "template " + t.Name
+			inv.Flags = append(inv.Flags, f)
+		}
+	}
 	for _, k := range in.Keys {
 		if !in.Operator && k.ID != in.APIKey {
 			continue

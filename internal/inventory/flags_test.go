@@ -1,12 +1,16 @@
 package inventory
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/egress/policy"
+	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/tiers"
 )
 
@@ -235,4 +239,46 @@ func FuzzRuleFlags(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestScanSetID: set-id files of a template's layers are listed as paths inside the
+// sandbox; an upper layer's file hides the lower one's; sudo and su are flagged.
+func TestScanSetID(t *testing.T) {
+	upper, lower := t.TempDir(), t.TempDir()
+	write := func(dir, rel string, mode os.FileMode) {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(lower, "bin/sudo", 0o755|os.ModeSetuid)
+	write(lower, "bin/wall", 0o755|os.ModeSetgid)
+	write(lower, "bin/ls", 0o755)
+	write(lower, "bin/mount", 0o755|os.ModeSetuid)
+	write(upper, "bin/mount", 0o755) // the upper layer's mount is not set-uid
+	write(upper, "sbin/su", 0o755|os.ModeSetuid)
+	tpl := sandbox.Template{Parts: []sandbox.Part{{Target: "/usr", Layers: []string{upper, lower}}}}
+	got, err := ScanSetID(context.Background(), tpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"/usr/bin/sudo", "/usr/bin/wall", "/usr/sbin/su"}; !slices.Equal(got, want) {
+		t.Fatalf("ScanSetID = %v, want %v", got, want)
+	}
+	fs := TemplateFlags(v1.InventoryTemplate{Scanned: true, DefaultUser: "", SetID: got})
+	if k := kinds(fs); !slices.Equal(k, []string{"template-setid-root/low", "template-root-user/low"}) || !strings.Contains(fs[0].Detail, "/usr/bin/sudo, /usr/sbin/su") {
+		t.Errorf("template flags %v %+v", k, fs)
+	}
+	if fs := TemplateFlags(v1.InventoryTemplate{Scanned: true, DefaultUser: "agent", SetID: []string{"/usr/bin/wall"}}); len(fs) != 0 {
+		t.Errorf("narrow template flagged: %+v", fs)
+	}
+	if fs := TemplateFlags(v1.InventoryTemplate{}); len(fs) != 0 {
+		t.Errorf("unscanned template flagged: %+v", fs)
+	}
 }
