@@ -336,6 +336,7 @@ func printDoctor(r doctor.Report) {
 	}
 	checks("KERNEL", append(r.Kernel, r.Tools...))
 	checks("STORAGE", r.Storage)
+	printDoctorKVM(tw, r.KVM) // inventory_cmds.go
 	fmt.Fprintln(tw, "ISOLATION LEVELS")
 	for _, l := range r.Isolation {
 		line := fmt.Sprintf("  %s\t%s\t%s", mark(l.Available), l.Name, l.Detail)

@@ -121,6 +121,9 @@ type Server struct {
 	// routes is the route table, access each pattern's access class (the gate's).
 	routes []route
 	access map[string]access
+	// protectedExtra are the operator's protected path globs (SetProtectedPaths, inventory.go).
+	protectedExtra []string
+	templateScan   TemplateScanner // ?scan=true of GET /v1/inventory; nil: none
 }
 
 // route is one entry of the route table: its pattern, its handler and who may call it.
@@ -235,6 +238,7 @@ func New(d Deps) *Server {
 	routes = append(routes, s.tierRoutes()...)
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, s.userEgressRoutes()...)
+	routes = append(routes, s.inventoryRoutes()...)
 	routes = append(routes, route{"GET /health", s.health, public})
 	s.routes, s.access = routes, map[string]access{}
 	for _, r := range routes {

@@ -414,6 +414,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		E2B: apiserver.E2BConfig{Templates: cfg.E2BTemplates}, Log: d.log.With("component", "api"),
 	})
 	d.api.SetTemplateAdmin(tmpls)
+	d.api.SetProtectedPaths(cfg.GitProtected) // GET /v1/inventory
+	d.api.SetTemplateScanner(templateScanner{stor})
 	tierSet, err := tiers.NewSet(cfg.Tiers)
 	if err != nil {
 		return nil, fmt.Errorf("tiers: %w", err)

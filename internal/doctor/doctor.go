@@ -67,6 +67,8 @@ type Report struct {
 	// Storage is about the daemon's data filesystem (filled in by the daemon).
 	Storage []Check `json:"storage,omitempty"`
 	OK      bool    `json:"ok"`
+	// KVM is the kind of KVM this host has and what it allows (kvm.go).
+	KVM *KVM `json:"kvm,omitempty"`
 }
 
 // DataFS is what the daemon measured of its data filesystem for DataFilesystem.
@@ -108,13 +110,15 @@ func Run(ctx context.Context, probe RuntimeProber) Report {
 			r.OK = true
 		}
 	}
-	r.Kernel = kernelChecks()
+	kvm := ClassifyKVM(ReadKVMFacts("/"))
+	r.KVM = &kvm
+	r.Kernel = kernelChecks(kvm)
 	r.Tools = toolChecks()
 	r.Isolation = levels(r)
 	return r
 }
 
-func kernelChecks() []Check {
+func kernelChecks(kvm KVM) []Check {
 	var out []Check
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
@@ -149,9 +153,7 @@ func kernelChecks() []Check {
 
 	out = append(out, cgroupCheck()...)
 
-	_, kvmErr := os.Stat("/dev/kvm")
-	out = append(out, Check{Name: "KVM", OK: kvmErr == nil, Detail: map[bool]string{true: "/dev/kvm present", false: "no /dev/kvm"}[kvmErr == nil],
-		Fix: "enable virtualization (bare metal, or nested virtualization on the VM host) for microVM isolation"})
+	out = append(out, kvmCheck(kvm))
 
 	abi, err := landlockABI()
 	out = append(out, Check{Name: "Landlock", OK: err == nil && abi > 0,
@@ -240,10 +242,13 @@ func levels(r Report) []Level {
 	for _, rt := range r.Runtimes {
 		usable[rt.Name] = rt.Usable
 	}
-	kvm := false
-	for _, k := range r.Kernel {
-		if k.Name == "KVM" {
-			kvm = k.OK
+	micro := "needs KVM (/dev/kvm), absent here"
+	if r.KVM != nil && r.KVM.Kind != KVMNone {
+		micro = r.KVM.Detail + ": "
+		if r.KVM.Standard() {
+			micro += "microVMs could run, but moat has no microVM runtime yet"
+		} else {
+			micro += "stock microVM guests cannot run here (and moat has no microVM runtime yet)"
 		}
 	}
 	return []Level{
@@ -254,7 +259,7 @@ func levels(r Report) []Level {
 			Detail: "separate user-space kernel (gVisor): a kernel bug inside does not reach the host kernel directly",
 			Fix:    "apt-get install runsc"},
 		{Name: "microvm", Available: false,
-			Detail: map[bool]string{true: "KVM present, but moat has no microVM runtime yet", false: "needs KVM (/dev/kvm), absent here"}[kvm],
+			Detail: micro,
 			Fix:    "bare metal or nested virtualization; not supported by moat yet"},
 	}
 }

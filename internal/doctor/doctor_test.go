@@ -13,7 +13,7 @@ import (
 func TestPerSandboxKernelLimits(t *testing.T) {
 	testutil.RequiresRoot(t)
 	var found bool
-	for _, c := range kernelChecks() {
+	for _, c := range kernelChecks(ClassifyKVM(ReadKVMFacts("/"))) {
 		if c.Name == "per-sandbox kernel limits" {
 			found = true
 			if !c.OK {
