@@ -116,6 +116,8 @@ type Server struct {
 	archives Archives
 	// approvalsSvc are the approvals (SetApprovals, approvals.go); nil: none.
 	approvalsSvc Approvals
+	// auditLog is the audit log (SetAudit, audit.go); nil: none.
+	auditLog AuditLog
 	// tiers are the consequence tiers (SetTiers; default: the built-ins).
 	tiers *tiers.Set
 	// routes is the route table, access each pattern's access class (the gate's).
@@ -235,6 +237,7 @@ func New(d Deps) *Server {
 	routes = append(routes, s.tierRoutes()...)
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, s.userEgressRoutes()...)
+	routes = append(routes, s.auditRoutes()...) // audit.go
 	routes = append(routes, route{"GET /health", s.health, public})
 	s.routes, s.access = routes, map[string]access{}
 	for _, r := range routes {
@@ -518,12 +521,14 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, dest envdDest) 
 	if dest.e2b {
 		fail = writeE2BError
 	}
+	var body []byte
 	if dest.rest != "/files" && dest.rest != "/moat/tar" { // file bodies stream
 		// An RPC request is one message: read it whole, so the upstream request has a
 		// fixed length and is written completely before its response streams back. (A
 		// chunked body still being copied upstream after this handler returned could break
 		// the upstream connection that the next request of a kept-alive client reuses.)
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxRPCBytes+1))
+		var err error
+		body, err = io.ReadAll(io.LimitReader(r.Body, maxRPCBytes+1))
 		if err != nil {
 			fail(w, fmt.Errorf("reading request: %v: %w", err, errdefs.ErrInvalidArgument))
 			return
@@ -536,6 +541,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, dest envdDest) 
 		r.ContentLength = int64(len(body))
 		r.TransferEncoding = nil
 	}
+	s.auditEnvd(r, dest.id, dest.rest, body) // audit.go: exec and file writes
 	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), envdTarget{}, dest)))
 }
 

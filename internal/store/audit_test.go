@@ -68,7 +68,7 @@ func TestAuditTamper(t *testing.T) {
 		// rewrite: edit this record and store its recomputed hash (someone who knows the
 		// encoding but cannot rewrite every later record and re-sign).
 		rewrite int64
-		want   []AuditProblem // Seq and Kind
+		want    []AuditProblem // Seq and Kind
 	}{
 		{name: "intact", wantOK: true},
 		{name: "edited", sql: []string{`UPDATE audit SET detail = 'rm -rf nothing' WHERE seq = 5`},

@@ -1,0 +1,143 @@
+package apiserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/errdefs"
+)
+
+// AuditLog is the daemon's audit log (SetAudit; internal/daemon/audit.go).
+type AuditLog interface {
+	// Audit returns records with seq > after, of sandbox ("" every one), from since, at
+	// most limit (0: all), oldest first.
+	Audit(ctx context.Context, sandbox string, since time.Time, after int64, limit int) ([]v1.AuditRecord, error)
+	// VerifyAudit checks the whole chain and its signed checkpoints.
+	VerifyAudit(ctx context.Context) (v1.AuditVerification, error)
+	// Record appends a record (exec and file writes through the API).
+	Record(ctx context.Context, sandbox, kind, detail string)
+}
+
+// SetAudit sets the audit log the audit routes serve and the envd forwarder records into.
+func (s *Server) SetAudit(a AuditLog) { s.auditLog = a }
+
+// auditRoutes: the audit log holds every tenant's events, so it is the operator's
+// (socketOnly), like API keys and secrets.
+func (s *Server) auditRoutes() []route {
+	return []route{
+		{"GET /v1/audit", s.listAudit, socketOnly},
+		{"GET /v1/audit/verify", s.verifyAudit, socketOnly},
+	}
+}
+
+func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
+	if s.auditLog == nil {
+		writeError(w, fmt.Errorf("the audit log is not available: %w", errdefs.ErrNotImplemented))
+		return
+	}
+	q := r.URL.Query()
+	var since time.Time
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			writeError(w, fmt.Errorf("since %q: not an RFC 3339 time: %w", v, errdefs.ErrInvalidArgument))
+			return
+		}
+		since = t
+	}
+	after, limit := int64(0), 0
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, fmt.Errorf("after %q: not a sequence number: %w", v, errdefs.ErrInvalidArgument))
+			return
+		}
+		after = n
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeError(w, fmt.Errorf("limit %q: not a count: %w", v, errdefs.ErrInvalidArgument))
+			return
+		}
+		limit = n
+	}
+	recs, err := s.auditLog.Audit(r.Context(), q.Get("sandbox"), since, after, limit)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if recs == nil {
+		recs = []v1.AuditRecord{}
+	}
+	writeJSON(w, http.StatusOK, recs)
+}
+
+func (s *Server) verifyAudit(w http.ResponseWriter, r *http.Request) {
+	if s.auditLog == nil {
+		writeError(w, fmt.Errorf("the audit log is not available: %w", errdefs.ErrNotImplemented))
+		return
+	}
+	v, err := s.auditLog.VerifyAudit(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// auditEnvd records an exec or a file write forwarded to a sandbox's moat-init: the
+// command and its user (from the RPC's JSON body; never its environment, which may hold
+// values), or the written path. body is the whole RPC request (nil for streamed files).
+func (s *Server) auditEnvd(r *http.Request, id, rest string, body []byte) {
+	if s.auditLog == nil {
+		return
+	}
+	switch {
+	case strings.HasSuffix(rest, "process.Process/Start"):
+		s.auditLog.Record(r.Context(), id, "exec", execSummary(body, r.Header.Get(UserHeader)))
+	case (rest == "/files" || rest == "/moat/tar") && (r.Method == http.MethodPost || r.Method == http.MethodPut):
+		d := fmt.Sprintf("%s %s path=%q size=%d", r.Method, rest, r.URL.Query().Get("path"), r.ContentLength)
+		if u := r.URL.Query().Get("username"); u != "" {
+			d += " user=" + u
+		}
+		s.auditLog.Record(r.Context(), id, "file_write", d)
+	}
+}
+
+// execSummary is the command of a process.Process/Start request in Connect JSON (cmd,
+// args, cwd), its environment left out; binary bodies are summarised by size.
+func execSummary(body []byte, user string) string {
+	var req struct {
+		Process struct {
+			Cmd  string   `json:"cmd"`
+			Args []string `json:"args"`
+			Cwd  *string  `json:"cwd"`
+		} `json:"process"`
+	}
+	d := ""
+	if err := json.Unmarshal(body, &req); err != nil || req.Process.Cmd == "" {
+		d = fmt.Sprintf("(%d-byte request)", len(body))
+	} else {
+		d = strconv.Quote(req.Process.Cmd)
+		for _, a := range req.Process.Args {
+			d += " " + strconv.Quote(a)
+		}
+		if req.Process.Cwd != nil {
+			d += " cwd=" + strconv.Quote(*req.Process.Cwd)
+		}
+	}
+	if user != "" {
+		d += " user=" + user
+	}
+	if len(d) > 2048 {
+		d = d[:2048] + "…"
+	}
+	return d
+}
