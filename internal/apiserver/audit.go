@@ -101,7 +101,11 @@ func (s *Server) auditEnvd(r *http.Request, id, rest string, body []byte) {
 	}
 	switch {
 	case strings.HasSuffix(rest, "process.Process/Start"):
-		s.auditLog.Record(r.Context(), id, "exec", execSummary(body, r.Header.Get(UserHeader)))
+		d := execSummary(body, r.Header.Get(UserHeader))
+		if r.RemoteAddr != "" && r.RemoteAddr != "@" {
+			d += " from " + r.RemoteAddr
+		}
+		s.auditLog.Record(r.Context(), id, "exec", d)
 	case (rest == "/files" || rest == "/moat/tar") && (r.Method == http.MethodPost || r.Method == http.MethodPut):
 		d := fmt.Sprintf("%s %s path=%q size=%d", r.Method, rest, r.URL.Query().Get("path"), r.ContentLength)
 		if u := r.URL.Query().Get("username"); u != "" {
@@ -109,6 +113,34 @@ func (s *Server) auditEnvd(r *http.Request, id, rest string, body []byte) {
 		}
 		s.auditLog.Record(r.Context(), id, "file_write", d)
 	}
+}
+
+// auditAPI records a call that changes something (not GET or HEAD), by the caller in
+// r's context, with the address it came from (an API key's TCP peer): the audit log's
+// "api" records, API-key use among them. Calls forwarded to a sandbox (envd) are recorded
+// by auditEnvd as exec and file writes instead. It records the request, before its
+// outcome: the lifecycle records say what happened.
+func (s *Server) auditAPI(r *http.Request) {
+	if s.auditLog == nil || r.Method == http.MethodGet || r.Method == http.MethodHead || strings.Contains(r.URL.Path, "/envd/") {
+		return
+	}
+	d := r.Method + " " + r.URL.Path
+	if r.RemoteAddr != "" && r.RemoteAddr != "@" {
+		d += " from " + r.RemoteAddr
+	}
+	s.auditLog.Record(r.Context(), pathSandbox(r.URL.Path), "api", d)
+}
+
+// pathSandbox is the sandbox a path names (/v1/sandboxes/ID/..., E2B /sandboxes/ID/...),
+// or "".
+func pathSandbox(p string) string {
+	for _, prefix := range []string{"/v1/sandboxes/", "/sandboxes/"} {
+		if rest, ok := strings.CutPrefix(p, prefix); ok {
+			id, _, _ := strings.Cut(rest, "/")
+			return id
+		}
+	}
+	return ""
 }
 
 // execSummary is the command of a process.Process/Start request in Connect JSON (cmd,

@@ -282,7 +282,9 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 			return
 		}
 		if auth == nil {
-			s.mux.ServeHTTP(w, r.WithContext(sandbox.WithCaller(r.Context(), sandbox.Caller{Operator: true})))
+			r = r.WithContext(sandbox.WithCaller(r.Context(), sandbox.Caller{Operator: true}))
+			s.auditAPI(r) // audit.go
+			s.mux.ServeHTTP(w, r)
 			return
 		}
 		_, pattern := s.mux.Handler(r)
@@ -313,7 +315,9 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 			fail(w, fmt.Errorf("%s is for the operator on the daemon's unix socket only, not API keys: %w", pattern, errdefs.ErrPermissionDenied))
 			return
 		}
-		s.mux.ServeHTTP(w, r.WithContext(sandbox.WithCaller(r.Context(), caller)))
+		r = r.WithContext(sandbox.WithCaller(r.Context(), caller))
+		s.auditAPI(r) // audit.go
+		s.mux.ServeHTTP(w, r)
 	})
 }
 
