@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -9,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/moatdev/moat/api/envd/process"
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/errdefs"
 )
@@ -143,26 +147,43 @@ func pathSandbox(p string) string {
 	return ""
 }
 
-// execSummary is the command of a process.Process/Start request in Connect JSON (cmd,
-// args, cwd), its environment left out; binary bodies are summarised by size.
+// execSummary is the command of a process.Process/Start request (cmd, args, cwd), its
+// environment left out. The body is Connect: a streaming request is enveloped (a flag byte
+// and a 4-byte length before the message), in protobuf or JSON; anything else is
+// summarised by its size.
 func execSummary(body []byte, user string) string {
-	var req struct {
-		Process struct {
-			Cmd  string   `json:"cmd"`
-			Args []string `json:"args"`
-			Cwd  *string  `json:"cwd"`
-		} `json:"process"`
+	msg := body
+	if len(msg) >= 5 && msg[0]&^1 == 0 && int(binary.BigEndian.Uint32(msg[1:5])) == len(msg)-5 {
+		msg = msg[5:]
+	}
+	var req process.StartRequest
+	var cmd string
+	var args []string
+	var cwd *string
+	if err := proto.Unmarshal(msg, &req); err == nil && req.GetProcess().GetCmd() != "" {
+		cmd, args, cwd = req.GetProcess().GetCmd(), req.GetProcess().GetArgs(), req.GetProcess().Cwd
+	} else {
+		var j struct {
+			Process struct {
+				Cmd  string   `json:"cmd"`
+				Args []string `json:"args"`
+				Cwd  *string  `json:"cwd"`
+			} `json:"process"`
+		}
+		if json.Unmarshal(msg, &j) == nil {
+			cmd, args, cwd = j.Process.Cmd, j.Process.Args, j.Process.Cwd
+		}
 	}
 	d := ""
-	if err := json.Unmarshal(body, &req); err != nil || req.Process.Cmd == "" {
+	if cmd == "" {
 		d = fmt.Sprintf("(%d-byte request)", len(body))
 	} else {
-		d = strconv.Quote(req.Process.Cmd)
-		for _, a := range req.Process.Args {
+		d = strconv.Quote(cmd)
+		for _, a := range args {
 			d += " " + strconv.Quote(a)
 		}
-		if req.Process.Cwd != nil {
-			d += " cwd=" + strconv.Quote(*req.Process.Cwd)
+		if cwd != nil {
+			d += " cwd=" + strconv.Quote(*cwd)
 		}
 	}
 	if user != "" {

@@ -135,7 +135,7 @@ func TestAuditLog(t *testing.T) {
 				time.Sleep(100 * time.Millisecond)
 			}
 			for kind, want := range map[string]string{
-				"created":    "daemon",
+				"created":    "operator creating",
 				"exec":       `"/bin/bash" "-l" "-c" "curl -sS`,
 				"file_write": `path="/tmp/audit-file"`,
 				"policy":     "phase build",
@@ -299,12 +299,16 @@ func TestAuditLog(t *testing.T) {
 		e.run(tc.name, func(t *testing.T, e *env) {
 			tc.tamper()
 			v, out, code := verify()
+			text, _, _ := cli("audit", "verify")
 			tc.undo()
 			if code == 0 || v.OK {
 				t.Fatalf("verify passed a log %s: %s", tc.name, out)
 			}
 			var got []string
 			for _, p := range v.Problems {
+				if tc.want != nil && p.Kind == "checkpoint" {
+					continue // a checkpoint the daemon signed at one of these records fails too
+				}
 				got = append(got, fmt.Sprintf("%d %s", p.Seq, p.Kind))
 			}
 			if tc.want == nil {
@@ -316,7 +320,7 @@ func TestAuditLog(t *testing.T) {
 			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
 				t.Errorf("problems %v, want %v\n%s", got, tc.want, out)
 			}
-			if text, _, _ := cli("audit", "verify"); !strings.Contains(text, fmt.Sprintf("record %d: ", mid.Seq)) {
+			if !strings.Contains(text, fmt.Sprintf("record %d: ", mid.Seq)) {
 				t.Errorf("audit verify does not name record %d:\n%s", mid.Seq, text)
 			}
 		})
