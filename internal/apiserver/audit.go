@@ -1,10 +1,13 @@
 package apiserver
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -97,11 +100,12 @@ func (s *Server) verifyAudit(w http.ResponseWriter, r *http.Request) {
 }
 
 // auditEnvd records an exec or a file write forwarded to a sandbox's moat-init: the
-// command and its user (from the RPC's JSON body; never its environment, which may hold
-// values), or the written path. body is the whole RPC request (nil for streamed files).
-func (s *Server) auditEnvd(r *http.Request, id, rest string, body []byte) {
+// command and its user (from the RPC body; never its environment, which may hold values),
+// or the written path. body is the whole RPC request (nil for streamed files). For an exec
+// it returns r carrying what auditExecEnd needs to record the exit code.
+func (s *Server) auditEnvd(r *http.Request, id, rest string, body []byte) *http.Request {
 	if s.auditLog == nil {
-		return
+		return r
 	}
 	switch {
 	case strings.HasSuffix(rest, "process.Process/Start"):
@@ -110,12 +114,145 @@ func (s *Server) auditEnvd(r *http.Request, id, rest string, body []byte) {
 			d += " from " + r.RemoteAddr
 		}
 		s.auditLog.Record(r.Context(), id, "exec", d)
+		return r.WithContext(context.WithValue(r.Context(), execAudit{}, execEnd{log: s.auditLog, id: id, cmd: d}))
 	case (rest == "/files" || rest == "/moat/tar") && (r.Method == http.MethodPost || r.Method == http.MethodPut):
 		d := fmt.Sprintf("%s %s path=%q size=%d", r.Method, rest, r.URL.Query().Get("path"), r.ContentLength)
 		if u := r.URL.Query().Get("username"); u != "" {
 			d += " user=" + u
 		}
 		s.auditLog.Record(r.Context(), id, "file_write", d)
+	}
+	return r
+}
+
+// execAudit is the context key of an exec's execEnd.
+type execAudit struct{}
+
+// execEnd is what the exec_end record needs: where to write and the exec's summary.
+type execEnd struct {
+	log     AuditLog
+	id, cmd string
+}
+
+// auditExecEnd (the envd proxy's ModifyResponse) wraps an exec's Connect protobuf response
+// stream so that its end event is recorded as an exec_end record (exit code, pid) as it
+// passes to the client; a stream that ends without one records that.
+func auditExecEnd(resp *http.Response) error {
+	e, ok := resp.Request.Context().Value(execAudit{}).(execEnd)
+	if !ok || resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/connect+proto") {
+		return nil
+	}
+	resp.Body = &execStream{ReadCloser: resp.Body, ctx: context.WithoutCancel(resp.Request.Context()), e: e}
+	return nil
+}
+
+// execStream reads Connect envelopes as they pass: small messages are decoded (start and
+// end events), large ones (output) skipped without copying.
+type execStream struct {
+	io.ReadCloser
+	ctx  context.Context
+	e    execEnd
+	sc   envelopeScanner
+	done bool
+}
+
+func (x *execStream) Read(p []byte) (int, error) {
+	n, err := x.ReadCloser.Read(p)
+	x.sc.feed(p[:n])
+	if err != nil {
+		x.finish()
+	}
+	return n, err
+}
+
+func (x *execStream) Close() error {
+	x.finish()
+	return x.ReadCloser.Close()
+}
+
+func (x *execStream) finish() {
+	if x.done {
+		return
+	}
+	x.done = true
+	d := x.e.cmd
+	if x.sc.pid != 0 {
+		d += fmt.Sprintf(" pid=%d", x.sc.pid)
+	}
+	if x.sc.ended {
+		d += fmt.Sprintf(" exit=%d", x.sc.exit)
+	} else {
+		d += " exit=unknown (the stream ended without an end event)"
+	}
+	x.e.log.Record(x.ctx, x.e.id, "exec_end", d)
+}
+
+// envelopeScanner follows a stream of Connect envelopes (flags byte, 4-byte big-endian
+// length, message) fed in arbitrary pieces, and reads process.StartResponse messages of
+// at most maxScanned bytes for their start (pid) and end (exit code) events. Pure.
+type envelopeScanner struct {
+	hdr   []byte // the envelope header being read
+	need  int    // bytes of the current message still to come
+	msg   []byte // the current message, when small enough to decode
+	skip  bool   // the current message is too large: skipped
+	gzip  bool   // the current message is compressed (flag 1; Connect-Content-Encoding gzip)
+	pid   uint32
+	exit  int32
+	ended bool
+}
+
+const maxScanned = 4096
+
+func (s *envelopeScanner) feed(b []byte) {
+	for len(b) > 0 {
+		if s.need == 0 && (len(s.hdr) < 5) {
+			k := min(5-len(s.hdr), len(b))
+			s.hdr = append(s.hdr, b[:k]...)
+			b = b[k:]
+			if len(s.hdr) == 5 {
+				s.need = int(binary.BigEndian.Uint32(s.hdr[1:5]))
+				s.skip = s.hdr[0]&^1 != 0 || s.need > maxScanned
+				s.gzip = s.hdr[0]&1 != 0
+				s.msg = s.msg[:0]
+				if s.need == 0 {
+					s.hdr = s.hdr[:0]
+				}
+			}
+			continue
+		}
+		k := min(s.need, len(b))
+		if !s.skip {
+			s.msg = append(s.msg, b[:k]...)
+		}
+		b, s.need = b[k:], s.need-k
+		if s.need == 0 {
+			if !s.skip {
+				s.decode(s.msg)
+			}
+			s.hdr = s.hdr[:0]
+		}
+	}
+}
+
+func (s *envelopeScanner) decode(msg []byte) {
+	if s.gzip {
+		zr, err := gzip.NewReader(bytes.NewReader(msg))
+		if err != nil {
+			return
+		}
+		if msg, err = io.ReadAll(io.LimitReader(zr, 16*maxScanned)); err != nil {
+			return
+		}
+	}
+	var r process.StartResponse
+	if proto.Unmarshal(msg, &r) != nil {
+		return
+	}
+	if st := r.GetEvent().GetStart(); st != nil {
+		s.pid = st.GetPid()
+	}
+	if end := r.GetEvent().GetEnd(); end != nil {
+		s.ended, s.exit = true, end.GetExitCode()
 	}
 }
 

@@ -172,9 +172,11 @@ func New(d Deps) *Server {
 	}
 	s := &Server{sandboxes: sb, templates: tpl, events: ev, keys: keys, secrets: sec, doctor: doctor, e2b: e2b, log: log, mux: http.NewServeMux()}
 	s.proxy = &httputil.ReverseProxy{
-		Rewrite:       s.rewriteEnvd,
-		Transport:     sb.EnvdTransport(),
-		FlushInterval: -1, // stream process output as it comes
+		Rewrite: s.rewriteEnvd,
+		// audit.go: an exec's end (exit code) is recorded as its response stream passes.
+		ModifyResponse: auditExecEnd,
+		Transport:      sb.EnvdTransport(),
+		FlushInterval:  -1, // stream process output as it comes
 		// A client that leaves a stream early makes the copy fail; that is routine.
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -545,7 +547,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, dest envdDest) 
 		r.ContentLength = int64(len(body))
 		r.TransferEncoding = nil
 	}
-	s.auditEnvd(r, dest.id, dest.rest, body) // audit.go: exec and file writes
+	r = s.auditEnvd(r, dest.id, dest.rest, body) // audit.go: exec and file writes
 	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), envdTarget{}, dest)))
 }
 

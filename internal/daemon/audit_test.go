@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -142,10 +143,14 @@ func TestAuditLog(t *testing.T) {
 				"credential": "API_TOKEN GET https://api.test",
 				"api":        "operator PUT /v1/sandboxes/" + sb.ID + "/policy",
 				"transition": "stopped",
+				"exec_end":   `"-c" "exit 7"`,
 			} {
 				if !strings.Contains(strings.Join(kinds[kind], "\n"), want) {
 					t.Errorf("no %s record with %q: %v", kind, want, kinds[kind])
 				}
+			}
+			if !slices.ContainsFunc(kinds["exec_end"], func(d string) bool { return strings.Contains(d, `"exit 7"`) && strings.HasSuffix(d, " exit=7") }) {
+				t.Errorf("no exec_end record with exit=7: %v", kinds["exec_end"])
 			}
 			if got := strings.Join(kinds["exec"], "\n"); !strings.Contains(got, "operator ") {
 				t.Errorf("exec records without their actor: %v", got)
