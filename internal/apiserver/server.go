@@ -116,6 +116,8 @@ type Server struct {
 	archives Archives
 	// approvalsSvc are the approvals (SetApprovals, approvals.go); nil: none.
 	approvalsSvc Approvals
+	// auditLog is the audit log (SetAudit, audit.go); nil: none.
+	auditLog AuditLog
 	// tiers are the consequence tiers (SetTiers; default: the built-ins).
 	tiers *tiers.Set
 	// routes is the route table, access each pattern's access class (the gate's).
@@ -173,9 +175,11 @@ func New(d Deps) *Server {
 	}
 	s := &Server{sandboxes: sb, templates: tpl, events: ev, keys: keys, secrets: sec, doctor: doctor, e2b: e2b, log: log, mux: http.NewServeMux()}
 	s.proxy = &httputil.ReverseProxy{
-		Rewrite:       s.rewriteEnvd,
-		Transport:     sb.EnvdTransport(),
-		FlushInterval: -1, // stream process output as it comes
+		Rewrite: s.rewriteEnvd,
+		// audit.go: an exec's end (exit code) is recorded as its response stream passes.
+		ModifyResponse: auditExecEnd,
+		Transport:      sb.EnvdTransport(),
+		FlushInterval:  -1, // stream process output as it comes
 		// A client that leaves a stream early makes the copy fail; that is routine.
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -239,6 +243,7 @@ func New(d Deps) *Server {
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, s.userEgressRoutes()...)
 	routes = append(routes, s.inventoryRoutes()...)
+	routes = append(routes, s.auditRoutes()...) // audit.go
 	routes = append(routes, route{"GET /health", s.health, public})
 	s.routes, s.access = routes, map[string]access{}
 	for _, r := range routes {
@@ -283,7 +288,9 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 			return
 		}
 		if auth == nil {
-			s.mux.ServeHTTP(w, r.WithContext(sandbox.WithCaller(r.Context(), sandbox.Caller{Operator: true})))
+			r = r.WithContext(sandbox.WithCaller(r.Context(), sandbox.Caller{Operator: true}))
+			s.auditAPI(r) // audit.go
+			s.mux.ServeHTTP(w, r)
 			return
 		}
 		_, pattern := s.mux.Handler(r)
@@ -314,7 +321,9 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 			fail(w, fmt.Errorf("%s is for the operator on the daemon's unix socket only, not API keys: %w", pattern, errdefs.ErrPermissionDenied))
 			return
 		}
-		s.mux.ServeHTTP(w, r.WithContext(sandbox.WithCaller(r.Context(), caller)))
+		r = r.WithContext(sandbox.WithCaller(r.Context(), caller))
+		s.auditAPI(r) // audit.go
+		s.mux.ServeHTTP(w, r)
 	})
 }
 
@@ -522,12 +531,14 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, dest envdDest) 
 	if dest.e2b {
 		fail = writeE2BError
 	}
+	var body []byte
 	if dest.rest != "/files" && dest.rest != "/moat/tar" { // file bodies stream
 		// An RPC request is one message: read it whole, so the upstream request has a
 		// fixed length and is written completely before its response streams back. (A
 		// chunked body still being copied upstream after this handler returned could break
 		// the upstream connection that the next request of a kept-alive client reuses.)
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxRPCBytes+1))
+		var err error
+		body, err = io.ReadAll(io.LimitReader(r.Body, maxRPCBytes+1))
 		if err != nil {
 			fail(w, fmt.Errorf("reading request: %v: %w", err, errdefs.ErrInvalidArgument))
 			return
@@ -540,6 +551,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, dest envdDest) 
 		r.ContentLength = int64(len(body))
 		r.TransferEncoding = nil
 	}
+	r = s.auditEnvd(r, dest.id, dest.rest, body) // audit.go: exec and file writes
 	s.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), envdTarget{}, dest)))
 }
 

@@ -128,7 +128,11 @@ type Config struct {
 	IdleFreeze time.Duration
 	// ArchiveKeep is how long drive archives are kept (--archive-keep; 0: for ever).
 	ArchiveKeep time.Duration
-	Log         *slog.Logger
+	// AuditKeep and AuditMax are the audit log's retention (--audit-keep, --audit-max; 0:
+	// for ever, no limit): audit.go.
+	AuditKeep time.Duration
+	AuditMax  int64
+	Log       *slog.Logger
 
 	// SocketListener, when set, is the unix listener the API is served on instead of one
 	// made at Socket (systemd socket activation, see activation.go); Socket then only
@@ -170,6 +174,7 @@ type Daemon struct {
 	wg       sync.WaitGroup
 	// archives are the drive archives (listed, removed, expired after cfg.ArchiveKeep).
 	archives archives
+	audit    *auditLog // audit.go
 	// Approvals are the approvals (approvals.go).
 	Approvals *approvals.Service
 }
@@ -285,6 +290,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	d.Store = st
 	d.addCloser("store", st.Close)
+	akey, err := loadAuditKey(cfg.DataDir) // audit.go
+	if err != nil {
+		return nil, err
+	}
+	d.audit = &auditLog{st: st, key: akey, keep: cfg.AuditKeep, max: cfg.AuditMax, log: d.log.With("component", "audit")}
 	if err := d.newApprovals(); err != nil { // approvals.go
 		return nil, err
 	}
@@ -434,6 +444,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.api.SetUsers(d.Manager) // users (issue 15)
 	d.archives = archives{s: stor, st: st, log: d.log.With("component", "archives")}
 	d.api.SetArchives(d.archives)
+	d.api.SetAudit(d.audit)                                  // audit.go
 	if err := d.startApprovals(ctx, exclusive); err != nil { // approvals.go
 		return nil, err
 	}
@@ -541,6 +552,7 @@ func (d *Daemon) Serve(ctx context.Context, ready func()) error {
 				lastSweep = now
 				d.Manager.Sweep(ctx)
 				d.archives.expire(ctx, now, d.cfg.ArchiveKeep)
+				d.audit.tick(ctx, now) // audit.go: checkpoint, retention
 			}
 		}
 	}

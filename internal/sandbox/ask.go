@@ -34,5 +34,6 @@ func (m *Manager) AddEgressRule(ctx context.Context, id, phase, rule string) err
 		return err
 	}
 	m.log.Info("egress rule added by an approval", "sandbox", id, "phase", phase, "rule", rule)
+	m.event(ctx, id, "policy", fmt.Sprintf("rule %v added to phase %s by an approval", rule, phase)) // the audit log (issue 16)
 	return nil
 }

@@ -61,5 +61,17 @@ func (m *Manager) SetPolicy(ctx context.Context, id string, u PolicyUpdate) (*Sa
 		return sb, 0, err
 	}
 	m.log.Info("egress policy changed", "sandbox", id, "phase", spec.Phase, "connections_cut", cut)
+	m.event(ctx, id, "policy", policySummary(u, spec, cut)) // the audit log (issue 16)
 	return sb, cut, nil
+}
+
+// policySummary is a policy change's audit detail: what changed (policy, phase), the phase
+// now in force, its phases and the connections cut.
+func policySummary(u PolicyUpdate, spec policy.Spec, cut int) string {
+	what := "phase"
+	if u.Spec != nil {
+		what = "policy"
+	}
+	return fmt.Sprintf("%s changed: phase %s (phases: %s), %d connections cut", what, spec.Phase,
+		strings.Join(slices.Sorted(maps.Keys(spec.Phases)), ", "), cut)
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/moatdev/moat/internal/egress/policy"
@@ -499,6 +500,11 @@ func (m *Manager) Fork(ctx context.Context, id string, o ForkOptions) (*ForkRepo
 		}
 		rep.Forks = append(rep.Forks, child)
 	}
+	forks := make([]string, len(rep.Forks))
+	for i, c := range rep.Forks {
+		forks[i] = c.ID
+	}
+	m.event(ctx, id, "fork", strings.Join(forks, " ")) // the audit log's fork record (issue 16)
 	return rep, nil
 }
 

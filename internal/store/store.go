@@ -74,7 +74,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("opening state database: %w", err)
 	}
 	db.SetMaxOpenConns(4)
-	if _, err := db.Exec(schema + apiKeySchema + egressSchema + approvalSchema); err != nil {
+	if _, err := db.Exec(schema + apiKeySchema + egressSchema + approvalSchema + auditSchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("creating schema: %w", err)
 	}
@@ -343,7 +343,7 @@ func addEvent(ctx context.Context, tx *sql.Tx, id, kind, detail string) error {
 	if err != nil {
 		return fmt.Errorf("recording event: %w", err)
 	}
-	return nil
+	return appendAudit(ctx, tx, id, kind, detail) // every event is an audit record too (audit.go)
 }
 
 const apiKeySchema = `CREATE TABLE IF NOT EXISTS api_keys (
