@@ -675,6 +675,7 @@ func (a *app) serveCmd() *cobra.Command {
 	var shareData bool
 	var install serveInstall
 	var approvalFlags approvalServeFlags // approval_cmds.go
+	var metricsFlags metricsServeFlags   // metrics_cmds.go
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the moat daemon",
@@ -714,6 +715,9 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 			}
 			cfg.DiskOvercommit = diskOvercommit
 			if err := approvalFlags.apply(&cfg); err != nil {
+				return err
+			}
+			if err := metricsFlags.apply(&cfg); err != nil {
 				return err
 			}
 			if err := life.apply(&cfg); err != nil {
@@ -776,6 +780,7 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this TCP address (API keys required)")
 	approvalFlags.register(cmd)
+	metricsFlags.register(cmd)
 	cmd.Flags().BoolVar(&shareData, "share-data", false, "run even though another moat daemon (serve --share-data, or an in-process moat run) uses the data directory: both manage the same sandboxes")
 	install.register(cmd)
 	install.socket = func() string { p, _ := a.socketPath(); return p }
