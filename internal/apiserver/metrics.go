@@ -16,7 +16,7 @@ import (
 // nil: none). route is the route table's pattern, never a path: labels stay bounded.
 type Observer interface {
 	APIRequest(route string, code int, d time.Duration, errClass string)
-	SandboxCreated(runtime string, ok bool, d time.Duration)
+	SandboxCreated(api string, ok bool, d time.Duration)
 	Exec(api string, ok bool, d time.Duration)
 }
 

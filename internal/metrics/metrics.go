@@ -80,8 +80,8 @@ func New(reg *prometheus.Registry, src Sources) *Metrics {
 			Name: "moat_api_errors_total", Help: "Errors answered at the API edge, by error class (errdefs).",
 		}, []string{"class"}),
 		createSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "moat_sandbox_create_duration_seconds", Help: "Sandbox creates by runtime and outcome (ok, error).", Buckets: createBuckets,
-		}, []string{"runtime", "outcome"}),
+			Name: "moat_sandbox_create_duration_seconds", Help: "Sandbox creates through the API (native, e2b), by outcome (ok, error): the whole request.", Buckets: createBuckets,
+		}, []string{"api", "outcome"}),
 		execSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "moat_exec_duration_seconds", Help: "Process starts through envd (native and E2B), whole request including streamed output, by outcome.", Buckets: createBuckets,
 		}, []string{"api", "outcome"}),
@@ -140,15 +140,12 @@ func (m *Metrics) Exec(api string, ok bool, d time.Duration) {
 	m.execSeconds.WithLabelValues(api, outcome(ok)).Observe(d.Seconds())
 }
 
-// SandboxCreated records one create.
-func (m *Metrics) SandboxCreated(runtime string, ok bool, d time.Duration) {
+// SandboxCreated records one create through the API (api: "native" or "e2b").
+func (m *Metrics) SandboxCreated(api string, ok bool, d time.Duration) {
 	if m == nil {
 		return
 	}
-	if runtime == "" {
-		runtime = "default"
-	}
-	m.createSeconds.WithLabelValues(runtime, outcome(ok)).Observe(d.Seconds())
+	m.createSeconds.WithLabelValues(api, outcome(ok)).Observe(d.Seconds())
 }
 
 // ProxyConn records one connection decided by the egress proxy.

@@ -142,7 +142,7 @@ func TestScrape(t *testing.T) {
 		{"moat_sandboxes", map[string]string{"state": "paused"}, 0},
 		{"moat_api_request_duration_seconds", map[string]string{"route": "POST /v1/sandboxes", "code": "201"}, 1},
 		{"moat_api_errors_total", map[string]string{"class": "not_found"}, 1},
-		{"moat_sandbox_create_duration_seconds", map[string]string{"runtime": "native", "outcome": "ok"}, 1},
+		{"moat_sandbox_create_duration_seconds", map[string]string{"api": "native", "outcome": "ok"}, 1},
 		{"moat_exec_duration_seconds", map[string]string{"api": "e2b"}, 1},
 		{"moat_egress_connections_total", map[string]string{"verdict": "blocked", "reason": "no_rule"}, 1},
 		{"moat_dns_queries_total", map[string]string{"verdict": "blocked"}, 1},
