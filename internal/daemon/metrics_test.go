@@ -39,7 +39,7 @@ func unixScraper(sock string) scraper {
 }
 
 // get returns the status and body of one scrape.
-func (s scraper) get(t *testing.T) (int, string) {
+func (s scraper) get(t testing.TB) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, s.url, nil)
 	if s.token != "" {
@@ -55,7 +55,7 @@ func (s scraper) get(t *testing.T) (int, string) {
 }
 
 // families scrapes and parses with the Prometheus text parser.
-func (s scraper) families(t *testing.T) (map[string]*dto.MetricFamily, string) {
+func (s scraper) families(t testing.TB) (map[string]*dto.MetricFamily, string) {
 	t.Helper()
 	code, body := s.get(t)
 	if code != http.StatusOK {
