@@ -122,7 +122,9 @@ func TestScrape(t *testing.T) {
 		Approvals: func(context.Context) (map[KindState]int, error) {
 			return nil, errors.New("database is locked")
 		},
-		Pools: func() []Pool { return []Pool{{Runtime: "runc", Template: "host", Want: 2, Ready: 1, Hits: 5, Misses: 2}} },
+		Pools: func() []Pool {
+			return []Pool{{Runtime: "runc", Template: "host", Want: 2, Ready: 1, Hits: 5, Misses: 2}}
+		},
 	})
 	m.APIRequest("POST /v1/sandboxes", 201, 30*time.Millisecond, "")
 	m.APIRequest("GET /v1/sandboxes/{id}", 404, time.Millisecond, "not_found")
