@@ -237,3 +237,38 @@ func TestMetrics(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestMetricsWarmPool: a create served from a warm pool moves the hit counter, and the
+// pool's ready gauge follows the pool.
+func TestMetricsWarmPool(t *testing.T) {
+	e := newEnvWith(t, func(c *daemon.Config) { c.Warm = map[string]int{"runc:host": 1} })
+	sock := unixScraper(filepath.Join(e.runDir, "moat.sock"))
+	pool := map[string]string{"runtime": "runc", "template": "host"}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		fams, _ := sock.families(t)
+		if n, _ := sample(fams, "moat_warm_pool_ready", pool); n >= 1 {
+			if want, _ := sample(fams, "moat_warm_pool_target", pool); want != 1 {
+				t.Errorf("moat_warm_pool_target = %v, want 1", want)
+			}
+			if hits, ok := sample(fams, "moat_warm_pool_hits_total", pool); !ok || hits != 0 {
+				t.Errorf("hits before any create = %v (present %v), want 0", hits, ok)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the warm pool was never reported ready")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Default limits: what a warm pool serves.
+	if _, err := e.c.Create(context.Background(), v1.CreateSandboxRequest{Runtime: "runc"}); err != nil {
+		t.Fatal(err)
+	}
+	fams, _ := sock.families(t)
+	hits, _ := sample(fams, "moat_warm_pool_hits_total", pool)
+	misses, _ := sample(fams, "moat_warm_pool_misses_total", pool)
+	if hits != 1 || misses != 0 {
+		t.Errorf("after a warm create: hits %v misses %v, want 1 and 0", hits, misses)
+	}
+}
