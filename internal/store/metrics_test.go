@@ -32,7 +32,7 @@ func TestCounts(t *testing.T) {
 		}
 	}
 	got, err := st.CountSandboxes(ctx)
-	want := map[metrics.StateRuntime]int{{"running", "runc"}: 2, {"running", "runsc"}: 1, {"stopped", "runc"}: 1}
+	want := map[metrics.StateRuntime]int{{State: "running", Runtime: "runc"}: 2, {State: "running", Runtime: "runsc"}: 1, {State: "stopped", Runtime: "runc"}: 1}
 	if err != nil || !maps.Equal(got, want) {
 		t.Fatalf("CountSandboxes = %v, %v; want %v", got, err, want)
 	}
@@ -43,7 +43,7 @@ func TestCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ = st.CountSandboxes(ctx)
-	want = map[metrics.StateRuntime]int{{"running", "runc"}: 1, {"stopped", "runc"}: 2}
+	want = map[metrics.StateRuntime]int{{State: "running", Runtime: "runc"}: 1, {State: "stopped", Runtime: "runc"}: 2}
 	if !maps.Equal(got, want) {
 		t.Fatalf("after a stop and a delete: %v, want %v", got, want)
 	}
@@ -53,7 +53,7 @@ func TestCounts(t *testing.T) {
 		}
 	}
 	ga, err := st.CountApprovals(ctx)
-	wa := map[metrics.KindState]int{{"network", "pending"}: 2, {"push", "approved"}: 1}
+	wa := map[metrics.KindState]int{{Kind: "network", State: "pending"}: 2, {Kind: "push", State: "approved"}: 1}
 	if err != nil || !maps.Equal(ga, wa) {
 		t.Fatalf("CountApprovals = %v, %v; want %v", ga, err, wa)
 	}
