@@ -676,6 +676,7 @@ func (a *app) serveCmd() *cobra.Command {
 	var install serveInstall
 	var approvalFlags approvalServeFlags // approval_cmds.go
 	var auditFlags auditServeFlags       // audit_cmds.go
+	var metricsFlags metricsServeFlags   // metrics_cmds.go
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the moat daemon",
@@ -718,6 +719,9 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 				return err
 			}
 			if err := auditFlags.apply(&cfg); err != nil {
+				return err
+			}
+			if err := metricsFlags.apply(&cfg); err != nil {
 				return err
 			}
 			if err := life.apply(&cfg); err != nil {
@@ -780,7 +784,8 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this TCP address (API keys required)")
 	approvalFlags.register(cmd)
-	auditFlags.register(cmd) // audit_cmds.go
+	auditFlags.register(cmd)   // audit_cmds.go
+	metricsFlags.register(cmd) // metrics_cmds.go
 	cmd.Flags().BoolVar(&shareData, "share-data", false, "run even though another moat daemon (serve --share-data, or an in-process moat run) uses the data directory: both manage the same sandboxes")
 	install.register(cmd)
 	install.socket = func() string { p, _ := a.socketPath(); return p }

@@ -59,7 +59,8 @@ type e2bError struct {
 }
 
 func writeE2BError(w http.ResponseWriter, err error) {
-	status, _ := StatusOf(err)
+	status, code := StatusOf(err)
+	noteErrorClass(w, code) // metrics.go
 	writeJSON(w, status, e2bError{Code: status, Message: clientMessage(err)})
 }
 

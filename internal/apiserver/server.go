@@ -120,6 +120,8 @@ type Server struct {
 	auditLog AuditLog
 	// tiers are the consequence tiers (SetTiers; default: the built-ins).
 	tiers *tiers.Set
+	// metrics is GET /metrics and the request observer (SetMetrics, metrics.go).
+	metrics metricsConfig
 	// routes is the route table, access each pattern's access class (the gate's).
 	routes []route
 	access map[string]access
@@ -278,7 +280,11 @@ func New(d Deps) *Server {
 // moat-init checks their access token or signature itself (a token only the sandbox's owner
 // and the operator can obtain: see owned). GET /health is open.
 func (s *Server) Handler(auth Authenticator) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" { // its own access rule (metrics.go)
+			s.serveMetrics(w, r, auth == nil)
+			return
+		}
 		if r.Header.Get(e2bSandboxHeader) != "" {
 			s.e2bGateway(w, r)
 			return
@@ -324,7 +330,7 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 		r = r.WithContext(sandbox.WithCaller(r.Context(), caller))
 		s.auditAPI(r) // audit.go
 		s.mux.ServeHTTP(w, r)
-	})
+	}))
 }
 
 // owned guards every route that names a sandbox ({id}), native (errors as native) and
@@ -865,6 +871,7 @@ func clientMessage(err error) string {
 
 func writeError(w http.ResponseWriter, err error) {
 	status, code := StatusOf(err)
+	noteErrorClass(w, code) // metrics.go
 	writeJSON(w, status, v1.Error{Code: code, Message: clientMessage(err)})
 }
 

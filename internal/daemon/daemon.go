@@ -29,6 +29,7 @@ import (
 	"github.com/moatdev/moat/internal/gitgate"
 	"github.com/moatdev/moat/internal/initlog"
 	"github.com/moatdev/moat/internal/linux"
+	"github.com/moatdev/moat/internal/metrics"
 	"github.com/moatdev/moat/internal/netns"
 	moatruntime "github.com/moatdev/moat/internal/runtime"
 	"github.com/moatdev/moat/internal/sandbox"
@@ -154,6 +155,10 @@ type Config struct {
 
 	// Approvals configure approvals and their webhook (approvals.go).
 	Approvals ApprovalsConfig
+
+	// MetricsToken, when set, is the bearer token TCP scrapes of /metrics must bear;
+	// without it only loopback peers (and the unix socket) may scrape (metrics.go).
+	MetricsToken []byte
 }
 
 // Daemon is a running moat daemon.
@@ -177,6 +182,8 @@ type Daemon struct {
 	audit    *auditLog // audit.go
 	// Approvals are the approvals (approvals.go).
 	Approvals *approvals.Service
+	// metrics are served at GET /metrics (metrics.go).
+	metrics *metrics.Metrics
 }
 
 type namedCloser struct {
@@ -331,7 +338,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	budget, floor := egressBudget(nofile(), cfg.EgressBudget)
 	d.log.Info("egress budget", "connections", budget, "per_sandbox_floor", floor, "rlimit_nofile", nofile())
+	d.metrics = d.newMetrics(st) // metrics.go
 	d.Egress = egress.New(egress.Config{
+		Observer:     d.metrics,
 		Listener:     net,
 		Journal:      st,
 		Resolver:     egress.NewResolver(cfg.EgressHosts, cfg.EgressDNS),
@@ -426,6 +435,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.api.SetTemplateAdmin(tmpls)
 	d.api.SetProtectedPaths(cfg.GitProtected) // GET /v1/inventory
 	d.api.SetTemplateScanner(templateScanner{stor})
+	d.api.SetMetrics(d.metrics.Handler(), cfg.MetricsToken, d.metrics) // metrics.go
 	tierSet, err := tiers.NewSet(cfg.Tiers)
 	if err != nil {
 		return nil, fmt.Errorf("tiers: %w", err)

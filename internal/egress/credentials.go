@@ -461,6 +461,9 @@ func (ic interceptor) config() (intercept.Config, error) {
 		Git:     &intercept.GitGate{Policy: ic.b.git, Record: ic.recordGit, Objects: ic.m.gitObjects(ic.b)},
 		Approve: ic.approveCredential,
 		Audit: func(u intercept.Use) {
+			if o := ic.m.cfg.Observer; o != nil && u.Injected {
+				o.CredentialInjected()
+			}
 			if ic.m.cfg.Audit != nil && u.Injected {
 				by := ""
 				if ic.user != "" {

@@ -114,6 +114,8 @@ type Config struct {
 	// nil: such requests are refused.
 	CredentialAsker Asker
 	CredentialWait  time.Duration
+	// Observer counts decisions and injections for /metrics (observe.go; nil: none).
+	Observer Observer
 }
 
 // Manager runs the boundaries of all running sandboxes. Safe for concurrent use.
@@ -149,6 +151,7 @@ func New(cfg Config) *Manager {
 		log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{cfg: cfg, log: log, journal: newJournal(cfg.Journal, log), bs: map[string]*boundary{}}
+	m.journal.obs = cfg.Observer
 	m.ask.asker = cfg.Asker
 	if cfg.GitDir != "" {
 		m.changes = changes.NewStore(cfg.GitDir, changes.Options{HoldFor: cfg.GitHoldFor, Log: log})
@@ -439,6 +442,9 @@ func (m *Manager) recordConn(id string, ev proxy.Event) func(proxy.Outcome) {
 // recordDNS logs a DNS decision the first time it is made in a phase: a sandbox asking for
 // the same name again does not grow the log.
 func (m *Manager) recordDNS(b *boundary, q dns.Query) {
+	if m.cfg.Observer != nil {
+		m.cfg.Observer.DNSQuery(q.Verdict.Allow)
+	}
 	key := fmt.Sprintf("%t %t %s %s", q.Verdict.Allow, q.Verdict.Ask, q.User, q.Name)
 	b.mu.Lock()
 	seen := b.dnsLog[key]

@@ -13,6 +13,7 @@ import (
 type journal struct {
 	store Journal
 	log   *slog.Logger
+	obs   Observer // observe.go; nil: none
 
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -55,7 +56,10 @@ func newJournal(store Journal, log *slog.Logger) *journal {
 	return j
 }
 
-func (j *journal) add(e *Entry) { j.push(op{add: e}) }
+func (j *journal) add(e *Entry) {
+	j.observe(e)
+	j.push(op{add: e})
+}
 
 func (j *journal) finish(of *Entry, final Entry) { j.push(op{of: of, finish: final}) }
 
