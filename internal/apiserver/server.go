@@ -25,6 +25,7 @@ import (
 	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/secrets"
 	"github.com/moatdev/moat/internal/tiers"
+	"github.com/moatdev/moat/internal/usage"
 )
 
 // Sandboxes is the lifecycle surface the API needs. Implemented by *sandbox.Manager.
@@ -121,6 +122,10 @@ type Server struct {
 	// routes is the route table, access each pattern's access class (the gate's).
 	routes []route
 	access map[string]access
+
+	// usage is the usage ledger and calls the API-call counter (SetUsage, usage.go); nil: none.
+	usageLedger UsageLedger
+	calls       *usage.Calls
 }
 
 // route is one entry of the route table: its pattern, its handler and who may call it.
@@ -235,6 +240,7 @@ func New(d Deps) *Server {
 	routes = append(routes, s.tierRoutes()...)
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, s.userEgressRoutes()...)
+	routes = append(routes, s.usageRoutes()...) // usage.go (metering)
 	routes = append(routes, route{"GET /health", s.health, public})
 	s.routes, s.access = routes, map[string]access{}
 	for _, r := range routes {
@@ -279,6 +285,7 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 			return
 		}
 		if auth == nil {
+			s.countCall(sandbox.Caller{Operator: true}) // usage.go
 			s.mux.ServeHTTP(w, r.WithContext(sandbox.WithCaller(r.Context(), sandbox.Caller{Operator: true})))
 			return
 		}
@@ -310,6 +317,7 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 			fail(w, fmt.Errorf("%s is for the operator on the daemon's unix socket only, not API keys: %w", pattern, errdefs.ErrPermissionDenied))
 			return
 		}
+		s.countCall(caller) // usage.go
 		s.mux.ServeHTTP(w, r.WithContext(sandbox.WithCaller(r.Context(), caller)))
 	})
 }
