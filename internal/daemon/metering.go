@@ -15,10 +15,16 @@ import (
 // DefaultMeterInterval is how often the sampler reads the sandboxes' cgroups.
 const DefaultMeterInterval = 15 * time.Second
 
-// usageLedger is the store as apiserver.UsageLedger.
-type usageLedger struct{ st *store.Store }
+// usageLedger is the store as apiserver.UsageLedger. A report first records the API calls
+// counted since the last flush, so it includes them.
+type usageLedger struct {
+	st    *store.Store
+	calls *usage.Calls
+	log   *slog.Logger
+}
 
 func (u usageLedger) Usage(ctx context.Context, since, until time.Time, owner *string) ([]v1.UsageRow, map[string]int64, error) {
+	flushCalls(u.st, u.calls, u.log)
 	return u.st.Usage(ctx, store.UsageQuery{Since: since, Until: until, Owner: owner}, time.Now())
 }
 
@@ -30,7 +36,7 @@ func (d *Daemon) startMetering(st *store.Store) {
 	log := d.log.With("component", "metering")
 	calls := &usage.Calls{}
 	d.Manager.SetUsageLedger(st)
-	d.api.SetUsage(usageLedger{st}, calls)
+	d.api.SetUsage(usageLedger{st, calls, log}, calls)
 	every := d.cfg.MeterInterval
 	if every <= 0 {
 		every = DefaultMeterInterval
