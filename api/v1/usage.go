@@ -29,6 +29,9 @@ type UsageRow struct {
 	// DriveGiBHours integrates the drive's allocated size (its disk limit) over the time
 	// the sandbox existed (running, paused or stopped).
 	DriveGiBHours float64 `json:"drive_gib_hours"`
+	// SnapshotGiBHours charges the snapshots taken of the sandbox (their drive size) for
+	// as long as each is kept, to within one sampling interval of its deletion.
+	SnapshotGiBHours float64 `json:"snapshot_gib_hours"`
 	// EgressBytes are the bytes sent plus received through the proxy, by destination
 	// (host name, or address where there was none).
 	EgressBytes      map[string]int64 `json:"egress_bytes,omitempty"`

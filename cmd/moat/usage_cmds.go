@@ -25,7 +25,8 @@ func (a *app) usageCmd() *cobra.Command {
 		Short: "Show metered usage: wall time by state, CPU, memory, drive, egress, API calls",
 		Long: `usage reads the daemon's usage ledger: for each sandbox (kept after it is deleted), the
 API key that created it, wall time running, paused and stopped, CPU-seconds and memory
-GiB-hours from its cgroup, drive GiB-hours (its allocated size), and egress bytes by
+GiB-hours from its cgroup, drive GiB-hours (its allocated size), GiB-hours of the snapshots
+taken of it (while each is kept), and egress bytes by
 destination; then the API calls by key. --by template or --by api-key sums the sandboxes'
 rows. --since and --until take an RFC 3339 time, a date (2026-12-01, UTC) or a duration
 before now (90m, 24h, 7d); the ledger keeps hourly sums, so a window starts at the hour that
@@ -80,7 +81,7 @@ func printUsage(w io.Writer, rep *v1.UsageReport) error {
 	default:
 		fmt.Fprint(tw, "API KEY\tSANDBOXES\tCREATED\t")
 	}
-	fmt.Fprintln(tw, "RUNNING\tPAUSED\tSTOPPED\tCPU-S\tMEM GIB-H\tDRIVE GIB-H\tEGRESS")
+	fmt.Fprintln(tw, "RUNNING\tPAUSED\tSTOPPED\tCPU-S\tMEM GIB-H\tDRIVE GIB-H\tSNAP GIB-H\tEGRESS")
 	for _, r := range rep.Rows {
 		switch rep.By {
 		case "sandbox":
@@ -94,8 +95,8 @@ func printUsage(w io.Writer, rep *v1.UsageReport) error {
 		default:
 			fmt.Fprintf(tw, "%s\t%d\t%d\t", keyName(r.Key), r.Sandboxes, r.Creations)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.4f\t%.4f\t%s\n", secs(r.RunningSeconds), secs(r.PausedSeconds), secs(r.StoppedSeconds),
-			r.CPUSeconds, r.MemoryGiBHours, r.DriveGiBHours, egressSummary(r))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.4f\t%.4f\t%.4f\t%s\n", secs(r.RunningSeconds), secs(r.PausedSeconds), secs(r.StoppedSeconds),
+			r.CPUSeconds, r.MemoryGiBHours, r.DriveGiBHours, r.SnapshotGiBHours, egressSummary(r))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -49,7 +49,8 @@ const burn = `timeout %s sh -c 'while :; do :; done'; true`
 // before the container goes: no sampler runs in this test, its interval is an hour), and
 // after a second run and the delete (the usage is kept, the runs add up). Wall time is
 // charged to running, paused and stopped; the usage is the key's, which sees its own
-// sandbox and calls and not the operator's; --by api-key groups it.
+// sandbox and calls and not the operator's; --by api-key groups it. A snapshot is charged
+// to its sandbox.
 func TestUsageMetering(t *testing.T) {
 	addr := freeLoopbackAddr(t)
 	e := newEnvWith(t, func(c *daemon.Config) { c.Listen = addr; c.MeterInterval = time.Hour })
@@ -131,8 +132,20 @@ func TestUsageMetering(t *testing.T) {
 	if len(all.Rows) != 2 || all.Rows[0].Key != "" || all.Rows[1].Key != key.ID || all.APICalls[""] == 0 {
 		t.Errorf("the operator's usage by api-key: %+v", all)
 	}
-	if r := usageRow(t, e.c, mine.ID); r.APIKey != "" || r.RunningSeconds <= 0 {
+	if r := usageRow(t, e.c, mine.ID); r.APIKey != "" || r.RunningSeconds <= 0 || r.SnapshotGiBHours != 0 {
 		t.Errorf("the operator's sandbox: %+v", r)
+	}
+	// A snapshot is charged to its sandbox while it is kept.
+	snap, err := e.c.Snapshot(ctx, mine.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.d.Manager.Meter(ctx)
+	if r := usageRow(t, e.c, mine.ID); r.SnapshotGiBHours <= 0 {
+		t.Errorf("a snapshot not charged: %+v", r)
+	}
+	if err := e.c.DeleteSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
 	}
 
 	// A daemon restart continues without counting twice: the same counter sampled again

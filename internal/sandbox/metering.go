@@ -16,6 +16,16 @@ import (
 type UsageLedger interface {
 	// RecordUsage applies one reading of sandbox id taken in state r.State.
 	RecordUsage(ctx context.Context, id string, r usage.Reading) error
+	// RecordSnapshots charges the snapshots that exist at at.
+	RecordSnapshots(ctx context.Context, snaps []SnapshotUsage, at time.Time) error
+}
+
+// SnapshotUsage is what the ledger charges of a snapshot: its drive size, from when it was
+// made, to the sandbox it was taken of.
+type SnapshotUsage struct {
+	ID, Sandbox string
+	SizeBytes   int64
+	CreatedAt   time.Time
 }
 
 // SetUsageLedger makes the manager sample into l (nil: no metering). Call before serving.
@@ -42,6 +52,23 @@ func (m *Manager) Meter(ctx context.Context) {
 			m.meterLocked(ctx, cur)
 		}
 		unlock()
+	}
+	m.meterSnapshots(ctx)
+}
+
+// meterSnapshots charges the snapshots kept now (not a fork's transient one).
+func (m *Manager) meterSnapshots(ctx context.Context) {
+	snaps, err := m.ListSnapshots(WithCaller(ctx, Caller{Operator: true}))
+	if err != nil {
+		m.log.Debug("metering: listing snapshots", "err", err)
+		return
+	}
+	out := make([]SnapshotUsage, 0, len(snaps))
+	for _, sn := range snaps {
+		out = append(out, SnapshotUsage{ID: sn.ID, Sandbox: sn.Sandbox, SizeBytes: sn.SizeBytes, CreatedAt: sn.CreatedAt})
+	}
+	if err := m.ledger.RecordSnapshots(context.WithoutCancel(ctx), out, time.Now()); err != nil {
+		m.log.Error("metering: recording snapshots", "err", err)
 	}
 }
 

@@ -43,7 +43,13 @@ CREATE TABLE IF NOT EXISTS usage_hours (
 	cpu_ns     INTEGER NOT NULL DEFAULT 0,
 	mem_gibh   REAL NOT NULL DEFAULT 0,
 	drive_gibh REAL NOT NULL DEFAULT 0,
+	snap_gibh  REAL NOT NULL DEFAULT 0,
 	PRIMARY KEY (sandbox, hour)
+);
+CREATE TABLE IF NOT EXISTS usage_snapshots (
+	id      TEXT PRIMARY KEY,
+	sandbox TEXT NOT NULL,
+	at      INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS usage_api (
 	key   TEXT NOT NULL,
@@ -89,21 +95,67 @@ func accrue(ctx context.Context, tx *sql.Tx, id string, r usage.Reading) error {
 		return err
 	}
 	deltas, next := usage.Accrue(prev, r)
-	for _, d := range deltas {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO usage_hours(sandbox, hour, running_ns, paused_ns, stopped_ns, cpu_ns, mem_gibh, drive_gibh)
-			VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(sandbox, hour) DO UPDATE SET
-			running_ns = running_ns + excluded.running_ns, paused_ns = paused_ns + excluded.paused_ns,
-			stopped_ns = stopped_ns + excluded.stopped_ns, cpu_ns = cpu_ns + excluded.cpu_ns,
-			mem_gibh = mem_gibh + excluded.mem_gibh, drive_gibh = drive_gibh + excluded.drive_gibh`,
-			id, d.Hour.Unix(), d.RunningNs, d.PausedNs, d.StoppedNs, int64(d.CPUNs), d.MemGiBHours, d.DriveGiBHours); err != nil {
-			return fmt.Errorf("recording usage of %s: %w", id, err)
-		}
+	if err := addHours(ctx, tx, id, deltas); err != nil {
+		return err
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE usage_sandboxes SET state = ?, at = ?, cpu_ns = ?, mem_bytes = ?, drive_bytes = ? WHERE id = ?`,
 		next.State, next.At.UnixNano(), int64(next.CPUNs), next.MemBytes, next.DriveBytes, id); err != nil {
 		return fmt.Errorf("recording usage of %s: %w", id, err)
 	}
 	return nil
+}
+
+// addHours adds deltas to sandbox id's hourly sums.
+func addHours(ctx context.Context, tx *sql.Tx, id string, deltas []usage.Delta) error {
+	for _, d := range deltas {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO usage_hours(sandbox, hour, running_ns, paused_ns, stopped_ns, cpu_ns, mem_gibh, drive_gibh, snap_gibh)
+			VALUES(?,?,?,?,?,?,?,?,?) ON CONFLICT(sandbox, hour) DO UPDATE SET
+			running_ns = running_ns + excluded.running_ns, paused_ns = paused_ns + excluded.paused_ns,
+			stopped_ns = stopped_ns + excluded.stopped_ns, cpu_ns = cpu_ns + excluded.cpu_ns,
+			mem_gibh = mem_gibh + excluded.mem_gibh, drive_gibh = drive_gibh + excluded.drive_gibh,
+			snap_gibh = snap_gibh + excluded.snap_gibh`,
+			id, d.Hour.Unix(), d.RunningNs, d.PausedNs, d.StoppedNs, int64(d.CPUNs), d.MemGiBHours, d.DriveGiBHours, d.SnapshotGiBHours); err != nil {
+			return fmt.Errorf("recording usage of %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// RecordSnapshots charges each snapshot's drive size, from when it was last charged (or
+// made) until at, to the sandbox it was taken of (sandbox.UsageLedger). The sampler calls
+// it with the snapshots that exist: a deleted one stops being charged at the sample
+// before its deletion.
+func (s *Store) RecordSnapshots(ctx context.Context, snaps []sandbox.SnapshotUsage, at time.Time) error {
+	if len(snaps) == 0 {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("recording snapshot usage: %w", err)
+	}
+	defer tx.Rollback()
+	for _, sn := range snaps {
+		from := sn.CreatedAt
+		var last int64
+		err := tx.QueryRowContext(ctx, `SELECT at FROM usage_snapshots WHERE id = ?`, sn.ID).Scan(&last)
+		switch {
+		case err == nil:
+			from = time.Unix(0, last)
+		case !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("recording snapshot usage: %w", err)
+		}
+		if !at.After(from) {
+			continue
+		}
+		if err := addHours(ctx, tx, sn.Sandbox, usage.Stored(from, at, sn.SizeBytes)); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO usage_snapshots(id, sandbox, at) VALUES(?,?,?)
+			ON CONFLICT(id) DO UPDATE SET at = excluded.at`, sn.ID, sn.Sandbox, at.UnixNano()); err != nil {
+			return fmt.Errorf("recording snapshot usage: %w", err)
+		}
+	}
+	return tx.Commit()
 }
 
 // usageUpdate follows an Update of sb (in its transaction): the owner and warm flag
@@ -243,8 +295,9 @@ func (s *Store) Usage(ctx context.Context, q UsageQuery, now time.Time) ([]v1.Us
 		r.CPUSeconds += float64(d.CPUNs) / 1e9
 		r.MemoryGiBHours += d.MemGiBHours
 		r.DriveGiBHours += d.DriveGiBHours
+		r.SnapshotGiBHours += d.SnapshotGiBHours
 	}
-	hrows, err := s.db.QueryContext(ctx, `SELECT sandbox, running_ns, paused_ns, stopped_ns, cpu_ns, mem_gibh, drive_gibh
+	hrows, err := s.db.QueryContext(ctx, `SELECT sandbox, running_ns, paused_ns, stopped_ns, cpu_ns, mem_gibh, drive_gibh, snap_gibh
 		FROM usage_hours WHERE hour >= ? AND hour < ?`, lo, hi)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading usage: %w", err)
@@ -253,7 +306,7 @@ func (s *Store) Usage(ctx context.Context, q UsageQuery, now time.Time) ([]v1.Us
 		var id string
 		var d usage.Delta
 		var cpu int64
-		if err := hrows.Scan(&id, &d.RunningNs, &d.PausedNs, &d.StoppedNs, &cpu, &d.MemGiBHours, &d.DriveGiBHours); err != nil {
+		if err := hrows.Scan(&id, &d.RunningNs, &d.PausedNs, &d.StoppedNs, &cpu, &d.MemGiBHours, &d.DriveGiBHours, &d.SnapshotGiBHours); err != nil {
 			hrows.Close()
 			return nil, nil, fmt.Errorf("reading usage: %w", err)
 		}

@@ -192,3 +192,34 @@ func TestUsageWarmHandover(t *testing.T) {
 		t.Fatalf("handed-over sandbox: %+v", r)
 	}
 }
+
+// Snapshots are charged to the sandbox they were taken of, from when they were made, each
+// span once however often the sampler sees them; one no longer listed stops being charged.
+func TestUsageSnapshots(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(filepath.Join(t.TempDir(), "moat.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sb := newSB("s")
+	if err := st.Insert(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	made := time.Now().Add(-30 * time.Minute)
+	snaps := []sandbox.SnapshotUsage{{ID: "snap-1", Sandbox: "s", SizeBytes: 2 << 30, CreatedAt: made}}
+	for _, at := range []time.Time{made.Add(10 * time.Minute), made.Add(10 * time.Minute), made.Add(20 * time.Minute)} {
+		if err := st.RecordSnapshots(ctx, snaps, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := usageRows(t, st, UsageQuery{})["s"].SnapshotGiBHours; math.Abs(got-2.0/3) > 1e-6 {
+		t.Fatalf("2 GiB for 20 min = %v GiB-h, want 0.667", got)
+	}
+	if err := st.RecordSnapshots(ctx, nil, made.Add(30*time.Minute)); err != nil { // deleted
+		t.Fatal(err)
+	}
+	if got := usageRows(t, st, UsageQuery{})["s"].SnapshotGiBHours; math.Abs(got-2.0/3) > 1e-6 {
+		t.Fatalf("after the snapshot went: %v GiB-h, want 0.667", got)
+	}
+}

@@ -44,11 +44,28 @@ type Delta struct {
 	RunningNs, PausedNs, StoppedNs int64
 	CPUNs                          uint64
 	MemGiBHours, DriveGiBHours     float64
+	SnapshotGiBHours               float64
 }
 
 // Zero reports whether d adds nothing.
 func (d Delta) Zero() bool {
-	return d.RunningNs == 0 && d.PausedNs == 0 && d.StoppedNs == 0 && d.CPUNs == 0 && d.MemGiBHours == 0 && d.DriveGiBHours == 0
+	return d.RunningNs == 0 && d.PausedNs == 0 && d.StoppedNs == 0 && d.CPUNs == 0 && d.MemGiBHours == 0 && d.DriveGiBHours == 0 && d.SnapshotGiBHours == 0
+}
+
+// Stored charges bytes of storage kept from from to to (a snapshot's image), split at hour
+// boundaries; nothing when to is not after from.
+func Stored(from, to time.Time, bytes int64) []Delta {
+	var out []Delta
+	for t := from; t.Before(to) && bytes > 0; {
+		hour := t.UTC().Truncate(time.Hour)
+		end := hour.Add(time.Hour)
+		if end.After(to) {
+			end = to
+		}
+		out = append(out, Delta{Hour: hour, SnapshotGiBHours: float64(bytes) / GiB * end.Sub(t).Hours()})
+		t = end
+	}
+	return out
 }
 
 // live reports whether a state has a cgroup (processes that use CPU and memory).
@@ -184,6 +201,7 @@ func Group(rows []v1.UsageRow, by string) ([]v1.UsageRow, error) {
 		g.CPUSeconds += r.CPUSeconds
 		g.MemoryGiBHours += r.MemoryGiBHours
 		g.DriveGiBHours += r.DriveGiBHours
+		g.SnapshotGiBHours += r.SnapshotGiBHours
 		g.EgressBytesTotal += r.EgressBytesTotal
 		for d, n := range r.EgressBytes {
 			if g.EgressBytes == nil {

@@ -190,3 +190,17 @@ func TestCalls(t *testing.T) {
 		t.Fatalf("after restore %v", n)
 	}
 }
+
+func TestStored(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 6, 30, 0, 0, time.UTC)
+	got := Stored(t0, t0.Add(90*time.Minute), 2*GiB)
+	if len(got) != 2 || !got[0].Hour.Equal(t0.Truncate(time.Hour)) || math.Abs(got[0].SnapshotGiBHours-1) > 1e-9 || math.Abs(got[1].SnapshotGiBHours-2) > 1e-9 {
+		t.Fatalf("90 min of 2 GiB from :30: %+v", got)
+	}
+	if got := Stored(t0, t0, GiB); len(got) != 0 {
+		t.Fatalf("empty span: %+v", got)
+	}
+	if got := Stored(t0.Add(time.Minute), t0, GiB); len(got) != 0 {
+		t.Fatalf("backwards span: %+v", got)
+	}
+}
