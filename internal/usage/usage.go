@@ -237,7 +237,7 @@ func ParseTime(s string, now time.Time) (time.Time, error) {
 		return t, nil
 	}
 	if n, ok := strings.CutSuffix(s, "d"); ok {
-		if d, err := strconv.Atoi(n); err == nil && d >= 0 {
+		if d, err := strconv.Atoi(n); err == nil && d >= 0 && d <= 100*366 {
 			return now.Add(-time.Duration(d) * 24 * time.Hour), nil
 		}
 	}

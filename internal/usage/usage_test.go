@@ -167,6 +167,7 @@ func TestParseTime(t *testing.T) {
 		{"-5m", time.Time{}, true},
 		{"yesterday", time.Time{}, true},
 		{"3x", time.Time{}, true},
+		{"99999999999d", time.Time{}, true}, // would overflow
 	} {
 		got, err := ParseTime(tc.in, now)
 		if (err != nil) != tc.err || !got.Equal(tc.want) {
@@ -203,4 +204,25 @@ func TestStored(t *testing.T) {
 	if got := Stored(t0.Add(time.Minute), t0, GiB); len(got) != 0 {
 		t.Fatalf("backwards span: %+v", got)
 	}
+}
+
+// FuzzParseTime: any --since/--until text is refused or read as a time not after now
+// (durations) or as given; never a panic.
+func FuzzParseTime(f *testing.F) {
+	for _, s := range []string{"", "24h", "7d", "2026-12-01", "2026-12-01T00:00:00Z", "-1d", "99999999999d", "1e9h", "d"} {
+		f.Add(s)
+	}
+	now := time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := ParseTime(s, now)
+		if err != nil {
+			return
+		}
+		if s == "" && !got.IsZero() {
+			t.Fatalf("%q: %v", s, got)
+		}
+		if _, perr := time.Parse(time.RFC3339Nano, s); perr != nil && s != "" && len(s) != 10 && got.After(now) {
+			t.Fatalf("duration %q read as %v, after now", s, got)
+		}
+	})
 }
