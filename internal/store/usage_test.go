@@ -223,3 +223,27 @@ func TestUsageSnapshots(t *testing.T) {
 		t.Fatalf("after the snapshot went: %v GiB-h, want 0.667", got)
 	}
 }
+
+// BenchmarkRecordUsage: the cost of one sample of one sandbox (a transaction reading the
+// mark, adding an hourly row and moving the mark): the sampler pays it per live sandbox per
+// interval.
+func BenchmarkRecordUsage(b *testing.B) {
+	ctx := context.Background()
+	st, err := Open(filepath.Join(b.TempDir(), "moat.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	sb := newSB("bench")
+	sb.State = sandbox.StateRunning
+	if err := st.Insert(ctx, sb); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		cpu := uint64(i) * 1e6
+		if err := st.RecordUsage(ctx, "bench", usage.Reading{At: time.Now(), State: "running", CPUNs: &cpu, MemBytes: i64(1 << 28)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
