@@ -677,6 +677,7 @@ func (a *app) serveCmd() *cobra.Command {
 	var approvalFlags approvalServeFlags // approval_cmds.go
 	var auditFlags auditServeFlags       // audit_cmds.go
 	var metricsFlags metricsServeFlags   // metrics_cmds.go
+	var meterInterval time.Duration      // usage_cmds.go
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the moat daemon",
@@ -700,6 +701,10 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 			}
 			cfg.Listen = listen
 			cfg.Exclusive = !shareData
+			if meterInterval < time.Second {
+				return fmt.Errorf("--meter-interval %s: at least 1s", meterInterval)
+			}
+			cfg.MeterInterval = meterInterval
 			if !install.install {
 				if cfg.SocketListener, err = activatedSocket(); err != nil {
 					return err
@@ -790,6 +795,7 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 	install.register(cmd)
 	install.socket = func() string { p, _ := a.socketPath(); return p }
 	cmd.Flags().StringArrayVar(&warm, "warm", []string{"runc:host=2", "runc:debian=2"}, "warm pool: RUNTIME:TEMPLATE=N keeps N sandboxes of that kind (default limits and disk) started for fast creates (repeatable; N alone is runc:host=N, 0 turns a pool off; giving --warm replaces the defaults; a pool whose template does not exist yet fills once it does; runsc pools serve default limits only)")
+	cmd.Flags().DurationVar(&meterInterval, "meter-interval", 15*time.Second, "how often the usage ledger samples the sandboxes' cgroups (moat usage)")
 	cmd.Flags().IntVar(&warmRunsc, "warm-runsc", 0, "the same as --warm runsc:host=N")
 	cmd.Flags().BoolVar(&diskOvercommit, "disk-overcommit", false, "let drive sizes add up to more than the data filesystem holds: drives stay sparse, and once it is full every sandbox writing new blocks gets I/O errors (default: each drive is allocated in full at create, and a create that does not fit is refused)")
 	cmd.Flags().StringVar(&drivePool, "drive-pool", "", "keep drives in an XFS pool of this size (a file in the data directory, allocated in full, loop-mounted on drives/) so snapshots and forks clone drives without copying (needs mkfs.xfs: apt-get install xfsprogs); a pool once made is used at every start")

@@ -25,6 +25,7 @@ import (
 	"github.com/moatdev/moat/internal/sandbox"
 	"github.com/moatdev/moat/internal/secrets"
 	"github.com/moatdev/moat/internal/tiers"
+	"github.com/moatdev/moat/internal/usage"
 )
 
 // Sandboxes is the lifecycle surface the API needs. Implemented by *sandbox.Manager.
@@ -128,6 +129,10 @@ type Server struct {
 	// protectedExtra are the operator's protected path globs (SetProtectedPaths, inventory.go).
 	protectedExtra []string
 	templateScan   TemplateScanner // ?scan=true of GET /v1/inventory; nil: none
+
+	// usage is the usage ledger and calls the API-call counter (SetUsage, usage.go); nil: none.
+	usageLedger UsageLedger
+	calls       *usage.Calls
 }
 
 // route is one entry of the route table: its pattern, its handler and who may call it.
@@ -246,6 +251,7 @@ func New(d Deps) *Server {
 	routes = append(routes, s.userEgressRoutes()...)
 	routes = append(routes, s.inventoryRoutes()...)
 	routes = append(routes, s.auditRoutes()...) // audit.go
+	routes = append(routes, s.usageRoutes()...) // usage.go (metering)
 	routes = append(routes, route{"GET /health", s.health, public})
 	s.routes, s.access = routes, map[string]access{}
 	for _, r := range routes {
@@ -294,6 +300,7 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 			return
 		}
 		if auth == nil {
+			s.countCall(sandbox.Caller{Operator: true}) // usage.go
 			r = r.WithContext(sandbox.WithCaller(r.Context(), sandbox.Caller{Operator: true}))
 			s.auditAPI(r) // audit.go
 			s.mux.ServeHTTP(w, r)
@@ -327,6 +334,7 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 			fail(w, fmt.Errorf("%s is for the operator on the daemon's unix socket only, not API keys: %w", pattern, errdefs.ErrPermissionDenied))
 			return
 		}
+		s.countCall(caller) // usage.go
 		r = r.WithContext(sandbox.WithCaller(r.Context(), caller))
 		s.auditAPI(r) // audit.go
 		s.mux.ServeHTTP(w, r)

@@ -59,6 +59,9 @@ type Config struct {
 	// SweepInterval is how often running sandboxes are checked for a dead container
 	// (default 30 s).
 	SweepInterval time.Duration
+	// MeterInterval is how often the usage ledger samples the sandboxes' cgroups
+	// (metering.go; default 15 s).
+	MeterInterval time.Duration
 	// IDBase moves sandboxes' host uid ranges (0: the default); for tests that run several
 	// daemons on one host at once.
 	IDBase uint32
@@ -458,6 +461,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.startApprovals(ctx, exclusive); err != nil { // approvals.go
 		return nil, err
 	}
+	d.startMetering(st) // metering.go
 	return d, nil
 }
 

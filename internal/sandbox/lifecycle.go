@@ -182,6 +182,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 // sandbox's lock; cond's error is returned and nothing is deleted then (names.go).
 func (m *Manager) deleteIf(ctx context.Context, id string, cond func(*Sandbox) error) error {
 	unlock := m.lock(id)
+	m.meterFinal(ctx, id) // metering.go: the last sample while the record still says running
 	markDeleting := func() (*Sandbox, error) {
 		return m.store.Update(ctx, id, func(s *Sandbox) error {
 			if s.State == StateDeleting {

@@ -117,6 +117,8 @@ type Manager struct {
 	hook    func(point string) // failpoint of tests (SetHook, snapshot.go); nil: none
 	// act is each sandbox's activity since this daemon started (idle.go).
 	act sync.Map // id → *activity
+	// ledger receives the usage samples (metering.go); nil: none.
+	ledger UsageLedger
 }
 
 // Deps are the subsystems a Manager drives, supplied by the composition root.
@@ -548,6 +550,7 @@ func (m *Manager) down(id string, runtime string) error {
 	defer cancel()
 	p := m.paths(id)
 	var errs []error
+	m.meterFinal(ctx, id) // metering.go: the CPU time up to now, before the cgroup goes
 	m.egress.Detach(id)
 	if rt := m.runtimes[runtime]; rt != nil {
 		if err := rt.Stop(ctx, id); err != nil {

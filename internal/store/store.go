@@ -74,7 +74,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("opening state database: %w", err)
 	}
 	db.SetMaxOpenConns(4)
-	if _, err := db.Exec(schema + apiKeySchema + egressSchema + approvalSchema + auditSchema); err != nil {
+	if _, err := db.Exec(schema + apiKeySchema + egressSchema + approvalSchema + auditSchema + usageSchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("creating schema: %w", err)
 	}
@@ -186,6 +186,9 @@ func (s *Store) Insert(ctx context.Context, sb *sandbox.Sandbox) (err error) {
 	if err := addEvent(ctx, tx, sb.ID, "created", string(sb.State)); err != nil {
 		return err
 	}
+	if err := usageInsert(ctx, tx, sb, time.Now()); err != nil { // usage.go
+		return err
+	}
 	return tx.Commit()
 }
 
@@ -203,7 +206,7 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*sandbox.Sandbox)
 	if err != nil {
 		return nil, err
 	}
-	before := sb.State
+	before, owner, warm := sb.State, sb.Owner, sb.Warm
 	if err := fn(sb); err != nil {
 		return nil, err
 	}
@@ -222,6 +225,11 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*sandbox.Sandbox)
 			detail += ": " + sb.Error
 		}
 		if err := addEvent(ctx, tx, id, "transition", detail); err != nil {
+			return nil, err
+		}
+	}
+	if sb.State != before || sb.Owner != owner || sb.Warm != warm {
+		if err := usageUpdate(ctx, tx, sb, before, time.Now()); err != nil { // usage.go
 			return nil, err
 		}
 	}
@@ -277,6 +285,9 @@ func (s *Store) Delete(ctx context.Context, id string) (err error) {
 	}
 	if n, _ := res.RowsAffected(); n > 0 {
 		if err := addEvent(ctx, tx, id, "deleted", ""); err != nil {
+			return err
+		}
+		if err := usageDelete(ctx, tx, id, time.Now()); err != nil { // usage.go
 			return err
 		}
 	}
