@@ -190,6 +190,46 @@ def tls(host, sni):
 t("direct IP, SNI {{PIN}}", lambda: tls("198.51.100.7", "{{PIN}}"))
 print(json.dumps(r))
 `},
+		{Name: "credential-leak", What: "a bound secret's value is nowhere inside: environments, files, and the answer of an upstream that echoes the injected request",
+			Threat: "§6 credentials", Sandbox: "main", NeedsPin: true, Control: true, Check: checkCredential, Script: `
+import re
+pat = re.compile(rb"moat-secret-[0-9a-f]{24}")
+found = set()
+ph = os.environ.get("{{SECRETENV}}", "")
+r["placeholder"] = "set" if ph else "missing"
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        for f in ("environ", "cmdline"):
+            try:
+                found.update(pat.findall(open("/proc/%s/%s" % (pid, f), "rb").read()))
+            except Exception:
+                pass
+for d in ("/etc", "/run", "/tmp", "/root", "/home", "/var/run", "/var/tmp", "/moat", "/workspace"):
+    for root, dirs, files in os.walk(d):
+        for f in files:
+            try:
+                p = os.path.join(root, f)
+                if os.path.isfile(p) and os.path.getsize(p) < (1 << 20):
+                    found.update(pat.findall(open(p, "rb").read()))
+            except Exception:
+                pass
+try:
+    s = socket.create_connection(("{{PIN}}", {{TCP}}), timeout=3)
+    s.sendall(("GET /echo/{{TOKEN}} HTTP/1.1\r\nHost: {{PIN}}\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n" % ph).encode())
+    body = b""
+    while True:
+        d = s.recv(4096)
+        if not d:
+            break
+        body += d
+    s.close()
+    r["echo"] = "answered" if b"{{TOKEN}}" in body else "no echo"
+    found.update(pat.findall(body))
+except Exception as e:
+    r["echo"] = "failed: " + repr(e)
+r["found"] = sorted(x.decode() for x in found)
+print(json.dumps(r))
+`},
 		{Name: "metadata", What: "the cloud metadata address 169.254.169.254 (and its IPv6 and name forms)",
 			Threat: "§3 metadata", Sandbox: "main", Check: allRefused, Script: `
 req = b"GET /latest/meta-data/ HTTP/1.1\r\nHost: 169.254.169.254\r\nMetadata-Flavor: Google\r\n\r\n"

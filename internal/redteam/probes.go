@@ -45,6 +45,7 @@ type Observation struct {
 	Raw     string         // its output, for the reason of a failure
 	// Receivers.
 	CanarySecret  string // the host canary file's content
+	SecretValue   string // the value of the secret bound to the main sandbox
 	CanaryWritten bool   // the file the probe must not create on the host exists
 	SinkSeen      bool   // a TCP, UDP or DNS sink received this probe's token
 	SinkDetail    string
@@ -82,6 +83,10 @@ func Evaluate(p Probe, o Observation) Result {
 	// A canary's content in any output is a host file read, whichever probe printed it.
 	if o.CanarySecret != "" && strings.Contains(o.Raw, o.CanarySecret) {
 		r.Status, r.Reason = "fail", "the host canary file's content was read inside"
+		return r
+	}
+	if o.SecretValue != "" && strings.Contains(o.Raw, o.SecretValue) {
+		r.Status, r.Reason = "fail", "a bound secret's value was readable inside"
 		return r
 	}
 	if o.SinkSeen && !p.Control {
@@ -314,4 +319,20 @@ func checkDevices(o Observation) (bool, string) {
 		return true, "every attempt refused or stayed in the Sentry (sysrq: nothing in the host kernel log)"
 	}
 	return true, "every attempt refused"
+}
+
+// checkCredential: the value never showed inside (Evaluate's check of the output), and
+// the request reached the sink, which saw the injected value (SinkSeen: the probe tested
+// something) and echoed it.
+func checkCredential(o Observation) (bool, string) {
+	if str(o.Inside, "placeholder") != "set" {
+		return false, "the sandbox has no placeholder for the bound secret"
+	}
+	if !o.SinkSeen {
+		return false, "the sink never received the injected value (" + str(o.Inside, "echo") + "): nothing was tested"
+	}
+	if str(o.Inside, "echo") != "answered" {
+		return false, "the echoing upstream's answer did not come back: " + str(o.Inside, "echo")
+	}
+	return true, "injected upstream, absent from environments, files and the echoed answer"
 }

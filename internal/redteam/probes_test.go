@@ -21,7 +21,7 @@ func probe(t *testing.T, name string) Probe {
 func TestCatalogWellFormed(t *testing.T) {
 	seen := map[string]bool{}
 	vars := map[string]string{"CANARY": "/c", "CANARYDIR": "/d", "PIN": "p", "TCP": "1", "UDP": "2", "DNS": "3",
-		"SOCK": "/s", "RUNDIR": "/r", "PIDS": "4", "MEM": "5", "TOKEN": "tok"}
+		"SOCK": "/s", "RUNDIR": "/r", "PIDS": "4", "MEM": "5", "TOKEN": "tok", "SECRETENV": "S"}
 	for _, p := range Catalog() {
 		if p.Name == "" || p.What == "" || p.Check == nil || p.Script == "" {
 			t.Errorf("%q: incomplete", p.Name)
@@ -144,6 +144,12 @@ func TestEvaluate(t *testing.T) {
 		{"memory killed", "memory-limit", Observation{Exit: 137, LimitEnded: true, Inside: map[string]any{"alloc": "started"}}, "pass", "OOM"},
 		{"memory sandbox OOM", "memory-limit", Observation{LimitEnded: true, Err: "ended by the OOM killer"}, "pass", "OOM"},
 		{"memory error", "memory-limit", Observation{Inside: map[string]any{"alloc": "MemoryError"}}, "pass", "MemoryError"},
+		{"secret value in any output", "daemon-socket", Observation{SecretValue: "moat-secret-0123", Raw: "x moat-secret-0123 y", Inside: map[string]any{}}, "fail", "secret"},
+		{"credential injected, not seen", "credential-leak", Observation{SecretValue: "moat-secret-0123", SinkSeen: true, Raw: "{}", Inside: map[string]any{"placeholder": "set", "echo": "answered"}}, "pass", ""},
+		{"credential echoed back", "credential-leak", Observation{SecretValue: "moat-secret-0123", SinkSeen: true, Raw: `{"found": ["moat-secret-0123"]}`, Inside: map[string]any{"placeholder": "set", "echo": "answered"}}, "fail", "secret"},
+		{"credential never injected", "credential-leak", Observation{Inside: map[string]any{"placeholder": "set", "echo": "answered"}}, "fail", "nothing was tested"},
+		{"credential no placeholder", "credential-leak", Observation{SinkSeen: true, Inside: map[string]any{"placeholder": "missing"}}, "fail", "no placeholder"},
+		{"credential no echo", "credential-leak", Observation{SinkSeen: true, Inside: map[string]any{"placeholder": "set", "echo": "failed: timeout"}}, "fail", "did not come back"},
 		{"exec failed", "raw-sockets", Observation{Err: "sandbox stopped"}, "fail", "could not run"},
 		{"limit end is no excuse elsewhere", "raw-sockets", Observation{Err: "OOM killer", LimitEnded: true}, "fail", "could not run"},
 		{"no report", "raw-sockets", Observation{Exit: 1, Raw: "Traceback: boom"}, "fail", "no report"},

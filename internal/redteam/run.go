@@ -101,7 +101,11 @@ func (s *Sinks) serveTCP() {
 			} else {
 				s.record("tcp", []byte("(connection without data)"))
 			}
-			_, _ = c.Write([]byte("HTTP/1.0 200 OK\r\nContent-Length: 18\r\n\r\nmoat-redteam-sink\n"))
+			body := []byte("moat-redteam-sink\n")
+			if bytes.HasPrefix(buf[:n], []byte("GET /echo/")) {
+				body = slices.Clone(buf[:n]) // an upstream that echoes the request, headers included
+			}
+			_, _ = fmt.Fprintf(c, "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 		}()
 	}
 }
@@ -162,6 +166,18 @@ func (s *Sinks) Seen(token string, tls bool) (bool, string) {
 	for _, p := range s.seen {
 		if strings.Contains(p, token) || (tls && strings.HasPrefix(p, "tcp: \x16\x03")) {
 			return true, clip(strings.ToValidUTF8(p, "?"))
+		}
+	}
+	return false, ""
+}
+
+// SeenBoth reports a payload that carries both a and b.
+func (s *Sinks) SeenBoth(a, b string) (bool, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.seen {
+		if strings.Contains(p, a) && strings.Contains(p, b) {
+			return true, "the injected request"
 		}
 	}
 	return false, ""
@@ -250,6 +266,26 @@ func Run(ctx context.Context, c *sdk.Client, sinks *Sinks, o Options) (*Report, 
 		req.Labels = map[string]string{"moat.redteam": run}
 		reqs[p.Sandbox] = req
 	}
+	// The secret bound to the main sandbox (credential-leak).
+	secretName, secretValue := "", ""
+	if o.Pinned && slices.ContainsFunc(probes, func(p Probe) bool { return p.Name == "credential-leak" }) {
+		secretName, secretValue = "REDTEAM_"+strings.ToUpper(randHex(4)), "moat-secret-"+randHex(12)
+		host := PinnedName + ":" + vars["TCP"]
+		if err := c.SetSecret(ctx, secretName, secretValue, &v1.SecretScope{Hosts: []string{host}, PlainHTTP: true}); err != nil {
+			return nil, fmt.Errorf("redteam: a secret for the credential probe: %w", err)
+		}
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := c.DeleteSecret(dctx, secretName); err != nil && o.Log != nil {
+				o.Log.Warn("deleting the probe secret", "name", secretName, "err", err)
+			}
+		}()
+		req := reqs["main"]
+		req.Credentials = []v1.Credential{{Secret: secretName, Hosts: []string{host}, PlainHTTP: true}}
+		reqs["main"] = req
+	}
+	vars["SECRETENV"] = secretName
 	ids := map[string]string{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -318,10 +354,14 @@ func Run(ctx context.Context, c *sdk.Client, sinks *Sinks, o Options) (*Report, 
 		}
 		o := &obs[i]
 		o.CanarySecret = secret
+		o.SecretValue = secretValue
 		if _, err := os.Stat(filepath.Join(canaryDir, "written")); err == nil {
 			o.CanaryWritten = true
 		}
 		o.SinkSeen, o.SinkDetail = sinks.Seen(tokens[i], p.Name == "proxy-tricks")
+		if p.Name == "credential-leak" {
+			o.SinkSeen, o.SinkDetail = sinks.SeenBoth(tokens[i], secretValue)
+		}
 		if p.Name == "module-autoload" {
 			o.NewModules = newMods
 		}
