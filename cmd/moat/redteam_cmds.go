@@ -93,7 +93,9 @@ func (a *app) startRedteamDaemon(ctx context.Context, sinks *redteam.Sinks) (*sd
 	if cfg.EgressHosts == nil {
 		cfg.EgressHosts = egress.Hosts{}
 	}
-	cfg.EgressHosts[redteam.PinnedName] = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	for _, n := range redteam.PinnedNames() {
+		cfg.EgressHosts[n] = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	}
 	cfg.EgressDNS = sinks.DNSAddr()
 	cfg.Socket = filepath.Join(a.runDir, fmt.Sprintf("embedded-%d.sock", os.Getpid()))
 	a.progress("no daemon running: starting one in this process for the probes")

