@@ -180,3 +180,26 @@ func TestDNSHelpers(t *testing.T) {
 		t.Errorf("dnsText = %q", s)
 	}
 }
+
+// FuzzEvaluate: whatever a sandbox prints, parsing and judging it neither panics nor
+// passes a probe whose output carries the canary or the secret.
+func FuzzEvaluate(f *testing.F) {
+	for _, s := range []string{`{"a": "ok"}`, `{"forks": "x", "limit": null}`, `{"CapEff": 5}`, "{\"uid_map\": [1]}\n", `{"found": ["moat-canary-1"]}`, "\x00{}", `{"alloc": {"x": 1}}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, out string) {
+		inside := ParseInside(out)
+		for _, p := range Catalog() {
+			for _, rt := range []string{"runc", "runsc"} {
+				o := Observation{Runtime: rt, Raw: out, Inside: inside, CanarySecret: "moat-canary-1", SecretValue: "moat-secret-1", ExpectCaps: 0xa00405fb}
+				r := Evaluate(p, o)
+				if r.Status != "pass" && r.Status != "fail" {
+					t.Fatalf("%s: status %q", p.Name, r.Status)
+				}
+				if r.Status == "pass" && (strings.Contains(out, "moat-canary-1") || strings.Contains(out, "moat-secret-1")) {
+					t.Fatalf("%s passed with a canary in the output", p.Name)
+				}
+			}
+		}
+	})
+}
