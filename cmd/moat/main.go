@@ -104,13 +104,14 @@ limits, an overlay root with no host mounts, and no network path out.`,
 		a.diffCmd(), a.exportCmd(), a.changesCmd(), a.changeCmd(), a.approvalsCmd(),
 		a.snapshotCmd(), a.restoreCmd(), a.forkCmd(), a.checkpointCmd(),
 		a.tierCmd(), a.inventoryCmd(), // inventory_cmds.go
-		a.userCmd(),  // user_cmds.go
-		a.auditCmd(), // audit_cmds.go
+		a.userCmd(),    // user_cmds.go
+		a.auditCmd(),   // audit_cmds.go
+		a.redteamCmd(), // redteam_cmds.go
 	)
 	// The flags that configure a daemon appear only on the commands that start one.
 	for _, c := range root.Commands() {
 		switch c.Name() {
-		case "serve", "run", "bench":
+		case "serve", "run", "bench", "redteam":
 			a.daemonFlags(c.Flags())
 		}
 	}

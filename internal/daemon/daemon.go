@@ -78,6 +78,9 @@ type Config struct {
 	// components) a push may not touch, besides gitgate.DefaultProtected(); matched with
 	// ASCII case folded (--git-protected).
 	GitProtected []string
+	// TestWeaken, TEST ONLY, deliberately weakens every sandbox (redteam.go); no flag or
+	// API field sets it.
+	TestWeaken TestWeaken
 	// Egress connection limits (zero: defaults of internal/egress/proxy).
 	EgressIdleTimeout time.Duration
 	EgressMaxDuration time.Duration

@@ -123,7 +123,7 @@ func newRuntimes(cfg Config, choices map[string]runtimeChoice, log *slog.Logger)
 			unusable[name] = c.err.Error()
 			continue
 		}
-		rt, err := moatruntime.New(name, moatruntime.Options{Binary: c.sel.Path, Root: filepath.Join(cfg.RunDir, "runtime", name)}, log)
+		rt, err := moatruntime.New(name, moatruntime.Options{Binary: c.sel.Path, Root: filepath.Join(cfg.RunDir, "runtime", name), WeakenCaps: cfg.TestWeaken.ExtraCaps, WeakenNoSeccomp: cfg.TestWeaken.NoSeccomp}, log)
 		if err != nil {
 			unusable[name] = err.Error()
 			continue

@@ -54,18 +54,28 @@ type Options struct {
 	ExtraFlags []string
 	// Timeout bounds each runtime invocation; default DefaultTimeout.
 	Timeout time.Duration
+	// WeakenCaps, TEST ONLY, adds capabilities to every container's sets: the
+	// deliberately weakened configuration `moat redteam` must catch. Only
+	// daemon.Config.TestWeaken sets it, which no flag or API field reaches.
+	WeakenCaps []string
+	// WeakenNoSeccomp, TEST ONLY, starts containers without their seccomp filter (as
+	// WeakenCaps: only daemon.Config.TestWeaken sets it).
+	WeakenNoSeccomp bool
 }
 
 // OCI is a sandbox.Runtime backed by one OCI runtime binary. It keeps no per-container state
 // of its own (only a cache): everything is asked of the runtime, so a restarted daemon
 // picks up where the last one left off. It is safe for concurrent use.
 type OCI struct {
-	name    string
-	binary  string
-	root    string
-	extra   []string
-	timeout time.Duration
-	log     *slog.Logger
+	name   string
+	binary string
+	root   string
+	extra  []string
+	weaken []string // Options.WeakenCaps (tests only)
+	// weakenNoSeccomp: Options.WeakenNoSeccomp (tests only).
+	weakenNoSeccomp bool
+	timeout         time.Duration
+	log             *slog.Logger
 
 	// nofileMax caps the sandbox's RLIMIT_NOFILE when this process cannot raise hard
 	// limits (no CAP_SYS_RESOURCE): the runtime could not either. 0: no cap.
@@ -126,12 +136,14 @@ func New(name string, opts Options, log *slog.Logger) (*OCI, error) {
 		return nil, fmt.Errorf("runtime %s binary %s: %v: %w", name, bin, err, errdefs.ErrUnavailable)
 	}
 	o := &OCI{
-		name:    name,
-		binary:  bin,
-		root:    opts.Root,
-		extra:   slices.Clone(opts.ExtraFlags),
-		timeout: opts.Timeout,
-		log:     log.With("runtime", name),
+		name:            name,
+		binary:          bin,
+		root:            opts.Root,
+		extra:           slices.Clone(opts.ExtraFlags),
+		weaken:          slices.Clone(opts.WeakenCaps),
+		weakenNoSeccomp: opts.WeakenNoSeccomp,
+		timeout:         opts.Timeout,
+		log:             log.With("runtime", name),
 	}
 	if o.root == "" {
 		o.root = filepath.Join("/run/moat/runtime", name)
@@ -247,6 +259,15 @@ func (o *OCI) Start(ctx context.Context, spec sandbox.ContainerSpec) (err error)
 	}
 	if o.noRlimits {
 		s.Process.Rlimits = nil
+	}
+	if len(o.weaken) > 0 && s.Process.Capabilities != nil {
+		c := s.Process.Capabilities
+		c.Bounding = append(c.Bounding, o.weaken...)
+		c.Effective = append(c.Effective, o.weaken...)
+		c.Permitted = append(c.Permitted, o.weaken...)
+	}
+	if o.weakenNoSeccomp && s.Linux != nil {
+		s.Linux.Seccomp = nil
 	}
 	if o.nofileMax > 0 {
 		for i, r := range s.Process.Rlimits {
