@@ -129,6 +129,7 @@ type Manager struct {
 	cas      cas
 	provs    providers
 	revoking sync.WaitGroup
+	audits   sync.WaitGroup // egress summaries being recorded (summary.go)
 
 	gitMu   sync.Mutex     // creating quarantines
 	changes *changes.Store // change records of git pushes (nil without GitDir)
@@ -192,6 +193,8 @@ type boundary struct {
 	users atomic.Pointer[userSet]
 	// userUps are the upstream pools of the sandbox's named users (users.go), one each.
 	userUps sync.Map
+	// tally counts connection verdicts for the audit log's summaries (summary.go).
+	tally *tally
 }
 
 func (b *boundary) current() (string, *policy.Policy) {
@@ -239,7 +242,7 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 		ls.Close()
 		return "", err
 	}
-	b := &boundary{id: id, table: table, ls: ls, spec: spec, comp: comp, phase: spec.Phase, pol: pol, defaultWait: m.cfg.AskWait, dnsLog: map[string]bool{}, upstreams: intercept.NewUpstreams(m.cfg.RootCAs), git: gitPol, gitHold: git.Hold, creds: creds}
+	b := &boundary{id: id, table: table, ls: ls, spec: spec, comp: comp, phase: spec.Phase, pol: pol, defaultWait: m.cfg.AskWait, dnsLog: map[string]bool{}, upstreams: intercept.NewUpstreams(m.cfg.RootCAs), git: gitPol, gitHold: git.Hold, creds: creds, tally: newTally(time.Now())}
 	b.proxy = proxy.New(proxy.Config{
 		Policy: b.current,
 		Name: func(a netip.Addr) (string, bool) {
@@ -255,10 +258,13 @@ func (m *Manager) Attach(id string, spec policy.Spec, creds []sandbox.Credential
 			}
 			return linux.OriginalDst(sc)
 		},
-		Resolve:     m.cfg.Resolver.Resolve,
-		Dial:        dial,
-		HostAddrs:   m.hostAddresses,
-		Record:      func(ev proxy.Event) func(proxy.Outcome) { return m.recordConn(id, ev) },
+		Resolve:   m.cfg.Resolver.Resolve,
+		Dial:      dial,
+		HostAddrs: m.hostAddresses,
+		Record: func(ev proxy.Event) func(proxy.Outcome) {
+			m.summarizeConn(b, ev) // summary.go
+			return m.recordConn(id, ev)
+		},
 		Intercept:   func(host string, port uint16) proxy.Interceptor { return m.interceptorFor(b, b.creds, host, port) },
 		User:        func(src netip.AddrPort) (string, string) { return b.users.Load().userOf(src) },
 		UserPolicy:  func(user string) *policy.Policy { return b.users.Load().policyOf(user) },
@@ -346,6 +352,7 @@ func (m *Manager) Detach(id string) {
 	b.ls.Close()
 	b.wg.Wait()
 	b.resetUpstreams()
+	m.flushSummary(b)
 	// The sandbox stopped: its tokens are revoked; a start mints new ones.
 	m.revoke(id, m.provs.set(id, nil))
 	m.log.Debug("egress detached", "sandbox", id)
@@ -363,6 +370,7 @@ func (m *Manager) Close() error {
 		m.Detach(id)
 	}
 	m.revoking.Wait()
+	m.audits.Wait()
 	return m.journal.close()
 }
 
