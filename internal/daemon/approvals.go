@@ -98,22 +98,7 @@ func (d *Daemon) startApprovals(ctx context.Context, exclusive bool) error {
 	if every <= 0 {
 		every = 30 * time.Second
 	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				d.expireOrphanApprovals(log)
-			}
-		}
-	}()
-	d.addCloser("approval sweep", func() error { close(stop); <-done; return nil })
+	d.every("approval sweep", every, func() { d.expireOrphanApprovals(log) }, nil)
 	return nil
 }
 

@@ -41,23 +41,7 @@ func (d *Daemon) startMetering(st *store.Store) {
 	if every <= 0 {
 		every = DefaultMeterInterval
 	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				flushCalls(st, calls, log)
-				return
-			case <-t.C:
-				d.meterOnce(st, calls, log)
-			}
-		}
-	}()
-	d.addCloser("metering", func() error { close(stop); <-done; return nil })
+	d.every("metering", every, func() { d.meterOnce(st, calls, log) }, func() { flushCalls(st, calls, log) })
 }
 
 // meterOnce takes one sample of every live sandbox and flushes the API-call counts.
