@@ -22,6 +22,7 @@ import (
 	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/egress"
 	"github.com/moatdev/moat/internal/testutil"
+	"github.com/moatdev/moat/sdk"
 )
 
 // TestCredentialBrokering: the sandbox holds a placeholder; the bound host receives the
@@ -151,9 +152,16 @@ func TestCredentialBrokering(t *testing.T) {
 			e.run("the value is nowhere on the sandbox's side", func(t *testing.T, e *env) {
 				// Inside, as root: every process's environment, the trust store, every writable
 				// place (/usr is the host's, read-only).
-				r := e.sh(sb.ID, "root", `cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c `+secret+`; grep -rl -e `+secret+` /etc /home /root /tmp /var /run /opt /srv /workspace 2>/dev/null | head; grep -l "PRIVATE KEY" /etc/moat/* || true`)
-				if strings.TrimSpace(r.stdout) != "0" {
-					t.Errorf("found inside: %q", r.stdout)
+				// The value reaches the search on stdin, not in the command line: the audit log
+				// records commands (and the daemon's files are searched below).
+				var out bytes.Buffer
+				if _, err := e.c.Exec(ctx, sb.ID, sdk.ExecRequest{Cmd: "/bin/bash", Args: []string{"-c",
+					`read -r v; cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c -e "$v"; grep -rl -e "$v" /etc /home /root /tmp /var /run /opt /srv /workspace 2>/dev/null | head; grep -l "PRIVATE KEY" /etc/moat/* || true`},
+					User: "root", Stdin: strings.NewReader(secret + "\n"), Stdout: &out}); err != nil {
+					t.Fatal(err)
+				}
+				if strings.TrimSpace(out.String()) != "0" {
+					t.Errorf("found inside: %q", out.String())
 				}
 				// Outside: the sandbox's drive and run directory, the daemon's data files (the
 				// secret store keeps it encrypted), the API's answer.
