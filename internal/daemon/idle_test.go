@@ -71,6 +71,19 @@ func eventKinds(t *testing.T, c *sdk.Client, id, kind string) int {
 	return n
 }
 
+// waitEventKinds waits (up to 10 s) until sandbox id has want events of kind, and returns
+// how many it has then: the daemon writes the state first and the event after it.
+func waitEventKinds(t *testing.T, c *sdk.Client, id, kind string, want int) int {
+	t.Helper()
+	n := 0
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if n = eventKinds(t, c, id, kind); n >= want {
+			break
+		}
+	}
+	return n
+}
+
 // TestIdleStopResume: a sandbox with a 2 s idle period is not stopped while an exec stream
 // is open (a 5 s sleep) nor while a background process burns CPU; with neither, it is
 // stopped (stop_reason idle, an idle_stop event, its drive kept); an exec, a file read and
@@ -108,7 +121,7 @@ func TestIdleStopResume(t *testing.T) {
 			if got.IdleStopAt != nil || got.Error != "" {
 				t.Errorf("idle-stopped record: %+v (error %q)", got.Lifecycle, got.Error)
 			}
-			if eventKinds(t, e.c, sb.ID, "idle_stop") != 1 {
+			if waitEventKinds(t, e.c, sb.ID, "idle_stop", 1) != 1 {
 				t.Errorf("want one idle_stop event")
 			}
 
@@ -433,7 +446,7 @@ func TestIdleFreezeThenStop(t *testing.T) {
 				})
 			}
 			frozen()
-			if eventKinds(t, e.c, sb.ID, "idle_freeze") != 1 {
+			if waitEventKinds(t, e.c, sb.ID, "idle_freeze", 1) != 1 {
 				t.Errorf("want one idle_freeze event")
 			}
 			if out := e.mustSh(sb.ID, sleeping+`cat ~/f.txt`); out != "sleeping=1\nfrozen-or-not\n" {
