@@ -7,11 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -298,24 +296,9 @@ func TestApprovalToolCalls(t *testing.T) {
 // restart gets the decision made after it (exit 0). The CLI's ask exit codes (0 approved,
 // 3 denied, 4 expired) and its refusals of bad input.
 func TestApprovalsSurviveKill9(t *testing.T) {
-	testutil.RequiresRoot(t)
-	bin := testutil.Binaries(t)
-	data := t.TempDir()
-	run := "/run/moat-test-" + shortID()
-	sock := filepath.Join(run, "moat.sock")
-	idBase := strconv.FormatUint(uint64(testutil.IDBase(t)), 10)
-	defer os.RemoveAll(run)
-	start := func() *exec.Cmd {
-		cmd := exec.Command(filepath.Join(bin, "moat"), "serve", "--data", data, "--run-dir", run, "--socket", sock, "--warm", "0", "--id-base", idBase)
-		cmd.Stderr = testWriter{t}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		c := sdk.NewUnix(sock)
-		testutil.WaitFor(t, 20*time.Second, "daemon socket", func() bool { return c.Ping(context.Background()) == nil })
-		return cmd
-	}
+	p := newServeProcess(t)
+	bin, sock := filepath.Dir(p.bin), p.sock
+	start := func() *exec.Cmd { return p.start(0) }
 	moat := func(args ...string) (string, int) {
 		cmd := exec.Command(filepath.Join(bin, "moat"), append([]string{"--socket", sock}, args...)...)
 		out, err := cmd.CombinedOutput()

@@ -109,24 +109,9 @@ func TestBadInput(t *testing.T) {
 // after a restart every sandbox is listed, running ones are usable, and deleting them
 // leaves nothing behind.
 func TestDaemonKill9Restart(t *testing.T) {
-	testutil.RequiresRoot(t)
-	bin := testutil.Binaries(t)
-	data := t.TempDir()
-	run := "/run/moat-test-" + shortID()
-	sock := filepath.Join(run, "moat.sock")
-	idBase := strconv.FormatUint(uint64(testutil.IDBase(t)), 10)
-	defer os.RemoveAll(run)
-	start := func() *exec.Cmd {
-		cmd := exec.Command(filepath.Join(bin, "moat"), "serve", "--data", data, "--run-dir", run, "--socket", sock, "--warm", "1", "--id-base", idBase)
-		cmd.Stderr = testWriter{t}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		c := sdk.NewUnix(sock)
-		testutil.WaitFor(t, 20*time.Second, "daemon socket", func() bool { return c.Ping(context.Background()) == nil })
-		return cmd
-	}
+	p := newServeProcess(t)
+	data, run, sock := p.data, p.run, p.sock
+	start := func() *exec.Cmd { return p.start(1) }
 	c := sdk.NewUnix(sock)
 	ctx := context.Background()
 	d1 := start()

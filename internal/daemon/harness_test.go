@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -333,4 +335,40 @@ func assertNoProcesses(t *testing.T, sb v1.Sandbox) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Errorf("sandbox %s: processes still running as its uids: %v", sb.ID, pids)
+}
+
+// serveProcess is a `moat serve` child process of a test on its own data and run
+// directories, in its own process group, so that the test can kill it with SIGKILL and
+// start another on the same directories.
+type serveProcess struct {
+	t                    *testing.T
+	bin                  string // moat's binary
+	data, run, sock, ids string
+}
+
+func newServeProcess(t *testing.T) *serveProcess {
+	testutil.RequiresRoot(t)
+	run := "/run/moat-test-" + shortID()
+	t.Cleanup(func() { os.RemoveAll(run) })
+	return &serveProcess{t: t, bin: filepath.Join(testutil.Binaries(t), "moat"), data: t.TempDir(), run: run,
+		sock: filepath.Join(run, "moat.sock"), ids: strconv.FormatUint(uint64(testutil.IDBase(t)), 10)}
+}
+
+// start starts the daemon with a warm pool of warm (and env added to its environment) and
+// waits until its socket answers.
+func (p *serveProcess) start(warm int, env ...string) *exec.Cmd {
+	p.t.Helper()
+	cmd := exec.Command(p.bin, "serve", "--data", p.data, "--run-dir", p.run, "--socket", p.sock,
+		"--warm", strconv.Itoa(warm), "--id-base", p.ids)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	cmd.Stderr = testWriter{p.t}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	c := sdk.NewUnix(p.sock)
+	testutil.WaitFor(p.t, 20*time.Second, "daemon socket", func() bool { return c.Ping(context.Background()) == nil })
+	return cmd
 }

@@ -3,10 +3,7 @@ package daemon_test
 import (
 	"bytes"
 	"context"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -23,28 +20,13 @@ import (
 // a removal cut short can be done again.
 func TestUsersKill9(t *testing.T) {
 	testutil.RequiresRoot(t)
-	bin := testutil.Binaries(t)
 	for _, point := range []string{"user-recorded", "user-removed-inside"} {
 		t.Run(point, func(t *testing.T) {
-			data := t.TempDir()
-			run := "/run/moat-test-" + shortID()
-			sock := filepath.Join(run, "moat.sock")
-			idBase := strconv.FormatUint(uint64(testutil.IDBase(t)), 10)
-			defer os.RemoveAll(run)
-			c := sdk.NewUnix(sock)
+			p := newServeProcess(t)
+			data, run := p.data, p.run
+			c := sdk.NewUnix(p.sock)
 			ctx := context.Background()
-			start := func(failpoint string) *exec.Cmd {
-				cmd := exec.Command(filepath.Join(bin, "moat"), "serve", "--data", data, "--run-dir", run, "--socket", sock,
-					"--warm", "0", "--id-base", idBase)
-				cmd.Env = append(os.Environ(), daemon.KillFailpointEnv+"="+failpoint)
-				cmd.Stderr = testWriter{t}
-				cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				testutil.WaitFor(t, 20*time.Second, "daemon socket", func() bool { return c.Ping(ctx) == nil })
-				return cmd
-			}
+			start := func(failpoint string) *exec.Cmd { return p.start(0, daemon.KillFailpointEnv+"="+failpoint) }
 			whoami := func(id, user string) (string, error) {
 				var out bytes.Buffer
 				_, err := c.Exec(ctx, id, sdk.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", "id -un"}, User: user, Stdout: &out})
