@@ -57,6 +57,8 @@ type CreateSandboxRequest struct {
 	Tier string `json:"tier,omitempty"`
 	// Users are accounts to add to the sandbox (users.go; POST …/users adds more later).
 	Users []UserRequest `json:"users,omitempty"`
+	// Visibility: VisibilityPrivate (default) or VisibilityTeam (see Sandbox.Visibility).
+	Visibility string `json:"visibility,omitempty"`
 }
 
 // Credential binds a stored secret (moat secret set) to hosts. Without Header the sandbox
@@ -142,6 +144,24 @@ type Sandbox struct {
 	// Users and SharedGroups are the accounts moat added (users.go).
 	Users        []User        `json:"users,omitempty"`
 	SharedGroups []SharedGroup `json:"shared_groups,omitempty"`
+	// Owner is the id of the API key that created the sandbox ("": the operator) and
+	// OwnerName that key's owner name. Visibility is who else may use it for the console,
+	// terminal, previews and files: VisibilityPrivate (its owner) or VisibilityTeam (every
+	// key of the daemon). Admin keys and the operator may use every sandbox.
+	Owner      string `json:"owner,omitempty"`
+	OwnerName  string `json:"owner_name,omitempty"`
+	Visibility string `json:"visibility"`
+}
+
+// Sandbox visibilities (Sandbox.Visibility).
+const (
+	VisibilityPrivate = "private"
+	VisibilityTeam    = "team"
+)
+
+// VisibilityRequest is the body of PUT /v1/sandboxes/{id}/visibility.
+type VisibilityRequest struct {
+	Visibility string `json:"visibility"`
 }
 
 // Limits are a sandbox's resource limits. Nofile is each process' RLIMIT_NOFILE, chosen
@@ -225,6 +245,10 @@ type APIKey struct {
 	Max KeyMaxima `json:"max"`
 	// Approver: the key may decide approvals (not those it asked, nor of its sandboxes).
 	Approver bool `json:"approver,omitempty"`
+	// Owner is the name of the person or agent the key belongs to (shown as each of its
+	// sandboxes' owner); Admin keys may see and use every sandbox, as the operator.
+	Owner string `json:"owner,omitempty"`
+	Admin bool   `json:"admin,omitempty"`
 }
 
 // APIKeyRequest is the body of POST /v1/apikeys (optional) and of
@@ -235,6 +259,9 @@ type APIKeyRequest struct {
 	Max     *KeyMaxima `json:"max,omitempty"`
 	// Approver, on POST only: the key may decide approvals (internal/approvals).
 	Approver bool `json:"approver,omitempty"`
+	// Owner and Admin, on POST only: see APIKey.
+	Owner string `json:"owner,omitempty"`
+	Admin bool   `json:"admin,omitempty"`
 }
 
 // PolicyRules is one phase of an egress policy.
