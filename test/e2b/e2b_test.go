@@ -107,6 +107,10 @@ func startDaemon(tb testing.TB, warm int, extra ...string) *daemon {
 	var waitErr error
 	go func() { waitErr = cmd.Wait(); close(exited) }()
 	tb.Cleanup(func() {
+		// Sandboxes a test left (paused, frozen or running) are deleted through the API
+		// before the daemon stops: SIGTERM keeps sandboxes running by design (they outlive
+		// the daemon), and the run directory is removed below.
+		deleteAll(tb, moat, global)
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -153,6 +157,40 @@ func startDaemon(tb testing.TB, warm int, extra ...string) *daemon {
 		return k
 	}
 	return &daemon{url: base, key: newKey(), other: newKey()}
+}
+
+// deleteAll deletes every sandbox of the daemon that global names (its socket), as the
+// operator, and fails tb if any is left: a test's sandboxes must not outlive its daemon.
+func deleteAll(tb testing.TB, moat string, global []string) {
+	tb.Helper()
+	if out, err := exec.Command(moat, append(slices.Clone(global), "rm", "--all", "--force")...).CombinedOutput(); err != nil {
+		tb.Errorf("moat rm --all --force: %v\n%s", err, out)
+	}
+	// A delete the daemon began before (an E2B kill answers at once) may still be under
+	// way: wait for it to end.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.Command(moat, append(slices.Clone(global), "ls", "--json")...).Output()
+		if err != nil {
+			tb.Errorf("moat ls --json: %v", err)
+			return
+		}
+		var left []v1.Sandbox
+		if err := json.Unmarshal(out, &left); err != nil {
+			tb.Errorf("moat ls --json: %v\n%s", err, out)
+			return
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, sb := range left {
+				tb.Errorf("sandbox %s (%s) is left 30 s after moat rm --all --force", sb.ID, sb.State)
+			}
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // unmountPool makes sure a drive pool the daemon mounted on data/drives is not left
