@@ -67,7 +67,7 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var owner *string
-	if c := sandbox.CallerFrom(r.Context()); !c.Operator {
+	if c := sandbox.CallerFrom(r.Context()); !c.Operator && !c.Admin { // admin keys: every key's (owners.go)
 		owner = &c.APIKey
 	}
 	rows, calls, err := s.usageLedger.Usage(r.Context(), since, until, owner)
