@@ -9,10 +9,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"sync"
-	"time"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/errdefs"
