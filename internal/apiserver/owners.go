@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/approvals"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/sandbox"
 )
@@ -186,4 +187,23 @@ func (s *Server) setKeyOwner(ctx context.Context, k *v1.APIKey, req v1.APIKeyReq
 		s.auditLog.Record(ctx, "", "apikey", fmt.Sprintf("created %s owner=%q admin=%v", k.ID, req.Owner, req.Admin))
 	}
 	return nil
+}
+
+// approvalSeer returns whether the caller of ctx may see an approval: those seeApproval
+// grants, and those of the sandboxes it may use (a team member sees a team sandbox's;
+// deciding stays approvals.MayDecide's).
+func (s *Server) approvalSeer(ctx context.Context) (func(approvals.Approval) bool, error) {
+	c := sandbox.CallerFrom(ctx)
+	if c.Operator {
+		return func(approvals.Approval) bool { return true }, nil
+	}
+	list, err := s.visible(ctx)
+	if err != nil {
+		return nil, err
+	}
+	usable := map[string]bool{}
+	for _, sb := range list {
+		usable[sb.ID] = true
+	}
+	return func(a approvals.Approval) bool { return seeApproval(c, a) || usable[a.Sandbox] }, nil
 }
