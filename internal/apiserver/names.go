@@ -31,7 +31,7 @@ func (s *Server) resolvePath(r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sb, err := sandbox.Resolve(list, ref)
+	sb, err := resolveOwnFirst(sandbox.CallerFrom(r.Context()), list, ref) // owners.go
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/approvals"
@@ -206,4 +207,17 @@ func (s *Server) approvalSeer(ctx context.Context) (func(approvals.Approval) boo
 		usable[sb.ID] = true
 	}
 	return func(a approvals.Approval) bool { return seeApproval(c, a) || usable[a.Sandbox] }, nil
+}
+
+// resolveOwnFirst is sandbox.Resolve of ref among the caller's own sandboxes first, then
+// among all of list (those it may use): another key's team sandbox never makes the name
+// or ID prefix of one of the caller's own ambiguous. It is pure.
+func resolveOwnFirst(c sandbox.Caller, list []*sandbox.Sandbox, ref string) (*sandbox.Sandbox, error) {
+	if !c.Operator {
+		own := slices.DeleteFunc(slices.Clone(list), func(sb *sandbox.Sandbox) bool { return sb.Owner != c.APIKey })
+		if sb, err := sandbox.Resolve(own, ref); !errdefs.IsNotFound(err) {
+			return sb, err
+		}
+	}
+	return sandbox.Resolve(list, ref)
 }

@@ -334,3 +334,30 @@ func (a *recordingAudit) all() []string {
 	defer a.mu.Unlock()
 	return append([]string(nil), a.recs...)
 }
+
+// TestResolveOwnFirst: a name the caller's own sandbox has resolves to it even when
+// another key's team sandbox has the same name; a name only a team sandbox has resolves
+// to that one; two own sandboxes of the same name stay ambiguous.
+func TestResolveOwnFirst(t *testing.T) {
+	mine := &sandbox.Sandbox{ID: "sb-aaaa00000001", Owner: "key-a", Name: "web"}
+	theirs := &sandbox.Sandbox{ID: "sb-bbbb00000002", Owner: "key-b", Name: "web", Visibility: sandbox.VisibilityTeam}
+	only := &sandbox.Sandbox{ID: "sb-cccc00000003", Owner: "key-b", Name: "db", Visibility: sandbox.VisibilityTeam}
+	list := []*sandbox.Sandbox{theirs, mine, only}
+	a := sandbox.Caller{APIKey: "key-a"}
+	if sb, err := resolveOwnFirst(a, list, "web"); err != nil || sb != mine {
+		t.Errorf("web: %v %v", sb, err)
+	}
+	if sb, err := resolveOwnFirst(a, list, "db"); err != nil || sb != only {
+		t.Errorf("db: %v %v", sb, err)
+	}
+	if _, err := resolveOwnFirst(sandbox.Caller{Operator: true}, list, "web"); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("the operator's web is ambiguous: %v", err)
+	}
+	twin := &sandbox.Sandbox{ID: "sb-dddd00000004", Owner: "key-a", Name: "web"}
+	if _, err := resolveOwnFirst(a, append(list, twin), "web"); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("two own webs: %v", err)
+	}
+	if _, err := resolveOwnFirst(a, list, "nope"); !errdefs.IsNotFound(err) {
+		t.Errorf("nope: %v", err)
+	}
+}
