@@ -31,10 +31,10 @@ const (
 
 // sandboxClasses declares the class of every route pattern that names a sandbox. Use:
 // seeing it (get, events, egress log, stats, logs, users, changes, diff, E2B get, metrics
-// and logs), working in it (envd: exec, terminal, files) and its ports; E2B connect is use
-// too (an SDK's Sandbox.connect, which gives the envd access token). Everything else —
+// and logs), working in it (envd: exec, terminal, files) and its ports. Everything else —
 // lifecycle, policy, timeout, visibility, users, user egress, credentials, snapshots,
-// forks, restore, checkpoints, export, decisions — is manage.
+// forks, restore, checkpoints, export, decisions, and the E2B connect (which resumes the
+// sandbox and hands out its envd access token) — is manage.
 var sandboxClasses = map[string]sandboxClass{
 	"GET /v1/sandboxes/{id}":                        useRoute,
 	"GET /v1/sandboxes/{id}/events":                 useRoute,
@@ -54,8 +54,6 @@ var sandboxClasses = map[string]sandboxClass{
 	"GET /sandboxes/{id}/metrics":                   useRoute,
 	"GET /sandboxes/{id}/logs":                      useRoute,
 	"GET /v2/sandboxes/{id}/logs":                   useRoute,
-	"POST /sandboxes/{id}/connect":                  useRoute,
-	"POST /v2/sandboxes/{id}/connect":               useRoute,
 	"DELETE /v1/sandboxes/{id}":                     manageRoute,
 	"POST /v1/sandboxes/{id}/stop":                  manageRoute,
 	"POST /v1/sandboxes/{id}/start":                 manageRoute,
@@ -82,6 +80,8 @@ var sandboxClasses = map[string]sandboxClass{
 	"POST /sandboxes/{id}/resume":                   manageRoute,
 	"PUT /sandboxes/{id}/network":                   manageRoute,
 	"POST /sandboxes/{id}/refreshes":                manageRoute, // extends the timeout
+	"POST /sandboxes/{id}/connect":                  manageRoute, // resumes, extends the timeout, hands out the envd token
+	"POST /v2/sandboxes/{id}/connect":               manageRoute,
 	"POST /sandboxes/{id}/snapshots":                manageRoute,
 	"POST /sandboxes/{id}/fork":                     manageRoute,
 }
@@ -220,4 +220,16 @@ func resolveOwnFirst(c sandbox.Caller, list []*sandbox.Sandbox, ref string) (*sa
 		}
 	}
 	return sandbox.Resolve(list, ref)
+}
+
+// envdTokenFor is the envd access token the E2B detail gives caller c of sb: the token to
+// those who may manage sb, "" to a team member. The token opens the E2B gateway with no
+// API key, for the sandbox's life; a team member given it would keep that access after the
+// sandbox is made private again, so team members use a team sandbox through the native
+// API (envd routes, checked on every request) instead. It is pure.
+func envdTokenFor(c sandbox.Caller, sb *sandbox.Sandbox) string {
+	if c.MayManage(sb) {
+		return sb.AccessToken
+	}
+	return ""
 }

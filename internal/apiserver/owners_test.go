@@ -23,8 +23,9 @@ import (
 
 // TestSandboxRoutesClassified: every route of the table that names a sandbox is declared
 // in sandboxClasses, and only reading routes (GET), envd (exec, terminal, files) and the
-// E2B connect (which hands out the envd token) are use routes: a new route, or one
+// nothing else are use routes: a new route, or one
 // reclassified by mistake, fails here instead of opening a team sandbox to every key.
+// (The E2B connect, which hands out the envd token, is a manage route.)
 func TestSandboxRoutesClassified(t *testing.T) {
 	envd := httptest.NewServer(http.NotFoundHandler())
 	defer envd.Close()
@@ -41,7 +42,7 @@ func TestSandboxRoutesClassified(t *testing.T) {
 			continue
 		}
 		method, _, _ := strings.Cut(r.pattern, " ")
-		mayBeUse := method == "GET" || strings.Contains(r.pattern, "/envd/") || strings.HasSuffix(r.pattern, "/connect")
+		mayBeUse := method == "GET" || strings.Contains(r.pattern, "/envd/")
 		if class == useRoute && !mayBeUse {
 			t.Errorf("route %q changes the sandbox but is a use route", r.pattern)
 		}
@@ -245,6 +246,14 @@ func TestTeamVisibility(t *testing.T) {
 	if len(seen) != 2 {
 		t.Errorf("moat-init saw %v, want key B's two requests", seen)
 	}
+	// The E2B detail shows B the sandbox but not its envd access token (which would keep
+	// working after the sandbox is made private); A gets it.
+	if code, body := req(keyB.Key, "GET", "/sandboxes/%s", ""); code != 200 || !strings.Contains(body, `"envdAccessToken":""`) || strings.Contains(body, "token-of-") {
+		t.Errorf("key B's E2B detail of the team sandbox: %d %s", code, body)
+	}
+	if code, body := req(keyA.Key, "GET", "/sandboxes/%s", ""); code != 200 || !strings.Contains(body, `"envdAccessToken":"token-of-`+sb.ID) {
+		t.Errorf("key A's E2B detail: %d %s", code, body)
+	}
 	before, _ := st.Get(ctx, sb.ID)
 	for _, m := range []struct{ method, path, body string }{
 		{"DELETE", "/v1/sandboxes/%s", ""},
@@ -256,6 +265,7 @@ func TestTeamVisibility(t *testing.T) {
 		{"POST", "/v1/sandboxes/%s/snapshot", `{}`},
 		{"DELETE", "/sandboxes/%s", ""},
 		{"POST", "/sandboxes/%s/timeout", `{"timeout":60}`},
+		{"POST", "/sandboxes/%s/connect", `{"timeout":60}`},
 	} {
 		code, body := req(keyB.Key, m.method, m.path, m.body)
 		if code != 403 || !strings.Contains(body, "only its owner, an admin key or the daemon's operator") {

@@ -284,8 +284,8 @@ func New(d Deps) *Server {
 // request acts as that key (with its grants). The gate is the one place that says who the
 // caller is: it puts it in the request's context (sandbox.WithCaller). Requests for a
 // sandbox's envd (E2B's E2b-Sandbox-Id header, or a signed /files URL) need no API key:
-// moat-init checks their access token or signature itself (a token only the sandbox's owner
-// and the operator can obtain: see owned). GET /health is open.
+// moat-init checks their access token or signature itself (a token only those who may use
+// the sandbox can obtain: see owned). GET /health is open.
 func (s *Server) Handler(auth Authenticator) http.Handler {
 	return s.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/metrics" { // its own access rule (metrics.go)
