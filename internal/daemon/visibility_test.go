@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,7 +22,8 @@ import (
 // private sandbox does not exist for key B (get, exec, files: not found; absent from its
 // list). After `visibility team` B runs commands in it and reads its files (the file B's
 // command wrote is in the sandbox, read back by the operator), but its delete, stop and
-// policy change are refused 403 and the sandbox stays running with its policy. A's fork of
+// policy change are refused 403 and the sandbox stays running with its policy; on the E2B
+// API B lists and gets it (without the envd token) but kill, connect and timeout are 403. A's fork of
 // it is A's and private. The owner name and visibility are in the store and survive a
 // daemon restart; the visibility change is in the audit log. Admin key C sees and deletes
 // the sandbox.
@@ -38,7 +40,7 @@ func TestTeamVisibility(t *testing.T) {
 		return k, sdk.NewHTTP("http://"+addr, k.Key)
 	}
 	keyA, a := mkKey(v1.APIKeyRequest{Owner: "alice"})
-	_, b := mkKey(v1.APIKeyRequest{Owner: "bob"})
+	keyB, b := mkKey(v1.APIKeyRequest{Owner: "bob"})
 	_, c := mkKey(v1.APIKeyRequest{Owner: "carol", Admin: true})
 	if keys, err := e.c.APIKeys(ctx); err != nil || len(keys) != 3 {
 		t.Fatalf("keys: %+v %v", keys, err)
@@ -122,8 +124,38 @@ func TestTeamVisibility(t *testing.T) {
 	if _, err := b.Fork(ctx, sb.ID, 1); !errors.Is(err, sdk.ErrPermissionDenied) {
 		t.Errorf("key B forks the team sandbox: %v", err)
 	}
+	// The E2B API of key B: lists it, gets it without the envd token, may not kill it,
+	// connect to it (which hands out the token) or change its timeout.
+	e2b := func(method, path string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(`{"timeout":60}`))
+		req.Header.Set("X-API-KEY", keyB.Key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	token := ""
+	if r, err := e.d.Store.Get(ctx, sb.ID); err == nil {
+		token = r.AccessToken
+	}
+	if code, body := e2b("GET", "/v2/sandboxes"); code != 200 || !strings.Contains(body, sb.ID) {
+		t.Errorf("key B's E2B list: %d %s", code, body)
+	}
+	if code, body := e2b("GET", "/sandboxes/"+sb.ID); code != 200 || token == "" || strings.Contains(body, token) {
+		t.Errorf("key B's E2B detail: %d %s", code, body)
+	}
+	for _, m := range [][2]string{{"DELETE", "/sandboxes/" + sb.ID}, {"POST", "/sandboxes/" + sb.ID + "/connect"}, {"POST", "/sandboxes/" + sb.ID + "/timeout"}} {
+		if code, body := e2b(m[0], m[1]); code != 403 || strings.Contains(body, token) {
+			t.Errorf("key B's E2B %s %s: %d %s", m[0], m[1], code, body)
+		}
+	}
 	rec, err := e.d.Store.Get(ctx, sb.ID)
-	if err != nil || rec.State != "running" || rec.Policy != nil || rec.OwnerName != "alice" || rec.Visibility != "team" {
+	if err != nil || rec.State != "running" || rec.ExpiresAt != nil || rec.Policy != nil || rec.OwnerName != "alice" || rec.Visibility != "team" {
 		t.Errorf("the stored sandbox after B's refused requests: %+v %v", rec, err)
 	}
 	recs, err := e.c.Audit(ctx, sb.ID, time.Time{}, 0, 0)
