@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -369,5 +370,56 @@ func TestResolveOwnFirst(t *testing.T) {
 	}
 	if _, err := resolveOwnFirst(a, list, "nope"); !errdefs.IsNotFound(err) {
 		t.Errorf("nope: %v", err)
+	}
+}
+
+// ownerLedger is a UsageLedger that records the owner each query was limited to.
+type ownerLedger struct{ owners []string }
+
+func (l *ownerLedger) Usage(_ context.Context, _, _ time.Time, owner *string) ([]v1.UsageRow, map[string]int64, error) {
+	o := "(all)"
+	if owner != nil {
+		o = *owner
+	}
+	l.owners = append(l.owners, o)
+	return nil, nil, nil
+}
+
+// TestAdminUsage: an API key's GET /v1/usage is limited to its own usage, an admin key's
+// and the operator's are not.
+func TestAdminUsage(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "moat.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	envd := httptest.NewServer(http.NotFoundHandler())
+	defer envd.Close()
+	s := New(Deps{Sandboxes: &fakeSandboxes{envd: envd}, Keys: storeKeys{st}, Log: slog.New(slog.DiscardHandler)})
+	ledger := &ownerLedger{}
+	s.SetUsage(ledger, nil)
+	unix := httptest.NewServer(s.Handler(nil))
+	defer unix.Close()
+	tcp := httptest.NewServer(s.Handler(st))
+	defer tcp.Close()
+	op := sdk.NewHTTP(unix.URL, "")
+	plain, err := op.CreateAPIKeyWith(context.Background(), v1.APIKeyRequest{Owner: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := op.CreateAPIKeyWith(context.Background(), v1.APIKeyRequest{Admin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{plain.Key, admin.Key} {
+		if code, body := call(t, "GET", tcp.URL+"/v1/usage", k, nil); code != 200 {
+			t.Fatalf("usage: %d %s", code, body)
+		}
+	}
+	if code, body := call(t, "GET", unix.URL+"/v1/usage", "", nil); code != 200 {
+		t.Fatalf("usage: %d %s", code, body)
+	}
+	if want := []string{plain.ID, "(all)", "(all)"}; !slices.Equal(ledger.owners, want) {
+		t.Errorf("usage queried for %v, want %v", ledger.owners, want)
 	}
 }
