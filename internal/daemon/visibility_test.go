@@ -89,6 +89,16 @@ func TestTeamVisibility(t *testing.T) {
 	if _, err := b.SetVisibility(ctx, sb.ID, v1.VisibilityTeam); !isNotFound(err) {
 		t.Errorf("key B makes A's private sandbox team: %v", err)
 	}
+	ask, err := a.AskApproval(ctx, v1.AskApprovalRequest{Sandbox: sb.ID, Tool: "deploy", WaitSeconds: 120})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list, err := b.Approvals(ctx, "", "", ""); err != nil || len(list) != 0 {
+		t.Errorf("key B lists the approvals of A's private sandbox: %+v %v", list, err)
+	}
+	if _, err := b.Approval(ctx, ask.ID, 0); !isNotFound(err) {
+		t.Errorf("key B gets an approval of A's private sandbox: %v", err)
+	}
 
 	// Team: B uses it, manages nothing.
 	if got, err := a.SetVisibility(ctx, sb.ID, v1.VisibilityTeam); err != nil || got.Visibility != v1.VisibilityTeam {
@@ -123,6 +133,16 @@ func TestTeamVisibility(t *testing.T) {
 	}
 	if _, err := b.Fork(ctx, sb.ID, 1); !errors.Is(err, sdk.ErrPermissionDenied) {
 		t.Errorf("key B forks the team sandbox: %v", err)
+	}
+	// B sees the team sandbox's approvals, and may not decide them.
+	if list, err := b.Approvals(ctx, "", "", ""); err != nil || len(list) != 1 || list[0].ID != ask.ID {
+		t.Errorf("key B lists the team sandbox's approvals: %+v %v", list, err)
+	}
+	if _, err := b.DenyApproval(ctx, ask.ID, "no"); !errors.Is(err, sdk.ErrPermissionDenied) {
+		t.Errorf("key B denies the team sandbox's approval: %v", err)
+	}
+	if got, err := e.c.Approval(ctx, ask.ID, 0); err != nil || got.State != "pending" {
+		t.Errorf("the approval after B's deny: %+v %v", got, err)
 	}
 	// The E2B API of key B: lists it, gets it without the envd token, may not kill it,
 	// connect to it (which hands out the token) or change its timeout.
