@@ -108,6 +108,7 @@ limits, an overlay root with no host mounts, and no network path out.`,
 		a.auditCmd(),   // audit_cmds.go
 		a.redteamCmd(), // redteam_cmds.go
 	)
+	root.AddCommand(a.visibilityCmd()) // owner_cmds.go
 	// The flags that configure a daemon appear only on the commands that start one.
 	for _, c := range root.Commands() {
 		switch c.Name() {

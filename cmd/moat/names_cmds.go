@@ -87,14 +87,14 @@ func expiryColumn(sb v1.Sandbox, now time.Time) string {
 // printSandboxTable prints ls's table.
 func printSandboxTable(list []v1.Sandbox, now time.Time) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tRUNTIME\tTEMPLATE\tCREATED\tEXPIRES\tLAST USE\tIDLE STOP\tDELETE\tNOTE")
+	fmt.Fprintln(tw, "ID\tNAME\tOWNER\tSTATE\tRUNTIME\tTEMPLATE\tCREATED\tEXPIRES\tLAST USE\tIDLE STOP\tDELETE\tNOTE")
 	for _, sb := range list {
 		last, idle, del := lifecycleColumns(sb, now)
 		name := sb.Name
 		if name == "" {
 			name = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(sb.ID), termSafe(name), termSafe(sb.State), termSafe(sb.Runtime), termSafe(sb.Template),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(sb.ID), termSafe(name), ownerColumn(sb), termSafe(sb.State), termSafe(sb.Runtime), termSafe(sb.Template),
 			sb.CreatedAt.Local().Format("2006-01-02 15:04:05"), expiryColumn(sb, now), last, idle, del, termSafe(sb.Error))
 	}
 	return tw.Flush()

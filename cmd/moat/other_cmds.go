@@ -349,12 +349,13 @@ func printDoctor(r doctor.Report) {
 }
 
 func (a *app) apikeyCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "apikey", Short: "Manage API keys for the daemon's TCP listener and the secrets they may bind"}
+	cmd := &cobra.Command{Use: "apikey", Aliases: []string{"key"}, Short: "Manage API keys for the daemon's TCP listener and the secrets they may bind"}
 	var grants []string
 	var createMax, setMax maxFlags
-	var createJSON, createApprover bool
+	var createJSON, createApprover, createAdmin bool
+	var createOwner string
 	create := &cobra.Command{
-		Use:   "create [--secrets NAME,...] [--max-cpus N] [--max-memory SIZE] [--max-pids N] [--max-disk SIZE]",
+		Use:   "create [--owner NAME] [--admin] [--secrets NAME,...] [--max-cpus N] [--max-memory SIZE] [--max-pids N] [--max-disk SIZE]",
 		Short: "Create an API key; prints the key alone on stdout (it is stored hashed)",
 		Long: `create makes an API key for the daemon's TCP listener (--listen) and prints it. Its clients
 may bind only the secrets it is granted, none by default: --secrets, or later
@@ -363,7 +364,11 @@ may bind only the secrets it is granted, none by default: --secrets, or later
 --max-* bound the limits of the sandboxes its clients create (a create asking for more is
 refused; defaults above them are lowered to them); 'moat apikey limit' changes them. Without
 them, the daemon's maxima (moat serve --max-*) and the host's capacity apply, as they do to
-every key.`,
+every key.
+
+--owner names the person or agent the key is for: its sandboxes show it as their owner
+(moat ls). --admin lets the key see, use and manage every sandbox, as the operator does
+(docs/owners.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			max, err := createMax.maxima(cmd, v1.KeyMaxima{})
@@ -374,7 +379,7 @@ every key.`,
 			if err != nil {
 				return err
 			}
-			k, err := c.CreateAPIKeyWith(cmd.Context(), v1.APIKeyRequest{Secrets: grants, Max: &max, Approver: createApprover})
+			k, err := c.CreateAPIKeyWith(cmd.Context(), v1.APIKeyRequest{Secrets: grants, Max: &max, Approver: createApprover, Owner: createOwner, Admin: createAdmin})
 			if err != nil {
 				return err
 			}
@@ -389,6 +394,8 @@ every key.`,
 	create.Flags().BoolVar(&createJSON, "json", false, "print the key's record as JSON (id, key, secrets, max)")
 	create.Flags().BoolVar(&createApprover, "approver", false, "the key may decide approvals (moat approvals), except those it asked and those of sandboxes it owns: give it to a person or a chat bot, never to an agent")
 	createMax.register(create, "the key's sandboxes")
+	create.Flags().StringVar(&createOwner, "owner", "", "the `NAME` of the person or agent the key is for, shown as its sandboxes' owner (printable, at most 64 bytes)")
+	create.Flags().BoolVar(&createAdmin, "admin", false, "the key may see, use and manage every sandbox, as the operator (not API keys, secrets or the audit log, which stay on the unix socket)")
 	limit := &cobra.Command{
 		Use:   "limit ID [--max-cpus N] [--max-memory SIZE] [--max-pids N] [--max-disk SIZE]",
 		Short: "Change an API key's maxima of its sandboxes' limits (0: none of its own)",
@@ -472,6 +479,7 @@ key's next creates are bounded by the new maxima.`,
 				if k.Approver {
 					line += "\tapprover" // may decide approvals (approval_cmds.go)
 				}
+				line += keyOwnerText(k) // owner_cmds.go
 				fmt.Println(line)
 			}
 			return nil

@@ -41,6 +41,7 @@ type sandboxFlags struct {
 	files                         fileFlags    // --upload, --repo-dirty (files_cmds.go)
 	tier                          string       // --tier (tier_cmds.go)
 	users                         addUserFlags // --add-user (user_cmds.go)
+	visibility                    string       // --visibility (owner_cmds.go)
 }
 
 // githubFlags bind a GitHub App key (moat secret set --github-app) with a task's scope.
@@ -77,6 +78,7 @@ func (f *sandboxFlags) register(cmd *cobra.Command) {
 	f.naming.register(cmd)
 	registerTier(cmd, &f.tier)
 	f.users.register(fl)
+	registerVisibility(fl, &f.visibility) // owner_cmds.go
 }
 
 // request validates the flags before anything is created.
@@ -155,7 +157,7 @@ func (f *sandboxFlags) request(setup bool) (v1.CreateSandboxRequest, time.Durati
 	if err := f.naming.apply(&req); err != nil {
 		return req, 0, err
 	}
-	req.Tier = f.tier
+	req.Tier, req.Visibility = f.tier, f.visibility
 	if err := f.users.apply(&req); err != nil {
 		return req, 0, err
 	}

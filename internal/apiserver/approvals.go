@@ -56,10 +56,10 @@ func (s *Server) approvalRoutes() []route {
 	}
 }
 
-// seeApproval says whether c may see a: the operator and approver keys every approval, a
+// seeApproval says whether c may see a: the operator, approver and admin keys every approval, a
 // key those of its sandboxes and those it asked. It is pure.
 func seeApproval(c sandbox.Caller, a approvals.Approval) bool {
-	if c.Operator || (c.Approver && c.APIKey != "") {
+	if c.Operator || ((c.Approver || c.Admin) && c.APIKey != "") { // admin keys see all (owners.go)
 		return true
 	}
 	return c.APIKey != "" && (a.Owner == c.APIKey || a.AskedBy == "key:"+c.APIKey)
@@ -170,10 +170,14 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	c := sandbox.CallerFrom(r.Context())
+	see, err := s.approvalSeer(r.Context()) // owners.go: team members see their team sandboxes'
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	out := []v1.Approval{}
 	for _, a := range list {
-		if seeApproval(c, a) {
+		if see(a) {
 			out = append(out, ToAPIApproval(a))
 		}
 	}
@@ -189,8 +193,11 @@ func (s *Server) approval(r *http.Request) (Approvals, approvals.Approval, error
 	}
 	id := r.PathValue("aid")
 	a, err := svc.Get(r.Context(), id)
-	if err == nil && !seeApproval(sandbox.CallerFrom(r.Context()), a) {
-		err = fmt.Errorf("approval %s: %w", id, errdefs.ErrNotFound)
+	if err == nil {
+		var see func(approvals.Approval) bool
+		if see, err = s.approvalSeer(r.Context()); err == nil && !see(a) { // owners.go
+			err = fmt.Errorf("approval %s: %w", id, errdefs.ErrNotFound)
+		}
 	}
 	return svc, a, err
 }

@@ -25,6 +25,8 @@ func TestSeeApproval(t *testing.T) {
 		{sandbox.Caller{APIKey: "key-owner"}, true},
 		{sandbox.Caller{APIKey: "key-asker"}, true},
 		{sandbox.Caller{APIKey: "key-other"}, false},
+		{sandbox.Caller{APIKey: "key-admin", Admin: true}, true},
+		{sandbox.Caller{Admin: true}, false},
 		{sandbox.Caller{Approver: true}, false},
 		{sandbox.Caller{}, false},
 	} {

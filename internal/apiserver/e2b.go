@@ -436,7 +436,7 @@ func (s *Server) e2bGet(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	d := e2bDetail{e2bListed: toE2BListed(sb), EnvdAccessToken: sb.AccessToken}
+	d := e2bDetail{e2bListed: toE2BListed(sb), EnvdAccessToken: envdTokenFor(sandbox.CallerFrom(r.Context()), sb)} // owners.go
 	pol := sb.EgressPolicy()
 	if rules, ok := pol.Phases[pol.Phase]; ok {
 		d.AllowInternetAccess = rules.Net == policy.NetAllowAll

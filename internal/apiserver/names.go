@@ -31,7 +31,7 @@ func (s *Server) resolvePath(r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	sb, err := sandbox.Resolve(list, ref)
+	sb, err := resolveOwnFirst(sandbox.CallerFrom(r.Context()), list, ref) // owners.go
 	if err != nil {
 		return err
 	}
@@ -54,8 +54,8 @@ func (s *Server) filtered(ctx context.Context, exprs []string) ([]*sandbox.Sandb
 }
 
 // prune serves POST /v1/sandboxes/prune (v1.PruneRequest; the body may be empty): it
-// deletes the caller's stopped sandboxes the filters match, each only if it is still
-// stopped when its turn comes.
+// deletes the caller's stopped sandboxes the filters match (those it may manage: a team
+// member's list holds others'), each only if it is still stopped when its turn comes.
 func (s *Server) prune(w http.ResponseWriter, r *http.Request) {
 	var req v1.PruneRequest
 	if err := decodeOptional(r, &req); err != nil {
@@ -68,8 +68,9 @@ func (s *Server) prune(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := v1.PruneResponse{Deleted: []v1.Sandbox{}, DryRun: req.DryRun}
+	c := sandbox.CallerFrom(r.Context())
 	for _, sb := range list {
-		if sb.State != sandbox.StateStopped {
+		if sb.State != sandbox.StateStopped || !c.MayManage(sb) {
 			continue
 		}
 		if !req.DryRun {

@@ -252,6 +252,7 @@ func New(d Deps) *Server {
 	routes = append(routes, s.inventoryRoutes()...)
 	routes = append(routes, s.auditRoutes()...) // audit.go
 	routes = append(routes, s.usageRoutes()...) // usage.go (metering)
+	routes = append(routes, s.ownerRoutes()...) // owners.go (visibility)
 	routes = append(routes, route{"GET /health", s.health, public})
 	s.routes, s.access = routes, map[string]access{}
 	for _, r := range routes {
@@ -283,8 +284,8 @@ func New(d Deps) *Server {
 // request acts as that key (with its grants). The gate is the one place that says who the
 // caller is: it puts it in the request's context (sandbox.WithCaller). Requests for a
 // sandbox's envd (E2B's E2b-Sandbox-Id header, or a signed /files URL) need no API key:
-// moat-init checks their access token or signature itself (a token only the sandbox's owner
-// and the operator can obtain: see owned). GET /health is open.
+// moat-init checks their access token or signature itself (a token only those who may use
+// the sandbox can obtain: see owned). GET /health is open.
 func (s *Server) Handler(auth Authenticator) http.Handler {
 	return s.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/metrics" { // its own access rule (metrics.go)
@@ -343,9 +344,10 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 
 // owned guards every route that names a sandbox ({id}), native (errors as native) and
 // E2B: it passes the request on only when the caller may use that sandbox
-// (sandbox.Caller.MayUse: the operator every one, an API key those it created). A
-// sandbox the caller may not use answers as one that does not exist, 404 with the same
-// message, so a key learns nothing of other callers' sandboxes. The operator's requests
+// (sandbox.Caller.MayUse: the operator and admin keys every one, an API key those it
+// created and team sandboxes) and, unless the route is a use route, manage it (owners.go:
+// mayAccess; else 403). A sandbox the caller may not use answers as one that does not
+// exist, 404 with the same message, so a key learns nothing of other callers' sandboxes. The operator's requests
 // pass unlooked-at (it may use every sandbox, and read the events of deleted ones).
 func (s *Server) owned(h http.HandlerFunc, native bool) http.HandlerFunc {
 	fail := writeE2BError
@@ -368,8 +370,8 @@ func (s *Server) owned(h http.HandlerFunc, native bool) http.HandlerFunc {
 		}
 		id := r.PathValue("id")
 		sb, err := s.sandboxes.Get(r.Context(), id)
-		if err == nil && !c.MayUse(sb) {
-			err = fmt.Errorf("sandbox %q: %w", id, errdefs.ErrNotFound)
+		if err == nil {
+			err = mayAccess(c, sb, r.Pattern) // owners.go: use or manage route
 		}
 		if err != nil {
 			fail(w, err)
@@ -433,6 +435,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		Name:              req.Name,
 		Labels:            req.Labels,
 		Users:             fromAPIUsers(req.Users), // users.go
+		Visibility:        req.Visibility,          // owners.go
 	}
 	if err := s.applyTier(req.Tier, &opts); err != nil {
 		writeError(w, err)
@@ -665,6 +668,10 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if err := s.checkKeyOwner(req); err != nil { // owners.go
+		writeError(w, err)
+		return
+	}
 	ka, canApprove := s.keys.(keyApprover) // approvals.go
 	if req.Approver && !canApprove {
 		writeError(w, fmt.Errorf("approver keys: %w", errdefs.ErrNotImplemented))
@@ -681,6 +688,10 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		k.Approver = true
+	}
+	if err := s.setKeyOwner(r.Context(), &k, req); err != nil { // owners.go
+		writeError(w, err)
+		return
 	}
 	writeJSON(w, http.StatusCreated, k)
 }
@@ -782,6 +793,7 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 		out.HostUID = sb.HostIDs().Host
 	}
 	out.Users, out.SharedGroups = toAPIUsers(sb.Users, sb.SharedGroups) // users.go
+	toAPIOwner(sb, &out)                                                // owners.go
 	out.Policy = ToAPIPolicy(sb.EgressPolicy())
 	out.AgentBranchPrefix = sb.GitPrefix()
 	out.GitProtected = sandbox.GitProtectedRefuse

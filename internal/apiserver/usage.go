@@ -38,8 +38,8 @@ func (s *Server) countCall(c sandbox.Caller) {
 	}
 }
 
-// getUsage serves GET /v1/usage?since=&until=&by=: the operator sees every key's usage, an
-// API key its own (its sandboxes and its calls).
+// getUsage serves GET /v1/usage?since=&until=&by=: the operator and admin keys see every
+// key's usage, an API key its own (its sandboxes and its calls).
 func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 	if s.usageLedger == nil {
 		writeError(w, fmt.Errorf("metering is not enabled on this daemon: %w", errdefs.ErrUnavailable))
@@ -67,7 +67,7 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var owner *string
-	if c := sandbox.CallerFrom(r.Context()); !c.Operator {
+	if c := sandbox.CallerFrom(r.Context()); !c.Operator && !c.Admin { // admin keys: every key's (owners.go)
 		owner = &c.APIKey
 	}
 	rows, calls, err := s.usageLedger.Usage(r.Context(), since, until, owner)

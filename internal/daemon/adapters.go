@@ -109,10 +109,15 @@ func (a apiKeys) ListAPIKeys(ctx context.Context) ([]v1.APIKey, error) {
 	if err != nil {
 		return nil, err
 	}
+	owners, err := a.st.APIKeyOwners(ctx) // issue 17: owner names, admin keys
+	if err != nil {
+		return nil, err
+	}
 	out := make([]v1.APIKey, 0, len(keys))
 	for _, k := range keys {
 		ak := toAPIKey(k)
 		ak.Approver = approvers[k.ID]
+		ak.Owner, ak.Admin = owners[k.ID].Name, owners[k.ID].Admin
 		out = append(out, ak)
 	}
 	return out, nil
@@ -121,6 +126,11 @@ func (a apiKeys) ListAPIKeys(ctx context.Context) ([]v1.APIKey, error) {
 // SetAPIKeyApprover gives key id the approver permission (apiserver's keyApprover).
 func (a apiKeys) SetAPIKeyApprover(ctx context.Context, id string, approver bool) error {
 	return a.st.SetAPIKeyApprover(ctx, id, approver)
+}
+
+// SetAPIKeyOwner gives key id its owner name and admin flag (apiserver's keyOwner).
+func (a apiKeys) SetAPIKeyOwner(ctx context.Context, id, owner string, admin bool) error {
+	return a.st.SetAPIKeyOwner(ctx, id, store.KeyOwner{Name: owner, Admin: admin})
 }
 
 func (a apiKeys) DeleteAPIKey(ctx context.Context, id string) error {

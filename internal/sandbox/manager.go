@@ -193,6 +193,8 @@ type CreateOptions struct {
 	// FromSnapshot makes the sandbox's filesystem a copy-free clone of this snapshot
 	// (snapshot.go); template and repository are the snapshot's.
 	FromSnapshot string `json:"from_snapshot,omitempty"`
+	// Visibility: VisibilityPrivate ("" too) or VisibilityTeam (owners.go).
+	Visibility string `json:"visibility,omitempty"`
 	// Idle and DeleteAfter: nil takes the daemon's default (Config.DefaultIdle,
 	// DefaultDeleteAfter), 0 turns it off. Archive and AutoResume: see Sandbox (idle.go).
 	Idle        *time.Duration `json:"idle,omitempty"`
@@ -226,6 +228,9 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (*Sandbox, err
 // template it was built from.
 func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool, used *Template) (*Sandbox, error) {
 	if err := CheckUserSpecs(opts.Users); err != nil {
+		return nil, err
+	}
+	if _, err := CheckVisibility(opts.Visibility); err != nil { // owners.go
 		return nil, err
 	}
 	if opts.FromSnapshot != "" {
@@ -278,6 +283,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions, warm bool, use
 		Tier: opts.Tier, GitPush: opts.GitPush,
 		Users: pendingUsers(opts.Users),
 	}
+	setOwner(ctx, sb, opts) // owners.go
 	if opts.Timeout > 0 {
 		exp := now.Add(opts.Timeout)
 		sb.ExpiresAt, sb.Timeout = &exp, opts.Timeout

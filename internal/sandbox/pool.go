@@ -473,7 +473,7 @@ func (m *Manager) handOver(ctx context.Context, id string, opts CreateOptions, t
 	now := time.Now().UTC()
 	return m.store.Update(ctx, id, func(s *Sandbox) error {
 		s.Warm = false
-		s.Owner = CallerFrom(ctx).Owner()
+		setOwner(ctx, s, opts) // owners.go
 		s.User, s.Env, s.Limits, s.Metadata, s.Policy = user, opts.Env, opts.Limits, opts.Metadata, opts.Policy
 		s.OnTimeout, s.TemplateAlias = opts.OnTimeout, opts.TemplateAlias
 		s.Name, s.Labels = opts.Name, opts.Labels

@@ -176,6 +176,11 @@ type Sandbox struct {
 	// warm sandbox not yet handed over). Only its owner and the operator may see it or act
 	// on it (Caller.MayUse). Fixed at create (or hand-over); stored in its own column.
 	Owner string `json:"-"`
+	// OwnerName is the owner key's owner name at create ("": the operator, or a key
+	// without one) and Visibility who else may use it: VisibilityPrivate ("" too) or
+	// VisibilityTeam (owners.go).
+	OwnerName  string `json:"owner_name,omitempty"`
+	Visibility string `json:"visibility,omitempty"`
 }
 
 // What a sandbox's timeout does (Sandbox.OnTimeout).

@@ -29,6 +29,10 @@ type Caller struct {
 	// Approver: the API key may decide approvals (internal/approvals), except those it
 	// asked or of sandboxes it owns.
 	Approver bool
+	// Name is the API key's owner name (shown as its sandboxes' owner; owners.go) and
+	// Admin whether the key may see, use and manage every sandbox, as the operator.
+	Name  string
+	Admin bool
 }
 
 type callerKey struct{}
@@ -51,16 +55,6 @@ func (c Caller) Owner() string {
 		return ""
 	}
 	return c.APIKey
-}
-
-// MayUse reports whether c may see sandbox sb and act on it: the operator may use every
-// sandbox, an API key only those it created (a sandbox of the operator, of another key or
-// of a deleted key is not its own), a caller without identity none.
-func (c Caller) MayUse(sb *Sandbox) bool {
-	if c.Operator {
-		return true
-	}
-	return c.APIKey != "" && sb.Owner == c.APIKey
 }
 
 // CheckGrants returns an error of class errdefs.ErrPermissionDenied, naming the first

@@ -163,7 +163,7 @@ func (m *Manager) ListSnapshots(ctx context.Context) ([]*Snapshot, error) {
 }
 
 func mayUseSnapshot(c Caller, sn *Snapshot) bool {
-	return c.Operator || (c.APIKey != "" && c.APIKey == sn.Owner)
+	return c.Operator || (c.APIKey != "" && (c.Admin || c.APIKey == sn.Owner))
 }
 
 // GetSnapshot returns snapshot id if the caller may use it (ErrNotFound otherwise).
@@ -289,6 +289,7 @@ func (m *Manager) createFrom(ctx context.Context, opts CreateOptions, sn *Snapsh
 		Owner: CallerFrom(ctx).Owner(), Provisioning: true, Snapshot: sn.ID, ForkOf: fork,
 		Name: opts.Name, Labels: opts.Labels, Mapped: m.mapsUsers(opts.Runtime),
 	}
+	setOwner(ctx, sb, opts) // owners.go: a fork is its forker's, private unless asked
 	if sn.Fork {
 		sb.Snapshot = sn.Parent // a fork descends from what its parent descends from
 	}

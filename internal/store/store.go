@@ -90,6 +90,10 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("migrating schema: %w", err)
 	}
+	if err := migrateOwners(db); err != nil { // owners.go
+		db.Close()
+		return nil, fmt.Errorf("migrating schema: %w", err)
+	}
 	return &Store{db: db}, nil
 }
 
@@ -529,6 +533,11 @@ func (s *Store) Authenticate(ctx context.Context, key string) (sandbox.Caller, e
 	if c.Approver, err = isApprover(ctx, s.db, id); err != nil { // approvals.go
 		return sandbox.Caller{}, fmt.Errorf("reading the approver permission of API key %s: %w", id, err)
 	}
+	o, err := keyOwner(ctx, s.db, id) // owners.go
+	if err != nil {
+		return sandbox.Caller{}, err
+	}
+	c.Name, c.Admin = o.Name, o.Admin
 	if err := json.Unmarshal([]byte(max), &c.Max); err != nil {
 		return sandbox.Caller{}, fmt.Errorf("reading the maxima of API key %s: %w", id, err)
 	}
