@@ -35,6 +35,14 @@ const (
 // (no allow-same-origin), so its scripts cannot read or act with the console's session.
 const SharedOriginCSP = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
 
+// Setting is a port's stored setting: its visibility and token ("" none). Port 0 holds
+// the sandbox-wide traffic token (E2B's trafficAccessToken).
+type Setting struct {
+	Port       int
+	Visibility string
+	Token      string
+}
+
 // Target is the sandbox port a request names.
 type Target struct {
 	ID   string

@@ -10,6 +10,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/previews"
 )
 
 // portSchema: one row per sandbox port opened beyond the default (private) for previews
@@ -32,23 +33,16 @@ func migratePorts(db *sql.DB) error {
 	return nil
 }
 
-// PortSetting is a stored port: its visibility and token ("" none).
-type PortSetting struct {
-	Port       int
-	Visibility string
-	Token      string
-}
-
 // Ports returns the stored settings of sandbox id's ports, by port.
-func (s *Store) Ports(ctx context.Context, id string) ([]PortSetting, error) {
+func (s *Store) Ports(ctx context.Context, id string) ([]previews.Setting, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT port, visibility, token FROM ports WHERE sandbox = ? ORDER BY port`, id)
 	if err != nil {
 		return nil, fmt.Errorf("reading ports of %s: %w", id, err)
 	}
 	defer rows.Close()
-	var out []PortSetting
+	var out []previews.Setting
 	for rows.Next() {
-		var p PortSetting
+		var p previews.Setting
 		if err := rows.Scan(&p.Port, &p.Visibility, &p.Token); err != nil {
 			return nil, err
 		}
@@ -58,20 +52,20 @@ func (s *Store) Ports(ctx context.Context, id string) ([]PortSetting, error) {
 }
 
 // Port returns the stored setting of one port; ok false when none is stored (private).
-func (s *Store) Port(ctx context.Context, id string, port int) (p PortSetting, ok bool, err error) {
+func (s *Store) Port(ctx context.Context, id string, port int) (p previews.Setting, ok bool, err error) {
 	err = s.db.QueryRowContext(ctx, `SELECT port, visibility, token FROM ports WHERE sandbox = ? AND port = ?`, id, port).
 		Scan(&p.Port, &p.Visibility, &p.Token)
 	if errors.Is(err, sql.ErrNoRows) {
-		return PortSetting{}, false, nil
+		return previews.Setting{}, false, nil
 	}
 	if err != nil {
-		return PortSetting{}, false, fmt.Errorf("reading port %d of %s: %w", port, id, err)
+		return previews.Setting{}, false, fmt.Errorf("reading port %d of %s: %w", port, id, err)
 	}
 	return p, true, nil
 }
 
 // SetPort stores a port's setting; a sandbox that does not exist is errdefs.ErrNotFound.
-func (s *Store) SetPort(ctx context.Context, id string, p PortSetting) (err error) {
+func (s *Store) SetPort(ctx context.Context, id string, p previews.Setting) (err error) {
 	defer func() { err = classifyFull(err) }()
 	_, err = s.db.ExecContext(ctx, `INSERT INTO ports(sandbox, port, visibility, token) VALUES(?,?,?,?)
 		ON CONFLICT(sandbox, port) DO UPDATE SET visibility = excluded.visibility, token = excluded.token`,

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/previews"
 )
 
 // TestPorts: port settings persist across a reopen, update in place, and go with their
@@ -21,16 +22,16 @@ func TestPorts(t *testing.T) {
 	if err := st.Insert(ctx, newSB("a")); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetPort(ctx, "a", PortSetting{Port: 8080, Visibility: "token", Token: "t1"}); err != nil {
+	if err := st.SetPort(ctx, "a", previews.Setting{Port: 8080, Visibility: "token", Token: "t1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetPort(ctx, "a", PortSetting{Port: 8080, Visibility: "public"}); err != nil {
+	if err := st.SetPort(ctx, "a", previews.Setting{Port: 8080, Visibility: "public"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetPort(ctx, "a", PortSetting{Port: 3000, Visibility: "token", Token: "t2"}); err != nil {
+	if err := st.SetPort(ctx, "a", previews.Setting{Port: 3000, Visibility: "token", Token: "t2"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetPort(ctx, "nope", PortSetting{Port: 1, Visibility: "public"}); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := st.SetPort(ctx, "nope", previews.Setting{Port: 1, Visibility: "public"}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("port of a missing sandbox: %v", err)
 	}
 	st.Close()
@@ -39,7 +40,7 @@ func TestPorts(t *testing.T) {
 	}
 	defer st.Close()
 	ps, err := st.Ports(ctx, "a")
-	if err != nil || len(ps) != 2 || ps[0] != (PortSetting{3000, "token", "t2"}) || ps[1] != (PortSetting{8080, "public", ""}) {
+	if err != nil || len(ps) != 2 || ps[0] != (previews.Setting{Port: 3000, Visibility: "token", Token: "t2"}) || ps[1] != (previews.Setting{Port: 8080, Visibility: "public"}) {
 		t.Fatalf("after reopen: %+v %v", ps, err)
 	}
 	if err := st.DeletePort(ctx, "a", 3000); err != nil {
