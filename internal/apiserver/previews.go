@@ -343,10 +343,12 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	listening := map[int]bool{}
-	if sb.State == sandbox.StateRunning || sb.State == sandbox.StatePaused {
+	if sb.State == sandbox.StateRunning {
 		if b, err := s.previews.Dialer.ProcNetTCP(r.Context(), sb.ID); err == nil {
 			for _, p := range previews.ListeningPorts(b) {
-				listening[p] = true
+				if strconv.Itoa(p) != envdPort { // moat-init's own (the E2B gateway's)
+					listening[p] = true
+				}
 			}
 		} else {
 			s.log.Debug("listing a sandbox's sockets", "sandbox", sb.ID, "err", err)
@@ -388,6 +390,10 @@ func (s *Server) setPort(w http.ResponseWriter, r *http.Request) {
 	port, err := portOf(r)
 	if err != nil {
 		writeError(w, err)
+		return
+	}
+	if strconv.Itoa(port) == envdPort {
+		writeError(w, fmt.Errorf("port %s is moat-init's envd (reached with the sandbox's access token), not a preview: %w", envdPort, errdefs.ErrInvalidArgument))
 		return
 	}
 	var req v1.PortRequest

@@ -18,8 +18,9 @@ func (m *Manager) DialPort(ctx context.Context, id string, port int) (net.Conn, 
 }
 
 // ProcNetTCP returns the text of /proc/net/tcp and /proc/net/tcp6 of sandbox id's network
-// namespace (read on a thread inside it: runc's sockets and runsc's, which runs with
-// --network=host there, alike). Its content is the sandbox's: parse it as untrusted.
+// namespace, read on a thread inside it. runc's sockets show there; runsc's do not (its
+// sentry keeps them: the daemon reads the sandbox's own /proc instead). Its content is the
+// sandbox's: parse it as untrusted.
 func (m *Manager) ProcNetTCP(ctx context.Context, id string) ([]byte, error) {
 	if _, err := m.Get(ctx, id); err != nil {
 		return nil, err
