@@ -21,6 +21,7 @@ import (
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/netns"
+	"github.com/moatdev/moat/internal/previews"
 	"github.com/moatdev/moat/sdk"
 )
 
@@ -288,6 +289,12 @@ func portPreviews(t *testing.T, rt string) {
 	if _, err := a.SetPort(ctx, sbA.ID, previewPort, v1.PortPublic); err == nil {
 		t.Errorf("a public port without --allow-public-ports")
 	}
+	// A port made public while the operator allowed it (a daemon since restarted without
+	// --allow-public-ports): closed to anyone without key or token.
+	if err := e.d.Store.SetPort(ctx, sbA.ID, previews.Setting{Port: previewPort, Visibility: v1.PortPublic}); err != nil {
+		t.Fatal(err)
+	}
+	same404("a public port while public ports are off", rawRequest(t, addr, "GET", path(sbA.ID, previewPort, "/"), addr), sbA.ID)
 	// Close: the token stops working.
 	if _, err := a.ClosePort(ctx, sbA.ID, previewPort); err != nil {
 		t.Fatal(err)
