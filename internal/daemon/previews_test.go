@@ -396,7 +396,7 @@ func dialWebSocket(t *testing.T, addr, target, host string, hdr ...string) *wsCo
 	return &wsConn{c, br}
 }
 
-func (w *wsConn) send(t *testing.T, msg string) {
+func (w *wsConn) send(t testing.TB, msg string) {
 	t.Helper()
 	hdr := []byte{0x81}
 	switch n := len(msg); {
@@ -419,7 +419,7 @@ func (w *wsConn) send(t *testing.T, msg string) {
 	}
 }
 
-func (w *wsConn) recv(t *testing.T) string {
+func (w *wsConn) recv(t testing.TB) string {
 	t.Helper()
 	var h [2]byte
 	if _, err := io.ReadFull(w.br, h[:]); err != nil {

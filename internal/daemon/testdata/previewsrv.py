@@ -9,6 +9,9 @@ LOG = sys.argv[2]
 
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # One write per answer, sent at once (no Nagle wait on the client's delayed ACK).
+    wbufsize = -1
+    disable_nagle_algorithm = True
 
     def log_message(self, *a):
         pass
