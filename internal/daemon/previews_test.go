@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"github.com/moatdev/moat/internal/daemon"
 	"github.com/moatdev/moat/internal/netns"
 	"github.com/moatdev/moat/internal/previews"
+	"github.com/moatdev/moat/internal/testutil"
 	"github.com/moatdev/moat/sdk"
 )
 
@@ -155,10 +157,11 @@ func portPreviews(t *testing.T, rt string) {
 	addr := freeLoopbackAddr(t)
 	_, lport, _ := net.SplitHostPort(addr)
 	domain := "preview.localhost:" + lport
-	e := newEnvWith(t, func(c *daemon.Config) {
+	configure := func(c *daemon.Config) {
 		c.Listen = addr
 		c.Previews = daemon.PreviewsConfig{Domain: domain}
-	})
+	}
+	e := newEnvWith(t, configure)
 	ctx := context.Background()
 	keyA, err := e.c.CreateAPIKey(ctx)
 	if err != nil {
@@ -281,6 +284,12 @@ func portPreviews(t *testing.T, rt string) {
 	same404("key B with A's port open by token but no token", rawRequest(t, addr, "GET", path(sbA.ID, previewPort, "/"), addr, "Authorization", "Bearer "+keyB.Key), sbA.ID)
 	if list, err := a.Ports(ctx, sbA.ID); err != nil || len(list) != 1 || list[0].Port != previewPort || !list[0].Listening || list[0].Token != p.Token {
 		t.Errorf("ports of A: %+v %v", list, err)
+	}
+	// The setting survives a daemon restart (the sandbox and its server keep running).
+	e.stop()
+	e.start(filepath.Join(testutil.Binaries(t), "moat-init"), configure)
+	if r = rawRequest(t, addr, "GET", path(sbA.ID, previewPort, "/after-restart"), addr, "X-Moat-Preview-Token", p.Token); !okBody(r, "/after-restart") {
+		t.Errorf("token after a daemon restart: %d %q", r.code, r.body)
 	}
 	if list, err := b.Ports(ctx, sbA.ID); !isNotFound(err) {
 		t.Errorf("key B lists key A's ports: %+v %v", list, err)
