@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,6 +37,8 @@ type PortStore interface {
 	Ports(ctx context.Context, id string) ([]previews.Setting, error)
 	Port(ctx context.Context, id string, port int) (previews.Setting, bool, error)
 	SetPort(ctx context.Context, id string, p previews.Setting) error
+	// AddPort stores p unless the port has a setting already (then it keeps that one).
+	AddPort(ctx context.Context, id string, p previews.Setting) error
 	DeletePort(ctx context.Context, id string, port int) error
 }
 
@@ -369,16 +372,8 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
 	for _, set := range byPort {
 		out = append(out, s.toPort(r, sb.ID, set, listening[set.Port]))
 	}
-	sortPorts(out)
+	slices.SortFunc(out, func(a, b v1.Port) int { return a.Port - b.Port })
 	writeJSON(w, http.StatusOK, out)
-}
-
-func sortPorts(ps []v1.Port) {
-	for i := 1; i < len(ps); i++ {
-		for j := i; j > 0 && ps[j].Port < ps[j-1].Port; j-- {
-			ps[j], ps[j-1] = ps[j-1], ps[j]
-		}
-	}
 }
 
 // setPort sets a port's visibility: token makes (or keeps) the port's token; private
@@ -488,9 +483,10 @@ func (s *Server) e2bTrafficToken(ctx context.Context, id string) (string, error)
 	} else if ok && set.Token != "" {
 		return set.Token, nil
 	}
-	set := previews.Setting{Port: 0, Visibility: v1.PortToken, Token: newPreviewToken()}
-	if err := s.previews.Store.SetPort(ctx, id, set); err != nil {
+	// Two answers at once make one token: the first stored wins, both read it back.
+	if err := s.previews.Store.AddPort(ctx, id, previews.Setting{Port: 0, Visibility: v1.PortToken, Token: newPreviewToken()}); err != nil {
 		return "", err
 	}
-	return set.Token, nil
+	set, _, err := s.previews.Store.Port(ctx, id, 0)
+	return set.Token, err
 }

@@ -80,6 +80,22 @@ func (s *Store) SetPort(ctx context.Context, id string, p previews.Setting) (err
 	return nil
 }
 
+// AddPort stores a port's setting unless one is stored; a sandbox that does not exist is
+// errdefs.ErrNotFound.
+func (s *Store) AddPort(ctx context.Context, id string, p previews.Setting) (err error) {
+	defer func() { err = classifyFull(err) }()
+	_, err = s.db.ExecContext(ctx, `INSERT INTO ports(sandbox, port, visibility, token) VALUES(?,?,?,?) ON CONFLICT(sandbox, port) DO NOTHING`,
+		id, p.Port, p.Visibility, p.Token)
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY {
+		return fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("storing port %d of %s: %w", p.Port, id, err)
+	}
+	return nil
+}
+
 // DeletePort forgets a port's setting (it is private again, its token revoked). Idempotent.
 func (s *Store) DeletePort(ctx context.Context, id string, port int) error {
 	if _, err := s.db.ExecContext(ctx, `DELETE FROM ports WHERE sandbox = ? AND port = ?`, id, port); err != nil {

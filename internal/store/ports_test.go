@@ -31,6 +31,21 @@ func TestPorts(t *testing.T) {
 	if err := st.SetPort(ctx, "a", previews.Setting{Port: 3000, Visibility: "token", Token: "t2"}); err != nil {
 		t.Fatal(err)
 	}
+	if err := st.AddPort(ctx, "a", previews.Setting{Port: 3000, Visibility: "public"}); err != nil {
+		t.Fatal(err) // kept: 3000 is a token port already
+	}
+	if err := st.AddPort(ctx, "a", previews.Setting{Port: 0, Visibility: "token", Token: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AddPort(ctx, "a", previews.Setting{Port: 0, Visibility: "token", Token: "s2"}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := st.Port(ctx, "a", 0); p.Token != "s1" {
+		t.Errorf("AddPort replaced a stored setting: %+v", p)
+	}
+	if err := st.DeletePort(ctx, "a", 0); err != nil {
+		t.Fatal(err)
+	}
 	if err := st.SetPort(ctx, "nope", previews.Setting{Port: 1, Visibility: "public"}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("port of a missing sandbox: %v", err)
 	}
