@@ -365,6 +365,36 @@ func portPreviews(t *testing.T, rt string) {
 		ws.c.Close()
 	}
 
+	// Streaming: the first event arrives while the server still holds the second.
+	sc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(sc, "GET %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n\r\n", path(sbA.ID, previewPort, "/stream"), addr, keyA.Key)
+	_ = sc.SetReadDeadline(time.Now().Add(2 * time.Second))
+	sresp, err := http.ReadResponse(bufio.NewReader(sc), nil)
+	if err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	first := make([]byte, len("data: one\n\n"))
+	if _, err := io.ReadFull(sresp.Body, first); err != nil || string(first) != "data: one\n\n" {
+		t.Errorf("the first streamed event within 2 s: %q %v", first, err)
+	}
+	sc.Close()
+	// The unix socket serves previews too, to the operator.
+	uc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(e.runDir, "moat.sock"))
+	}}}
+	if resp, err := uc.Get("http://moat" + path(sbA.ID, previewPort, "/unix")); err != nil {
+		t.Errorf("preview on the unix socket: %v", err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != "sandbox-ok /unix\n" {
+			t.Errorf("preview on the unix socket: %d %q", resp.StatusCode, body)
+		}
+	}
+
 	// A stopped sandbox: 502 saying so.
 	if _, err := a.Stop(ctx, sbA.ID); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,7 @@
 # Every request's path and headers are appended to LOG (one JSON line); GET/POST answer
 # "sandbox-ok <path>" (setting two cookies, one named like moat's session); a WebSocket
 # upgrade becomes an echo of every frame.
-import base64, hashlib, http.server, json, socketserver, struct, sys
+import base64, hashlib, http.server, json, socketserver, struct, sys, time
 
 LOG = sys.argv[2]
 
@@ -24,6 +24,19 @@ class H(http.server.BaseHTTPRequestHandler):
             self.rfile.read(n)
         if self.headers.get("Upgrade", "").lower() == "websocket":
             return self.echo()
+        if self.path == "/stream":  # one chunk, then the next after 3 s
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for i, part in enumerate([b"data: one\n\n", b"data: two\n\n"]):
+                if i:
+                    time.sleep(3)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+            return
         body = ("sandbox-ok " + self.path + "\n").encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
