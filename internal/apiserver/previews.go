@@ -193,6 +193,15 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, auth Authe
 	return true
 }
 
+// isPreview reports whether servePreview serves r (the metrics' route label).
+func (s *Server) isPreview(r *http.Request) bool {
+	if s.previews == nil {
+		return false
+	}
+	_, host := previews.ParseHost(r.Host, s.previews.Domain)
+	return host || previews.IsPreviewPath(r.URL.Path)
+}
+
 // e2bPreview serves an E2B SDK's request for a sandbox port other than envd's (E2b-Sandbox-Port;
 // @e2b/code-interpreter's port 49999). Besides a preview's own access, the sandbox's envd
 // access token (X-Access-Token) opens it: it already allows running anything there.
