@@ -225,13 +225,29 @@ func Strip(h http.Header, u *url.URL) {
 			h.Set("Cookie", strings.Join(kept, "; "))
 		}
 	}
-	if u.RawQuery != "" && strings.Contains(u.RawQuery, TokenQuery) {
-		q := u.Query()
-		if q.Has(TokenQuery) {
-			q.Del(TokenQuery)
-			u.RawQuery = q.Encode()
-		}
+	u.RawQuery = stripQuery(u.RawQuery)
+}
+
+// stripQuery drops from a raw query every pair whose name holds the token parameter's
+// (decoded where it decodes, whatever else the pair holds); the others stay as they came,
+// in their order.
+func stripQuery(raw string) string {
+	if !strings.Contains(strings.ToLower(raw), "moat") && !strings.Contains(raw, "%") {
+		return raw
 	}
+	pairs := strings.Split(raw, "&")
+	kept := pairs[:0]
+	for _, p := range pairs {
+		k, _, _ := strings.Cut(p, "=")
+		if d, err := url.QueryUnescape(k); err == nil {
+			k = d
+		}
+		if strings.Contains(strings.ToLower(k), TokenQuery) {
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return strings.Join(kept, "&")
 }
 
 // isMoatCookie reports whether a cookie name is moat's (the console's session and any

@@ -170,8 +170,21 @@ func TestStrip(t *testing.T) {
 	if h.Get("X-App") != "kept" {
 		t.Error("the app's header dropped")
 	}
-	if u.Query().Has(TokenQuery) || u.Query().Get("a") != "1" || u.Query().Get("b") != "2" {
-		t.Errorf("query = %q", u.RawQuery)
+	if u.RawQuery != "a=1&b=2" {
+		t.Errorf("query = %q, want a=1&b=2", u.RawQuery)
+	}
+	for raw, want := range map[string]string{
+		"z=1&a=%20&moat_preview_token=t":          "z=1&a=%20",
+		"moat_preview_token=t;x&y=1":              "y=1",
+		"moat%5Fpreview%5Ftoken=t&y=1":            "y=1",
+		"MOAT_PREVIEW_TOKEN=t":                    "",
+		"q=moat_preview_token&moat_preview_token": "q=moat_preview_token",
+	} {
+		u := &url.URL{RawQuery: raw}
+		Strip(http.Header{}, u)
+		if u.RawQuery != want {
+			t.Errorf("Strip query %q = %q, want %q", raw, u.RawQuery, want)
+		}
 	}
 	h = http.Header{"Cookie": {"moat_session=only"}}
 	Strip(h, &url.URL{})
@@ -288,6 +301,38 @@ func FuzzKeepSetCookie(f *testing.F) {
 		name, _, _ := strings.Cut(strings.Split(line, ";")[0], "=")
 		if isMoatCookie(name) {
 			t.Fatalf("kept moat's cookie %q", line)
+		}
+	})
+}
+
+func FuzzStrip(f *testing.F) {
+	f.Add("a=1; moat_session=x; b=2", "Bearer k", "x=1&moat_preview_token=t")
+	f.Fuzz(func(t *testing.T, cookie, auth, query string) {
+		h := http.Header{"Cookie": {cookie}, "Authorization": {auth}, "X-Api-Key": {auth}}
+		u := &url.URL{Path: "/", RawQuery: query}
+		Strip(h, u)
+		for _, k := range moatHeaders {
+			if len(h.Values(k)) > 0 {
+				t.Fatalf("%s kept", k)
+			}
+		}
+		for _, part := range strings.Split(h.Get("Cookie"), ";") {
+			name, _, _ := strings.Cut(part, "=")
+			if isMoatCookie(name) {
+				t.Fatalf("moat cookie kept: %q from %q", h.Get("Cookie"), cookie)
+			}
+		}
+		if q, _ := url.ParseQuery(u.RawQuery); q.Has(TokenQuery) {
+			t.Fatalf("token query kept: %q", u.RawQuery)
+		}
+		for _, p := range strings.Split(u.RawQuery, "&") {
+			k, _, _ := strings.Cut(p, "=")
+			if d, err := url.QueryUnescape(k); err == nil {
+				k = d
+			}
+			if strings.Contains(strings.ToLower(k), TokenQuery) {
+				t.Fatalf("token parameter kept: %q", u.RawQuery)
+			}
 		}
 	})
 }
