@@ -107,6 +107,7 @@ limits, an overlay root with no host mounts, and no network path out.`,
 		a.userCmd(),    // user_cmds.go
 		a.auditCmd(),   // audit_cmds.go
 		a.redteamCmd(), // redteam_cmds.go
+		a.portCmd(),    // port_cmds.go
 	)
 	root.AddCommand(a.visibilityCmd()) // owner_cmds.go
 	// The flags that configure a daemon appear only on the commands that start one.

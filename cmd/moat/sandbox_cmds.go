@@ -679,6 +679,7 @@ func (a *app) serveCmd() *cobra.Command {
 	var approvalFlags approvalServeFlags // approval_cmds.go
 	var auditFlags auditServeFlags       // audit_cmds.go
 	var metricsFlags metricsServeFlags   // metrics_cmds.go
+	var previewFlags previewServeFlags   // port_cmds.go
 	var meterInterval time.Duration      // usage_cmds.go
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -729,6 +730,9 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 				return err
 			}
 			if err := metricsFlags.apply(&cfg); err != nil {
+				return err
+			}
+			if err := previewFlags.apply(&cfg); err != nil {
 				return err
 			}
 			if err := life.apply(&cfg); err != nil {
@@ -793,6 +797,7 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 	approvalFlags.register(cmd)
 	auditFlags.register(cmd)   // audit_cmds.go
 	metricsFlags.register(cmd) // metrics_cmds.go
+	previewFlags.register(cmd) // port_cmds.go
 	cmd.Flags().BoolVar(&shareData, "share-data", false, "run even though another moat daemon (serve --share-data, or an in-process moat run) uses the data directory: both manage the same sandboxes")
 	install.register(cmd)
 	install.socket = func() string { p, _ := a.socketPath(); return p }

@@ -148,6 +148,8 @@ type e2bSandbox struct {
 	EnvdVersion     string  `json:"envdVersion"`
 	EnvdAccessToken string  `json:"envdAccessToken"`
 	Domain          *string `json:"domain"`
+	// TrafficAccessToken opens the sandbox's ports to the SDK (previews.go).
+	TrafficAccessToken *string `json:"trafficAccessToken,omitempty"`
 }
 
 // e2bListed is one sandbox of a list, and the base of getInfo's answer.
@@ -218,7 +220,9 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
 		writeE2BError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, toE2BSandbox(sb))
+	e := toE2BSandbox(sb)
+	s.e2bPreviewFields(r.Context(), &e) // previews.go
+	writeJSON(w, http.StatusCreated, e)
 }
 
 // e2bOptions turns a create request into moat's options, refusing by name every option
@@ -436,7 +440,7 @@ func (s *Server) e2bGet(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	d := e2bDetail{e2bListed: toE2BListed(sb), EnvdAccessToken: envdTokenFor(sandbox.CallerFrom(r.Context()), sb)} // owners.go
+	d := e2bDetail{e2bListed: toE2BListed(sb), EnvdAccessToken: envdTokenFor(sandbox.CallerFrom(r.Context()), sb), Domain: s.previewDomain()} // owners.go, previews.go
 	pol := sb.EgressPolicy()
 	if rules, ok := pol.Phases[pol.Phase]; ok {
 		d.AllowInternetAccess = rules.Net == policy.NetAllowAll
@@ -602,7 +606,9 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
 		writeE2BError(w, err)
 		return
 	}
-	writeJSON(w, status, toE2BSandbox(sb))
+	e := toE2BSandbox(sb)
+	s.e2bPreviewFields(r.Context(), &e) // previews.go
+	writeJSON(w, status, e)
 }
 
 func (s *Server) e2bMetrics(w http.ResponseWriter, r *http.Request) {

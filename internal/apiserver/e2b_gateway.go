@@ -15,7 +15,7 @@ import (
 func (s *Server) e2bGateway(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get(e2bSandboxHeader)
 	if p := r.Header.Get(e2bPortHeader); p != "" && p != envdPort {
-		writeGone(w, id, "moat forwards only envd (port "+envdPort+"), not port "+p)
+		s.e2bPreview(w, r, id, p) // previews.go
 		return
 	}
 	sb, err := s.sandboxes.Get(r.Context(), id)

@@ -405,6 +405,7 @@ func (s *Server) e2bFork(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		e := toE2BSandbox(f)
+		s.e2bPreviewFields(r.Context(), &e) // previews.go
 		out = append(out, e2bForkResult{Sandbox: &e})
 	}
 	writeJSON(w, http.StatusCreated, out)

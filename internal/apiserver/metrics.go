@@ -88,6 +88,8 @@ func (s *Server) routeOf(r *http.Request) string {
 		return "e2b signed files"
 	case r.URL.Path == "/metrics":
 		return "GET /metrics"
+	case s.isPreview(r): // previews.go
+		return "preview"
 	}
 	_, p := s.mux.Handler(r)
 	return p

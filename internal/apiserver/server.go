@@ -133,6 +133,7 @@ type Server struct {
 	// usage is the usage ledger and calls the API-call counter (SetUsage, usage.go); nil: none.
 	usageLedger UsageLedger
 	calls       *usage.Calls
+	previews    *previewState // port previews (SetPreviews, previews.go); nil: off
 }
 
 // route is one entry of the route table: its pattern, its handler and who may call it.
@@ -250,9 +251,10 @@ func New(d Deps) *Server {
 	routes = append(routes, s.e2bRoutes()...)
 	routes = append(routes, s.userEgressRoutes()...)
 	routes = append(routes, s.inventoryRoutes()...)
-	routes = append(routes, s.auditRoutes()...) // audit.go
-	routes = append(routes, s.usageRoutes()...) // usage.go (metering)
-	routes = append(routes, s.ownerRoutes()...) // owners.go (visibility)
+	routes = append(routes, s.auditRoutes()...)   // audit.go
+	routes = append(routes, s.usageRoutes()...)   // usage.go (metering)
+	routes = append(routes, s.ownerRoutes()...)   // owners.go (visibility)
+	routes = append(routes, s.previewRoutes()...) // previews.go
 	routes = append(routes, route{"GET /health", s.health, public})
 	s.routes, s.access = routes, map[string]access{}
 	for _, r := range routes {
@@ -288,6 +290,9 @@ func New(d Deps) *Server {
 // the sandbox can obtain: see owned). GET /health is open.
 func (s *Server) Handler(auth Authenticator) http.Handler {
 	return s.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.servePreview(w, r, auth) { // previews.go: a preview host or /preview/
+			return
+		}
 		if r.URL.Path == "/metrics" { // its own access rule (metrics.go)
 			s.serveMetrics(w, r, auth == nil)
 			return

@@ -165,6 +165,9 @@ type Config struct {
 	// MetricsToken, when set, is the bearer token TCP scrapes of /metrics must bear;
 	// without it only loopback peers (and the unix socket) may scrape (metrics.go).
 	MetricsToken []byte
+
+	// Previews configure port previews (previews.go).
+	Previews PreviewsConfig
 }
 
 // Daemon is a running moat daemon.
@@ -465,6 +468,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.startMetering(st) // metering.go
+	d.startPreviews(st) // previews.go
 	return d, nil
 }
 

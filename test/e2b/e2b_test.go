@@ -96,7 +96,9 @@ func startDaemon(tb testing.TB, warm int, extra ...string) *daemon {
 	addr := freeAddr(tb)
 
 	logs := &syncBuffer{}
+	_, lport, _ := net.SplitHostPort(addr)
 	args := append(slices.Clone(global), "serve", "--listen", addr, "--warm", strconv.Itoa(warm),
+		"--preview-domain", "preview.localhost:"+lport, // previews.test.mjs: getHost(port)
 		"--e2b-template", "base=host", "--default-disk", "1G") // drives are allocated in full
 	cmd := exec.Command(moat, append(args, extra...)...) // a later --default-disk wins
 	cmd.Stdout, cmd.Stderr = logs, logs
