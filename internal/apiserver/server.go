@@ -109,6 +109,7 @@ type Server struct {
 	workspaces Workspaces
 	// templateAdmin removes templates and builds Dockerfiles (templates.go); nil: not available.
 	templateAdmin TemplateAdmin
+	e2bt          *e2bTemplateState // E2B template builds (e2b_templates.go)
 	changes       Changes   // change records of git pushes (SetChanges); nil: none
 	snaps         Snapshots // snapshots, restore and fork (SetSnapshots); nil: none
 	users         Users     // accounts in sandboxes (SetUsers, users.go); nil: none
