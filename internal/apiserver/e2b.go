@@ -276,6 +276,9 @@ func (s *Server) e2bOptions(ctx context.Context, req e2bCreateRequest) (sandbox.
 		opts.Template, opts.TemplateAlias, opts.FromSnapshot = "", "", src.Snapshot.ID
 	}
 	e2bLifecycleOptions(&opts, req)
+	if err := s.e2bTemplateLimits(ctx, opts.Template, &opts); err != nil { // e2b_templates.go
+		return sandbox.CreateOptions{}, err
+	}
 	if err := s.applyTier(md[E2BTierKey], &opts); err != nil {
 		return sandbox.CreateOptions{}, err
 	}

@@ -420,6 +420,7 @@ func (s *Server) e2bRunBuild(b *e2bBuild, tmpl *build.E2BTemplate) {
 		}
 		b.logs = append(b.logs, e2bLogEntry{Timestamp: time.Now().UTC(), Level: "info", Message: msg, Step: b.step})
 	}
+	tmpl.CPUCount, tmpl.MemoryMB = b.cpu, b.memory
 	_, _, err := st.impl.Build(context.Background(), b.template, tmpl, progress)
 	if err == nil {
 		for _, tn := range tagNames(b.template, b.tags) {
@@ -666,7 +667,7 @@ func (s *Server) e2bRemoveTags(w http.ResponseWriter, r *http.Request) {
 	}
 	name, _ := e2bSplitName(req.Name)
 	for _, tn := range tagNames(name, req.Tags) {
-		if err := s.e2bRemove(r.Context(), tn); err != nil {
+		if err := s.e2bRemove(r.Context(), tn, true); err != nil { // a tag goes even while sandboxes use it
 			writeE2BError(w, err)
 			return
 		}
@@ -674,7 +675,9 @@ func (s *Server) e2bRemoveTags(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) e2bRemove(ctx context.Context, name string) error {
+// e2bRemove removes template name for an E2B caller (e2bMayWrite decides); unless force,
+// it refuses while sandboxes, pools or snapshots use it.
+func (s *Server) e2bRemove(ctx context.Context, name string, force bool) error {
 	existing, err := s.e2bFindTemplate(ctx, name)
 	if err != nil {
 		return err
@@ -688,7 +691,7 @@ func (s *Server) e2bRemove(ctx context.Context, name string) error {
 	if s.templateAdmin == nil {
 		return fmt.Errorf("template removal is not available: %w", errdefs.ErrNotImplemented)
 	}
-	_, err = s.templateAdmin.Remove(ctx, name, false)
+	_, err = s.templateAdmin.Remove(ctx, name, force)
 	return err
 }
 
@@ -705,7 +708,7 @@ func (s *Server) e2bDeleteTemplate(w http.ResponseWriter, r *http.Request) {
 		s.e2bDeleteSnapshot(w, r)
 		return
 	}
-	if err := s.e2bRemove(r.Context(), t.Name); err != nil {
+	if err := s.e2bRemove(r.Context(), t.Name, false); err != nil {
 		writeE2BError(w, err)
 		return
 	}
@@ -723,4 +726,24 @@ func (s *Server) e2bTemplateStart(ctx context.Context, sb *sandbox.Sandbox) erro
 		return err
 	}
 	return s.e2bt.impl.Start(ctx, sb.ID, t.Labels, e2bStartTimeout)
+}
+
+// e2bTemplateLimits gives a create from an E2B-built template the CPU and memory the
+// template's build asked for (cpuCount, memoryMB), where the create names none; a tier
+// applied after still bounds them.
+func (s *Server) e2bTemplateLimits(ctx context.Context, name string, opts *sandbox.CreateOptions) error {
+	if name == "" {
+		return nil
+	}
+	t, err := s.e2bFindTemplate(ctx, name)
+	if err != nil || t == nil {
+		return err
+	}
+	if n, err := strconv.Atoi(t.Labels[build.LabelE2BCPU]); err == nil && n > 0 && opts.Limits.CPUs == 0 {
+		opts.Limits.CPUs = float64(n)
+	}
+	if n, err := strconv.ParseInt(t.Labels[build.LabelE2BMemory], 10, 64); err == nil && n > 0 && opts.Limits.MemoryBytes == 0 {
+		opts.Limits.MemoryBytes = n << 20
+	}
+	return nil
 }

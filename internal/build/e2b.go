@@ -25,6 +25,10 @@ type E2BTemplate struct {
 	ReadyCmd     string          `json:"readyCmd,omitempty"`
 	Force        bool            `json:"force,omitempty"`
 	Steps        []E2BStep       `json:"steps"`
+	// CPU and memory defaults of sandboxes made from the template (POST /v3/templates
+	// asks for them; 0: the daemon's defaults).
+	CPUCount int `json:"-"`
+	MemoryMB int `json:"-"`
 }
 
 // E2BStep is TemplateStep: type RUN (args: command[, user]), COPY (args: src, dest, user,
@@ -42,6 +46,8 @@ const (
 	LabelE2BStart   = "moat.e2b.start"
 	LabelE2BReady   = "moat.e2b.ready"
 	LabelE2BWorkdir = "moat.e2b.workdir"
+	LabelE2BCPU     = "moat.e2b.cpuCount"
+	LabelE2BMemory  = "moat.e2b.memoryMB"
 )
 
 // maxE2BTemplate bounds the JSON ParseE2BTemplate reads; maxE2BSteps the steps.
@@ -213,6 +219,12 @@ func (t *E2BTemplate) Translate() (from string, steps []Step, err error) {
 	}
 	if t.ReadyCmd != "" {
 		labels = append(labels, Var{LabelE2BReady, t.ReadyCmd})
+	}
+	if t.CPUCount > 0 {
+		labels = append(labels, Var{LabelE2BCPU, strconv.Itoa(t.CPUCount)})
+	}
+	if t.MemoryMB > 0 {
+		labels = append(labels, Var{LabelE2BMemory, strconv.Itoa(t.MemoryMB)})
 	}
 	if len(labels) > 0 {
 		steps = append(steps, Step{Kind: Label, Vars: labels})

@@ -156,10 +156,17 @@ describe('templates as code', () => {
 
   test('tags: name:tag builds, creates and lists', async () => {
     const tname = `tpl-tag-${suffix}`
-    await Template.build(Template().fromTemplate('host').runCmd('echo tagged > /tagged'), `${tname}:v1`)
+    await Template.build(Template().fromTemplate('host').runCmd('echo tagged > /tagged'), `${tname}:v1`, { cpuCount: 2, memoryMB: 768 })
     const sbx = await create({ template: `${tname}:v1` })
     assert.equal((await sbx.commands.run('cat /tagged')).stdout.trim(), 'tagged')
+    // The build's cpuCount and memoryMB are the template's defaults at create.
+    const info = await sbx.getInfo()
+    assert.equal(info.cpuCount, 2)
+    assert.equal(info.memoryMB, 768)
     const tags = await Template.getTags(tname)
     assert.deepEqual(tags.map((t) => t.tag), ['v1'])
+    await Template.removeTags(tname, 'v1')
+    assert.equal(await Template.exists(`${tname}:v1`), false, 'the tag is gone')
+    assert.equal(await Template.exists(tname), true, 'the template stays')
   })
 })
