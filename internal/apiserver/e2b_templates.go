@@ -32,6 +32,8 @@ type E2BTemplates interface {
 	Build(ctx context.Context, name string, t *build.E2BTemplate, progress func(string)) (v1.Template, *v1.BuildReport, error)
 	Start(ctx context.Context, sandboxID string, labels map[string]string, timeout time.Duration) error
 	Tag(ctx context.Context, name, tagged string) error
+	// BuildSteps builds a template from a steps file (moat template build --steps).
+	BuildSteps(ctx context.Context, req v1.StepsRequest, progress func(string)) (v1.Template, *v1.BuildReport, error)
 }
 
 // SetE2BTemplates installs E2B template builds (nil: the routes answer 501).
@@ -108,6 +110,8 @@ func (s *Server) e2bTemplateRoutes() []route {
 		{"POST /templates/tags", s.e2bAssignTags, byKey},
 		{"DELETE /templates/tags", s.e2bRemoveTags, byKey},
 		{"DELETE /templates/{template}", s.e2bDeleteTemplate, byKey},
+		// Reads its copy sources from the daemon's host, as a Dockerfile build does.
+		{"POST /v1/templates/steps", s.buildSteps, socketOnly},
 	}
 }
 
@@ -746,4 +750,26 @@ func (s *Server) e2bTemplateLimits(ctx context.Context, name string, opts *sandb
 		opts.Limits.MemoryBytes = n << 20
 	}
 	return nil
+}
+
+// buildSteps serves POST /v1/templates/steps: progress as NDJSON lines, the last with the
+// template and the build report, or the error (as POST /v1/templates/dockerfile).
+func (s *Server) buildSteps(w http.ResponseWriter, r *http.Request) {
+	if s.e2bt == nil || s.e2bt.impl == nil {
+		writeError(w, fmt.Errorf("building templates from a steps file is not available: %w", errdefs.ErrNotImplemented))
+		return
+	}
+	var req v1.StepsRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	enc, progress := progressStream(w)
+	t, rep, err := s.e2bt.impl.BuildSteps(r.Context(), req, progress)
+	if err != nil {
+		s.log.Warn("template build failed", "name", req.Name, "err", err)
+		_ = enc.Encode(v1.Progress{Done: true, Error: clientMessage(err)})
+		return
+	}
+	_ = enc.Encode(v1.Progress{Done: true, Result: &t, Build: rep})
 }

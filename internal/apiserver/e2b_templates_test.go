@@ -94,6 +94,9 @@ func (f *fakeE2BTemplates) Start(context.Context, string, map[string]string, tim
 	return nil
 }
 func (f *fakeE2BTemplates) Tag(context.Context, string, string) error { return nil }
+func (f *fakeE2BTemplates) BuildSteps(context.Context, v1.StepsRequest, func(string)) (v1.Template, *v1.BuildReport, error) {
+	return v1.Template{}, nil, nil
+}
 
 type noTemplates struct{ Templates }
 

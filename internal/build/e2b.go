@@ -29,6 +29,8 @@ type E2BTemplate struct {
 	// asks for them; 0: the daemon's defaults).
 	CPUCount int `json:"-"`
 	MemoryMB int `json:"-"`
+	// local: COPY reads a local context directory (a steps file), not uploads.
+	local bool
 }
 
 // E2BStep is TemplateStep: type RUN (args: command[, user]), COPY (args: src, dest, user,
@@ -93,14 +95,14 @@ func (t *E2BTemplate) check() error {
 		return bad("startCmd and readyCmd must not contain NUL")
 	}
 	for i, s := range t.Steps {
-		if err := s.check(); err != nil {
+		if err := s.check(t.local); err != nil {
 			return fmt.Errorf("step %d (%s): %w", i+1, s.Type, err)
 		}
 	}
 	return nil
 }
 
-func (s E2BStep) check() error {
+func (s E2BStep) check(local bool) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf(format+": %w", append(a, errdefs.ErrInvalidArgument)...)
 	}
@@ -119,7 +121,7 @@ func (s E2BStep) check() error {
 		if n < 2 || n > 4 || s.Args[0] == "" || s.Args[1] == "" {
 			return bad("COPY takes a source, a destination, and an optional user and mode")
 		}
-		if !ValidFilesHash(s.FilesHash) {
+		if !local && !ValidFilesHash(s.FilesHash) {
 			return bad("COPY needs the filesHash of its uploaded files (64 hex digits)")
 		}
 		if strings.ContainsAny(s.Args[0], "*?[{") {
@@ -171,7 +173,7 @@ func (t *E2BTemplate) Translate() (from string, steps []Step, err error) {
 	}
 	workdir := ""
 	for i, s := range t.Steps {
-		if err := s.check(); err != nil {
+		if err := s.check(t.local); err != nil {
 			return "", nil, fmt.Errorf("step %d (%s): %w", i+1, s.Type, err)
 		}
 		a := s.Args
@@ -184,7 +186,10 @@ func (t *E2BTemplate) Translate() (from string, steps []Step, err error) {
 			steps = append(steps, st)
 		case "COPY":
 			src, _ := ContextPath(a[0])
-			st := Step{Kind: Copy, Sources: []string{path.Join(s.FilesHash, src)}, Dest: a[1]}
+			if !t.local {
+				src = path.Join(s.FilesHash, src)
+			}
+			st := Step{Kind: Copy, Sources: []string{src}, Dest: a[1]}
 			if strings.HasSuffix(a[0], "/") && !strings.HasSuffix(st.Sources[0], "/") {
 				st.Sources[0] += "/"
 			}

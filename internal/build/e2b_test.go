@@ -128,3 +128,61 @@ func FuzzParseE2BTemplate(f *testing.F) {
 		}
 	})
 }
+
+// TestStepsFile: the YAML steps make what the SDK's builder methods make (the same
+// commands for aptInstall, npmInstall, gitClone and the waitFor… checks), and COPY reads
+// the local context.
+func TestStepsFile(t *testing.T) {
+	tmpl, err := ParseStepsFile([]byte(`
+fromTemplate: host
+cpuCount: 2
+memoryMB: 1024
+steps:
+  - copy: {src: app/, dest: /srv/app, user: user, mode: "0640"}
+  - run: echo hi
+  - run: {cmd: id, user: root}
+  - apt: [curl, "jq"]
+  - npm: {packages: [left-pad], g: true}
+  - git: {url: "https://example.invalid/r.git", path: /src, branch: main, depth: 1}
+  - env: {B: "2", A: "1"}
+  - workdir: /srv/app
+  - user: user
+start:
+  cmd: python3 -m http.server 8000
+  ready: {port: 8000}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, steps, err := tmpl.Translate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Step{
+		{Kind: Copy, Sources: []string{"app/"}, Dest: "/srv/app", Chown: "user", Mode: 0o640},
+		{Kind: Run, Shell: "echo hi"},
+		{Kind: Run, Shell: "id", RunAs: "root"},
+		{Kind: Run, Shell: "apt-get update && DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get install -y curl jq", RunAs: "root"},
+		{Kind: Run, Shell: "npm install -g left-pad", RunAs: "root"},
+		{Kind: Run, Shell: "git clone https://example.invalid/r.git --branch main --single-branch --depth 1 /src"},
+		{Kind: Env, Vars: []Var{{"A", "1"}, {"B", "2"}}},
+		{Kind: Workdir, Path: "/srv/app"},
+		{Kind: User, Path: "user"},
+		{Kind: Label, Vars: []Var{{LabelE2BStart, "python3 -m http.server 8000"}, {LabelE2BWorkdir, "/srv/app"},
+			{LabelE2BReady, `[ -n "$(ss -Htuln sport = :8000)" ]`}, {LabelE2BCPU, "2"}, {LabelE2BMemory, "1024"}}},
+	}
+	if from != "host" || !reflect.DeepEqual(steps, want) {
+		t.Errorf("from %q steps\n got %+v\nwant %+v", from, steps, want)
+	}
+	for _, c := range []struct{ yaml, want string }{
+		{"fromTemplate: a\nsteps:\n  - {run: x, apt: [y]}\n", "exactly one"},
+		{"fromTemplate: a\nsteps:\n  - bogus: 1\n", "bogus"},
+		{"fromTemplate: a\nsteps:\n  - copy: {src: ../x, dest: /y}\n", "outside"},
+		{"steps:\n  - run: x\n", "exactly one of fromImage and fromTemplate"},
+		{"fromTemplate: a\nstart: {}\n", "start needs"},
+	} {
+		if _, err := ParseStepsFile([]byte(c.yaml)); err == nil || !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want an error mentioning %q", c.yaml, err, c.want)
+		}
+	}
+}

@@ -116,6 +116,42 @@ func (e e2bTemplates) Build(ctx context.Context, name string, tmpl *build.E2BTem
 	return e.t.buildWith(ctx, breq, "e2b template")
 }
 
+// BuildSteps builds template req.Name from a steps file; copy reads req.Context.
+func (e e2bTemplates) BuildSteps(ctx context.Context, req v1.StepsRequest, progress func(string)) (v1.Template, *v1.BuildReport, error) {
+	if err := storage.ValidTemplateName(req.Name); err != nil {
+		return v1.Template{}, nil, err
+	}
+	if req.Name == storage.HostTemplate {
+		return v1.Template{}, nil, fmt.Errorf("template %s is built in: %w", req.Name, errdefs.ErrAlreadyExists)
+	}
+	tmpl, err := build.ParseStepsFile([]byte(req.Steps))
+	if err != nil {
+		return v1.Template{}, nil, err
+	}
+	from, steps, err := tmpl.Translate()
+	if err != nil {
+		return v1.Template{}, nil, err
+	}
+	breq := build.Request{Name: req.Name, From: from, Steps: steps, Progress: progress}
+	if req.Context != "" {
+		if !strings.HasPrefix(req.Context, "/") {
+			return v1.Template{}, nil, fmt.Errorf("build context %q must be an absolute path: %w", req.Context, errdefs.ErrInvalidArgument)
+		}
+		root, err := os.OpenRoot(req.Context)
+		if err != nil {
+			return v1.Template{}, nil, fmt.Errorf("build context: %v: %w", err, errdefs.ErrNotFound)
+		}
+		defer root.Close()
+		cx, ok := root.FS().(fs.ReadLinkFS)
+		if !ok {
+			return v1.Template{}, nil, fmt.Errorf("build context: no symbolic link support: %w", errdefs.ErrUnavailable)
+		}
+		breq.Context = cx
+	}
+	// "e2b …": the E2B API may rebuild it (apiserver e2bMayWrite), as a template it made.
+	return e.t.buildWith(ctx, breq, "e2b steps "+req.File)
+}
+
 // buildWith runs breq holding its name's lock (as BuildFile does).
 func (t templates) buildWith(ctx context.Context, breq build.Request, source string) (v1.Template, *v1.BuildReport, error) {
 	var rep *build.Report
