@@ -773,3 +773,37 @@ func (s *Server) buildSteps(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = enc.Encode(v1.Progress{Done: true, Result: &t, Build: rep})
 }
+
+// withE2BBuilds adds to a template list (GET /v1/templates, moat template ls) the latest
+// E2B build of each template when it is not ready: waiting, building (with its step) or
+// failed (with the step), as an entry whose Source says so and that has no layers.
+func (s *Server) withE2BBuilds(list []v1.Template) []v1.Template {
+	if s.e2bt == nil {
+		return list
+	}
+	st := s.e2bt
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	latest := map[string]*e2bBuild{}
+	for _, b := range st.builds {
+		if l := latest[b.template]; l == nil || b.created.After(l.created) {
+			latest[b.template] = b
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(latest)) {
+		b := latest[name]
+		var state string
+		switch b.status {
+		case "ready":
+			continue
+		case "waiting":
+			state = "waiting for its steps"
+		case "building":
+			state = "building, step " + b.step
+		case "error":
+			state = "failed at step " + b.step
+		}
+		list = append(list, v1.Template{Name: name, Source: "e2b build " + b.id[:8] + ": " + state, Created: b.created})
+	}
+	return list
+}

@@ -188,6 +188,19 @@ func TestE2BUploadAndBuildStatus(t *testing.T) {
 	if n := len(st["logEntries"].([]any)); n != all-4 {
 		t.Errorf("logsOffset=4 gave %d entries of %d", n, all)
 	}
+	// moat template ls shows the failed build (GET /v1/templates).
+	req2, _ := http.NewRequest("GET", api.URL+"/v1/templates", nil)
+	req2.Header.Set("X-API-KEY", "good")
+	resp, err := http.DefaultClient.Do(req2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list []v1.Template
+	_ = json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if len(list) != 1 || list[0].Name != "t1" || list[0].Source != "e2b build "+bid[:8]+": failed at step 2" {
+		t.Errorf("template list: %+v", list)
+	}
 	if code, _ := do("GET", api.URL+"/templates/t1/builds/"+bid+"/status", "", ""); code != http.StatusUnauthorized {
 		t.Errorf("status without a key: %d", code)
 	}

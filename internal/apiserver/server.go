@@ -610,7 +610,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, list)
+	writeJSON(w, http.StatusOK, s.withE2BBuilds(list)) // e2b_templates.go
 }
 
 // progressStream starts an NDJSON answer of a long operation: progress sends one line
