@@ -109,13 +109,14 @@ type Server struct {
 	workspaces Workspaces
 	// templateAdmin removes templates and builds Dockerfiles (templates.go); nil: not available.
 	templateAdmin TemplateAdmin
-	e2bt          *e2bTemplateState // E2B template builds (e2b_templates.go)
 	changes       Changes   // change records of git pushes (SetChanges); nil: none
 	snaps         Snapshots // snapshots, restore and fork (SetSnapshots); nil: none
 	users         Users     // accounts in sandboxes (SetUsers, users.go); nil: none
 
 	// archives lists the drive archives of sandboxes deleted unused (SetArchives); nil: none.
 	archives Archives
+	// e2bt holds E2B template builds (e2b_templates.go).
+	e2bt *e2bTemplateState
 	// approvalsSvc are the approvals (SetApprovals, approvals.go); nil: none.
 	approvalsSvc Approvals
 	// auditLog is the audit log (SetAudit, audit.go); nil: none.
