@@ -8,6 +8,7 @@ package apiserver
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -27,9 +28,10 @@ import (
 
 // E2BTemplates builds E2B templates and starts their start commands (the daemon's).
 type E2BTemplates interface {
-	FilesPresent(hash string) bool
-	PutFiles(ctx context.Context, hash string, r io.Reader, max int64) error
-	Build(ctx context.Context, name string, t *build.E2BTemplate, progress func(string)) (v1.Template, *v1.BuildReport, error)
+	// Uploads are kept per scope (e2bUploadScope: one API key's, or the operator's).
+	FilesPresent(scope, hash string) bool
+	PutFiles(ctx context.Context, scope, hash string, r io.Reader, max int64) error
+	Build(ctx context.Context, scope, name string, t *build.E2BTemplate, progress func(string)) (v1.Template, *v1.BuildReport, error)
 	Start(ctx context.Context, sandboxID string, labels map[string]string, timeout time.Duration) error
 	Tag(ctx context.Context, name, tagged string) error
 	// BuildSteps builds a template from a steps file (moat template build --steps).
@@ -58,8 +60,8 @@ type e2bTemplateState struct {
 }
 
 type e2bUpload struct {
-	template, hash string
-	expires        time.Time
+	scope, template, hash string
+	expires               time.Time
 }
 
 type e2bTmplRec struct {
@@ -72,6 +74,7 @@ type e2bTmplRec struct {
 // e2bBuild is one build: requested (waiting), running (building), ready or error.
 type e2bBuild struct {
 	id, template string
+	scope        string // whose uploads COPY reads (e2bUploadScope)
 	tags         []string
 	cpu, memory  int
 	status       string
@@ -113,6 +116,18 @@ func (s *Server) e2bTemplateRoutes() []route {
 		// Reads its copy sources from the daemon's host, as a Dockerfile build does.
 		{"POST /v1/templates/steps", s.buildSteps, socketOnly},
 	}
+}
+
+// e2bUploadScope names whose uploaded files a caller sees: an API key's own, or the
+// operator's. Uploads are named by the hash the SDK computes, which the daemon cannot check
+// (it covers the sender's file modes and sizes), so one key's upload must never stand in for
+// another's files of the same claimed hash. Pure.
+func e2bUploadScope(c sandbox.Caller) string {
+	if c.APIKey == "" {
+		return "operator"
+	}
+	h := sha256.Sum256([]byte(c.APIKey))
+	return "key-" + hex.EncodeToString(h[:10])
 }
 
 func (s *Server) e2bTemplatesReady(w http.ResponseWriter) bool {
@@ -230,7 +245,7 @@ func (s *Server) e2bRequestBuild(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	b := &e2bBuild{id: newBuildID(), template: name, tags: tags, cpu: req.CPUCount, memory: req.MemoryMB, status: "waiting", step: "base", created: time.Now()}
+	b := &e2bBuild{id: newBuildID(), template: name, scope: e2bUploadScope(sandbox.CallerFrom(r.Context())), tags: tags, cpu: req.CPUCount, memory: req.MemoryMB, status: "waiting", step: "base", created: time.Now()}
 	st := s.e2bt
 	st.mu.Lock()
 	st.builds[b.id] = b
@@ -304,7 +319,8 @@ func (s *Server) e2bFileLink(w http.ResponseWriter, r *http.Request) {
 		writeE2BError(w, fmt.Errorf("files hash %q: want 64 hex digits: %w", hash, errdefs.ErrInvalidArgument))
 		return
 	}
-	if s.e2bt.impl.FilesPresent(hash) {
+	scope := e2bUploadScope(sandbox.CallerFrom(r.Context()))
+	if s.e2bt.impl.FilesPresent(scope, hash) {
 		writeJSON(w, http.StatusCreated, map[string]any{"present": true})
 		return
 	}
@@ -313,7 +329,7 @@ func (s *Server) e2bFileLink(w http.ResponseWriter, r *http.Request) {
 	token := hex.EncodeToString(tok)
 	s.e2bt.mu.Lock()
 	s.e2bt.pruneLocked()
-	s.e2bt.uploads[token] = e2bUpload{template: r.PathValue("template"), hash: hash, expires: time.Now().Add(e2bUploadTTL)}
+	s.e2bt.uploads[token] = e2bUpload{scope: scope, template: r.PathValue("template"), hash: hash, expires: time.Now().Add(e2bUploadTTL)}
 	s.e2bt.mu.Unlock()
 	scheme := "http"
 	if r.TLS != nil {
@@ -343,7 +359,7 @@ func (s *Server) e2bUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, e2bUploadMaxBody)
-	if err := st.impl.PutFiles(r.Context(), u.hash, body, e2bUploadMaxFiles); err != nil {
+	if err := st.impl.PutFiles(r.Context(), u.scope, u.hash, body, e2bUploadMaxFiles); err != nil {
 		s.log.Warn("E2B template upload failed", "template", u.template, "hash", u.hash, "err", err)
 		writeE2BError(w, err)
 		return
@@ -370,8 +386,8 @@ func (s *Server) e2bStartBuild(w http.ResponseWriter, r *http.Request) {
 	st := s.e2bt
 	st.mu.Lock()
 	b, ok := st.builds[r.PathValue("build")]
-	if ok && b.template != r.PathValue("template") {
-		ok = false
+	if ok && (b.template != r.PathValue("template") || b.scope != e2bUploadScope(sandbox.CallerFrom(r.Context()))) {
+		ok = false // another caller's build is not there for this one
 	}
 	if ok && b.status != "waiting" {
 		st.mu.Unlock()
@@ -387,7 +403,7 @@ func (s *Server) e2bStartBuild(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, step := range tmpl.Steps {
-		if step.Type == "COPY" && !st.impl.FilesPresent(step.FilesHash) {
+		if step.Type == "COPY" && !st.impl.FilesPresent(b.scope, step.FilesHash) {
 			st.finish(b, fmt.Errorf("the files of COPY %s (hash %s) were not uploaded", step.Args[0], step.FilesHash), "")
 			w.WriteHeader(http.StatusAccepted)
 			return
@@ -425,7 +441,7 @@ func (s *Server) e2bRunBuild(b *e2bBuild, tmpl *build.E2BTemplate) {
 		b.logs = append(b.logs, e2bLogEntry{Timestamp: time.Now().UTC(), Level: "info", Message: msg, Step: b.step})
 	}
 	tmpl.CPUCount, tmpl.MemoryMB = b.cpu, b.memory
-	_, _, err := st.impl.Build(context.Background(), b.template, tmpl, progress)
+	_, _, err := st.impl.Build(context.Background(), b.scope, b.template, tmpl, progress)
 	if err == nil {
 		for _, tn := range tagNames(b.template, b.tags) {
 			if err = st.impl.Tag(context.Background(), b.template, tn); err != nil {

@@ -16,6 +16,7 @@ import (
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/build"
 	"github.com/moatdev/moat/internal/errdefs"
+	"github.com/moatdev/moat/internal/sandbox"
 )
 
 // TestE2BMayWrite: an API key may build over, tag over or delete only templates the E2B
@@ -65,25 +66,25 @@ type fakeE2BTemplates struct {
 	progress []string
 }
 
-func (f *fakeE2BTemplates) FilesPresent(h string) bool {
+func (f *fakeE2BTemplates) FilesPresent(scope, h string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	_, ok := f.files[h]
+	_, ok := f.files[scope+"/"+h]
 	return ok
 }
 
-func (f *fakeE2BTemplates) PutFiles(_ context.Context, h string, r io.Reader, max int64) error {
+func (f *fakeE2BTemplates) PutFiles(_ context.Context, scope, h string, r io.Reader, max int64) error {
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.files[h] = b
+	f.files[scope+"/"+h] = b
 	return nil
 }
 
-func (f *fakeE2BTemplates) Build(_ context.Context, name string, _ *build.E2BTemplate, progress func(string)) (v1.Template, *v1.BuildReport, error) {
+func (f *fakeE2BTemplates) Build(_ context.Context, _, name string, _ *build.E2BTemplate, progress func(string)) (v1.Template, *v1.BuildReport, error) {
 	for _, p := range f.progress {
 		progress(p)
 	}
@@ -111,7 +112,7 @@ func TestE2BUploadAndBuildStatus(t *testing.T) {
 		progress: []string{"step 1/2: RUN ok", "  fine", "step 1/2: done in 1ms (layer x)", "step 2/2: RUN bad", "  the output", "  more output"}}
 	s := New(Deps{Sandboxes: &fakeSandboxes{}, Templates: noTemplates{}, Log: slog.New(slog.DiscardHandler)})
 	s.SetE2BTemplates(fake)
-	api := httptest.NewServer(s.Handler(keys{"good": true}))
+	api := httptest.NewServer(s.Handler(keys{"good": true, "other": true}))
 	defer api.Close()
 	do := func(method, url, key, body string) (int, map[string]any) {
 		t.Helper()
@@ -151,12 +152,17 @@ func TestE2BUploadAndBuildStatus(t *testing.T) {
 		t.Errorf("expired token: %d, want 403", code)
 	}
 	fake.mu.Lock()
-	if string(fake.files[hash]) != "first" || len(fake.files) != 1 {
+	scopeGood := e2bUploadScope(sandbox.Caller{APIKey: "key-good"})
+	if string(fake.files[scopeGood+"/"+hash]) != "first" || len(fake.files) != 1 {
 		t.Errorf("stored uploads: %q", fake.files)
 	}
 	fake.mu.Unlock()
 	if code, link := do("GET", api.URL+"/templates/t1/files/"+hash, "good", ""); code != http.StatusCreated || link["present"] != true {
 		t.Errorf("file link after the upload: %d %v", code, link)
+	}
+	// Another key's files of the same claimed hash are not these: it must upload its own.
+	if code, link := do("GET", api.URL+"/templates/t1/files/"+hash, "other", ""); code != http.StatusCreated || link["present"] != false {
+		t.Errorf("another key's file link: %d %v", code, link)
 	}
 
 	code, req := do("POST", api.URL+"/v3/templates", "good", `{"name":"t1:v2","cpuCount":2,"memoryMB":1024}`)
@@ -167,6 +173,9 @@ func TestE2BUploadAndBuildStatus(t *testing.T) {
 	steps := `{"fromTemplate":"host","steps":[{"type":"RUN","args":["ok"]},{"type":"RUN","args":["bad"]}]}`
 	if code, out := do("POST", api.URL+"/v2/templates/t1/builds/"+bid, "good", steps); code != http.StatusAccepted {
 		t.Fatalf("start build: %d %v", code, out)
+	}
+	if code, _ := do("POST", api.URL+"/v2/templates/t1/builds/"+bid, "other", steps); code != http.StatusNotFound {
+		t.Errorf("another key starting the build: %d, want 404", code)
 	}
 	if code, _ := do("POST", api.URL+"/v2/templates/t1/builds/"+bid, "good", steps); code != http.StatusConflict {
 		t.Errorf("second start of the build: %d, want 409", code)

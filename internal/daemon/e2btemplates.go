@@ -38,25 +38,49 @@ func newE2BTemplates(t templates, dataDir string) e2bTemplates {
 	return e2bTemplates{t: t, dir: filepath.Join(dataDir, "e2b-files"), mu: &sync.Mutex{}}
 }
 
-// FilesPresent says whether the files of hash were uploaded already.
-func (e e2bTemplates) FilesPresent(hash string) bool {
-	if !build.ValidFilesHash(hash) {
+// scopeDir is the directory of scope's uploads ("" when scope is not one the API server
+// makes: operator, key-<hex>).
+func (e e2bTemplates) scopeDir(scope string) string {
+	if scope != "operator" && !validKeyScope(scope) {
+		return ""
+	}
+	return filepath.Join(e.dir, scope)
+}
+
+func validKeyScope(s string) bool {
+	h, ok := strings.CutPrefix(s, "key-")
+	if !ok || len(h) != 20 {
 		return false
 	}
-	fi, err := os.Lstat(filepath.Join(e.dir, hash))
+	for _, c := range h {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return false
+		}
+	}
+	return true
+}
+
+// FilesPresent says whether scope uploaded the files of hash already.
+func (e e2bTemplates) FilesPresent(scope, hash string) bool {
+	dir := e.scopeDir(scope)
+	if dir == "" || !build.ValidFilesHash(hash) {
+		return false
+	}
+	fi, err := os.Lstat(filepath.Join(dir, hash))
 	return err == nil && fi.IsDir()
 }
 
 // PutFiles unpacks an upload (a tar, gzipped or not) as the files of hash: into a fresh
 // directory first, renamed into place once whole. At most max bytes are unpacked.
-func (e e2bTemplates) PutFiles(ctx context.Context, hash string, r io.Reader, max int64) error {
-	if !build.ValidFilesHash(hash) {
-		return fmt.Errorf("files hash %q: %w", hash, errdefs.ErrInvalidArgument)
+func (e e2bTemplates) PutFiles(ctx context.Context, scope, hash string, r io.Reader, max int64) error {
+	dir := e.scopeDir(scope)
+	if dir == "" || !build.ValidFilesHash(hash) {
+		return fmt.Errorf("upload scope %q, files hash %q: %w", scope, hash, errdefs.ErrInvalidArgument)
 	}
-	if err := os.MkdirAll(e.dir, 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp(e.dir, ".upload-")
+	tmp, err := os.MkdirTemp(dir, ".upload-")
 	if err != nil {
 		return err
 	}
@@ -81,14 +105,18 @@ func (e e2bTemplates) PutFiles(ctx context.Context, hash string, r io.Reader, ma
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.FilesPresent(hash) {
+	if e.FilesPresent(scope, hash) {
 		return nil // a concurrent upload of the same files won
 	}
-	return os.Rename(tmp, filepath.Join(e.dir, hash))
+	return os.Rename(tmp, filepath.Join(dir, hash))
 }
 
-// Build builds template name from an E2B template (its COPY sources are uploads).
-func (e e2bTemplates) Build(ctx context.Context, name string, tmpl *build.E2BTemplate, progress func(string)) (v1.Template, *v1.BuildReport, error) {
+// Build builds template name from an E2B template (its COPY sources are scope's uploads).
+func (e e2bTemplates) Build(ctx context.Context, scope, name string, tmpl *build.E2BTemplate, progress func(string)) (v1.Template, *v1.BuildReport, error) {
+	dir := e.scopeDir(scope)
+	if dir == "" {
+		return v1.Template{}, nil, fmt.Errorf("upload scope %q: %w", scope, errdefs.ErrInvalidArgument)
+	}
 	if err := storage.ValidTemplateName(name); err != nil {
 		return v1.Template{}, nil, err
 	}
@@ -100,10 +128,10 @@ func (e e2bTemplates) Build(ctx context.Context, name string, tmpl *build.E2BTem
 		return v1.Template{}, nil, err
 	}
 	breq := build.Request{Name: name, From: from, Steps: steps, Progress: progress}
-	if err := os.MkdirAll(e.dir, 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return v1.Template{}, nil, err
 	}
-	root, err := os.OpenRoot(e.dir)
+	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return v1.Template{}, nil, err
 	}

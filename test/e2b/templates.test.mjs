@@ -123,6 +123,14 @@ describe('templates as code', () => {
     assert.equal((await sbx.commands.run('curl -s http://127.0.0.1:8123/version.txt')).stdout.trim(), 'v2')
   })
 
+  test('fromTemplate of a template built here: its files, env and start command carry over', async () => {
+    const child = `tpl-child-${suffix}`
+    await Template.build(Template().fromTemplate(name).runCmd('cat /srv/app/version.txt > /srv/app/from-parent', { user: 'root' }), child)
+    const sbx = await create({ template: child })
+    assert.equal((await sbx.commands.run('cat /srv/app/from-parent; echo $GREETING; moat-hello')).stdout, 'v2\nhello-env\nhello from a local deb\n')
+    assert.equal((await sbx.commands.run('curl -s http://127.0.0.1:8123/from-parent')).stdout.trim(), 'v2')
+  })
+
   test('a failing runCmd gives BuildError with the step output', async () => {
     const bad = Template().fromTemplate('host')
       .runCmd('echo fine > /tmp/ok')
