@@ -2,10 +2,15 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/registry"
 
 	v1 "github.com/moatdev/moat/api/v1"
 )
@@ -81,5 +86,31 @@ func TestCLITemplateSteps(t *testing.T) {
 	}
 	if _, e, code := c.run("", "template", "build", "bad", "--steps", file, "--file", file); code == 0 || !strings.Contains(e, "do not go with it") {
 		t.Errorf("--steps with --file: %d %s", code, e)
+	}
+}
+
+// TestCLITemplateStepsFromImage: a steps file's fromImage is pulled as moat template pull
+// does it (here from a registry on loopback), then its steps run on it.
+func TestCLITemplateStepsFromImage(t *testing.T) {
+	c := newCLI(t)
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/moat/tiny:1"
+	pushTinyImage(t, ref)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "note"), []byte("copied\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "steps.yaml")
+	steps := "fromImage: " + ref + "\nsteps:\n  - copy: {src: note, dest: /opt/note, mode: \"0600\"}\n  - env: {FROM_STEPS: yes-it-is}\n"
+	if err := os.WriteFile(file, []byte(steps), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, e, code := c.run("", "template", "build", "stepstiny", "--steps", file, "--context", dir); code != 0 || !strings.Contains(e, "pulling it as template tiny-1") {
+		t.Fatalf("build: %d %s", code, e)
+	}
+	out, e, code := c.run("", "run", "--template", "stepstiny", "--", "echo $(</opt/note) $FROM_STEPS")
+	if code != 0 || out != "copied yes-it-is\n" {
+		t.Errorf("run in the built template: %d %q %s", code, out, e)
 	}
 }
