@@ -66,8 +66,40 @@ func (e e2bTemplates) FilesPresent(scope, hash string) bool {
 	if dir == "" || !build.ValidFilesHash(hash) {
 		return false
 	}
-	fi, err := os.Lstat(filepath.Join(dir, hash))
-	return err == nil && fi.IsDir()
+	p := filepath.Join(dir, hash)
+	fi, err := os.Lstat(p)
+	if err != nil || !fi.IsDir() {
+		return false
+	}
+	now := time.Now()
+	_ = os.Chtimes(p, now, now) // in use: collectUploads keeps it
+	return true
+}
+
+// e2bUploadsKept is how long uploaded files nobody asked for are kept.
+const e2bUploadsKept = 7 * 24 * time.Hour
+
+// collectUploads removes, in dir (one scope's uploads), the uploads nobody asked for
+// within e2bUploadsKept (FilesPresent marks them used) and temporary directories of
+// uploads interrupted over an hour ago.
+func (e e2bTemplates) collectUploads(dir string, now time.Time) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, d := range ents {
+		fi, err := d.Info()
+		if err != nil || !fi.IsDir() {
+			continue
+		}
+		age := now.Sub(fi.ModTime())
+		tmp := strings.HasPrefix(d.Name(), ".upload-")
+		if tmp && age > time.Hour || !tmp && build.ValidFilesHash(d.Name()) && age > e2bUploadsKept {
+			if err := os.RemoveAll(filepath.Join(dir, d.Name())); err != nil {
+				e.t.log.Warn("removing old E2B template uploads", "dir", d.Name(), "err", err)
+			}
+		}
+	}
 }
 
 // PutFiles unpacks an upload (a tar, gzipped or not) as the files of hash: into a fresh
@@ -105,6 +137,7 @@ func (e e2bTemplates) PutFiles(ctx context.Context, scope, hash string, r io.Rea
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	defer e.collectUploads(dir, time.Now())
 	if e.FilesPresent(scope, hash) {
 		return nil // a concurrent upload of the same files won
 	}

@@ -6,10 +6,12 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/moatdev/moat/internal/errdefs"
 )
@@ -125,5 +127,36 @@ func TestE2BPutFiles(t *testing.T) {
 	left, _ := filepath.Glob(filepath.Join(data, "e2b-files", "*", ".upload-*"))
 	if len(left) > 0 {
 		t.Errorf("temporary directories left: %v", left)
+	}
+}
+
+// TestE2BCollectUploads: an upload nobody asked for within the keep time goes with the next
+// upload to its scope, as does an interrupted upload's temporary directory; one asked for
+// (FilesPresent) stays.
+func TestE2BCollectUploads(t *testing.T) {
+	data := t.TempDir()
+	e := newE2BTemplates(templates{log: slog.New(slog.DiscardHandler)}, data)
+	ctx := context.Background()
+	dir := filepath.Join(data, "e2b-files", "operator")
+	old, used, tmp := strings.Repeat("01", 32), strings.Repeat("02", 32), ".upload-123"
+	for _, d := range []string{old, used, tmp} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		past := time.Now().Add(-e2bUploadsKept - time.Hour)
+		if err := os.Chtimes(filepath.Join(dir, d), past, past); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !e.FilesPresent("operator", used) {
+		t.Fatal("used upload not present")
+	}
+	if err := e.PutFiles(ctx, "operator", strings.Repeat("03", 32), bytes.NewReader(makeTar(t, true, tarEntry{name: "f", body: "x"})), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	for d, want := range map[string]bool{old: false, used: true, tmp: false, strings.Repeat("03", 32): true} {
+		if _, err := os.Lstat(filepath.Join(dir, d)); (err == nil) != want {
+			t.Errorf("%s: present %v, want %v", d, err == nil, want)
+		}
 	}
 }
