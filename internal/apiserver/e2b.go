@@ -596,6 +596,9 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
 		_, err = s.sandboxes.Start(r.Context(), id)
 		status = http.StatusCreated
 	}
+	if err == nil && (sb.State == sandbox.StateStopped || sb.State == sandbox.StatePaused && req.Memory != nil && !*req.Memory) {
+		err = s.e2bTemplateStart(r.Context(), sb) // started afresh: the template's start command again (e2b_templates.go)
+	}
 	if err != nil {
 		writeE2BError(w, err)
 		return

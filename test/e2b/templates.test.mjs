@@ -123,6 +123,13 @@ describe('templates as code', () => {
     assert.equal((await sbx.commands.run('curl -s http://127.0.0.1:8123/version.txt')).stdout.trim(), 'v2')
   })
 
+  test('after a filesystem-only pause, connect runs the start command again', async () => {
+    const sbx = await create({ template: name })
+    assert.equal(await sbx.pause({ keepMemory: false }), true)
+    const back = await sbx.connect()
+    assert.equal((await back.commands.run('curl -s http://127.0.0.1:8123/version.txt')).stdout.trim(), 'v2')
+  })
+
   test('fromTemplate of a template built here: its files, env and start command carry over', async () => {
     const child = `tpl-child-${suffix}`
     await Template.build(Template().fromTemplate(name).runCmd('cat /srv/app/version.txt > /srv/app/from-parent', { user: 'root' }), child)
