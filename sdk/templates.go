@@ -29,7 +29,12 @@ func (c *Client) RemoveTemplate(ctx context.Context, name string, force bool) (*
 // BuildDockerfile builds a template from a Dockerfile, calling progress for each progress
 // line, and returns the template and the build's report.
 func (c *Client) BuildDockerfile(ctx context.Context, req v1.DockerfileRequest, progress func(string)) (*v1.Template, *v1.BuildReport, error) {
-	resp, err := c.send(ctx, http.MethodPost, "/v1/templates/dockerfile", req)
+	return c.buildStream(ctx, "/v1/templates/dockerfile", req, progress)
+}
+
+// buildStream posts a build request to path and reads its NDJSON progress to the result.
+func (c *Client) buildStream(ctx context.Context, path string, req any, progress func(string)) (*v1.Template, *v1.BuildReport, error) {
+	resp, err := c.send(ctx, http.MethodPost, path, req)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -90,7 +90,7 @@ func (a *app) templateCmd() *cobra.Command {
 	}
 	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
-	var mirror, dockerfile, contextDir string
+	var mirror, dockerfile, contextDir, stepsFile string
 	var buildJSON bool
 	build := &cobra.Command{
 		Use:   "build NAME [--file Dockerfile [--context DIR]]",
@@ -107,6 +107,9 @@ same name waits for the first.
 build debian builds the clean Debian bookworm template with debootstrap.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if stepsFile != "" { // template_steps.go
+				return a.buildStepsFile(cmd, args[0], stepsFile, dockerfile, contextDir, buildJSON)
+			}
 			if dockerfile != "" {
 				if cmd.Flags().Changed("mirror") {
 					return fmt.Errorf("--mirror is for build debian, not a Dockerfile build")
@@ -123,6 +126,7 @@ build debian builds the clean Debian bookworm template with debootstrap.`,
 	build.Flags().StringVarP(&dockerfile, "file", "f", "", "Dockerfile to build NAME from")
 	build.Flags().StringVar(&contextDir, "context", "", "build context: the directory COPY reads from (default: none)")
 	build.Flags().BoolVar(&buildJSON, "json", false, "print the template and the build report as JSON (with --file)")
+	build.Flags().StringVar(&stepsFile, "steps", "", "YAML file of E2B template builder steps to build NAME from (docs/e2b-templates.md)")
 
 	var name string
 	imp := &cobra.Command{

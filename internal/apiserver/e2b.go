@@ -79,7 +79,7 @@ func e2bNotImplemented(what string) http.HandlerFunc {
 
 // e2bRoutes are the E2B control-plane routes (added to the one route table in New).
 func (s *Server) e2bRoutes() []route {
-	return append(s.e2bSnapshotRoutes(), []route{
+	return append(append(s.e2bSnapshotRoutes(), s.e2bTemplateRoutes()...), []route{
 		{"POST /sandboxes", s.e2bCreate, byKey},
 		{"POST /v2/sandboxes", s.e2bCreate, byKey},
 		{"GET /sandboxes", s.e2bList(false), byKey},
@@ -216,6 +216,11 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := s.sandboxes.Create(r.Context(), opts)
+	if err == nil {
+		if err = s.e2bTemplateStart(r.Context(), sb); err != nil { // e2b_templates.go
+			_ = s.sandboxes.Delete(context.WithoutCancel(r.Context()), sb.ID)
+		}
+	}
 	if err != nil {
 		writeE2BError(w, err)
 		return
@@ -250,7 +255,7 @@ func (s *Server) e2bOptions(ctx context.Context, req e2bCreateRequest) (sandbox.
 		}
 	}
 	tmpl := cmp.Or(req.TemplateID, "base")
-	src, err := s.e2bSource(ctx, tmpl) // a template or a snapshot (e2b_snapshot.go)
+	src, err := s.e2bSource(ctx, e2bTaggedName(tmpl)) // a template or a snapshot (e2b_snapshot.go); name:tag (e2b_templates.go)
 	if err != nil {
 		return sandbox.CreateOptions{}, err
 	}
@@ -275,6 +280,9 @@ func (s *Server) e2bOptions(ctx context.Context, req e2bCreateRequest) (sandbox.
 		opts.Template, opts.TemplateAlias, opts.FromSnapshot = "", "", src.Snapshot.ID
 	}
 	e2bLifecycleOptions(&opts, req)
+	if err := s.e2bTemplateLimits(ctx, opts.Template, &opts); err != nil { // e2b_templates.go
+		return sandbox.CreateOptions{}, err
+	}
 	if err := s.applyTier(md[E2BTierKey], &opts); err != nil {
 		return sandbox.CreateOptions{}, err
 	}
@@ -591,6 +599,9 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
 	case sandbox.StateStopped:
 		_, err = s.sandboxes.Start(r.Context(), id)
 		status = http.StatusCreated
+	}
+	if err == nil && (sb.State == sandbox.StateStopped || sb.State == sandbox.StatePaused && req.Memory != nil && !*req.Memory) {
+		err = s.e2bTemplateStart(r.Context(), sb) // started afresh: the template's start command again (e2b_templates.go)
 	}
 	if err != nil {
 		writeE2BError(w, err)

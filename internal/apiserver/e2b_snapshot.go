@@ -34,12 +34,11 @@ import (
 )
 
 // e2bSnapshotRoutes are E2B's snapshot and fork routes (added before the 501 catch-alls of
-// e2bRoutes; DELETE /templates/{id} is deleteSnapshot's route in the SDK).
+// e2bRoutes; DELETE /templates/{id}, deleteSnapshot's route in the SDK, is e2bDeleteTemplate's).
 func (s *Server) e2bSnapshotRoutes() []route {
 	return []route{
 		{"POST /sandboxes/{id}/snapshots", s.e2bCreateSnapshot, byKey},
 		{"GET /snapshots", s.e2bListSnapshots, byKey},
-		{"DELETE /templates/{template}", s.e2bDeleteSnapshot, byKey},
 		{"POST /sandboxes/{id}/fork", s.e2bFork, byKey},
 	}
 }

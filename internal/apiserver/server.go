@@ -115,6 +115,8 @@ type Server struct {
 
 	// archives lists the drive archives of sandboxes deleted unused (SetArchives); nil: none.
 	archives Archives
+	// e2bt holds E2B template builds (e2b_templates.go).
+	e2bt *e2bTemplateState
 	// approvalsSvc are the approvals (SetApprovals, approvals.go); nil: none.
 	approvalsSvc Approvals
 	// auditLog is the audit log (SetAudit, audit.go); nil: none.
@@ -617,7 +619,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, list)
+	writeJSON(w, http.StatusOK, s.withE2BBuilds(list)) // e2b_templates.go
 }
 
 // progressStream starts an NDJSON answer of a long operation: progress sends one line

@@ -9,6 +9,7 @@ package build
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"strings"
 	"unicode"
 
@@ -45,6 +46,10 @@ type Step struct {
 	Chown   string
 	Vars    []Var
 	Path    string
+	// From E2B's builder (e2b.go): RunAs is the user one RUN runs as (else USER's);
+	// Mode, when not 0, is the permissions of the files a COPY writes.
+	RunAs string
+	Mode  fs.FileMode
 }
 
 // Dockerfile is a parsed Dockerfile: FROM's reference and the steps after it.
@@ -375,7 +380,9 @@ func (s Step) Text() string {
 		Chown   string   `json:",omitempty"`
 		Vars    []Var    `json:",omitempty"`
 		Path    string   `json:",omitempty"`
-	}{s.Kind, s.Argv, s.Shell, s.Sources, s.Dest, s.Chown, s.Vars, s.Path})
+		RunAs   string   `json:",omitempty"`
+		Mode    uint32   `json:",omitempty"`
+	}{s.Kind, s.Argv, s.Shell, s.Sources, s.Dest, s.Chown, s.Vars, s.Path, s.RunAs, uint32(s.Mode)})
 	return string(b)
 }
 
@@ -406,6 +413,12 @@ func (s Step) String() string {
 		arg = s.Path
 	}
 	out := string(s.Kind) + " " + arg
+	if s.RunAs != "" {
+		out += " (as " + s.RunAs + ")"
+	}
+	if s.Mode != 0 {
+		out += fmt.Sprintf(" (mode %04o)", uint32(s.Mode))
+	}
 	if len(out) > 200 {
 		out = out[:200] + "…"
 	}

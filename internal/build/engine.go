@@ -202,6 +202,9 @@ func Build(ctx context.Context, be Backend, req Request) (*Report, error) {
 				argv = []string{"/bin/sh", "-c", s.Shell}
 			}
 			e := Exec{Argv: argv, Env: st.envMap(), User: st.runUser, Workdir: st.workdir, Out: lineWriter(progress)}
+			if s.RunAs != "" {
+				e.User = s.RunAs
+			}
 			if e.User == "" {
 				e.User = "root"
 			}
@@ -362,7 +365,8 @@ func (l *lines) Write(p []byte) (int, error) {
 // copyPlan is a COPY resolved against the context: what goes where, and its content hash.
 type copyPlan struct {
 	entries []copyEntry
-	owner   string // --chown, resolved inside the image
+	owner   string      // --chown, resolved inside the image
+	mode    fs.FileMode // when not 0: the permissions of every regular file
 	hash    string
 }
 
@@ -387,7 +391,7 @@ func planCopy(cx fs.ReadLinkFS, s Step, workdir string) (*copyPlan, error) {
 	if len(s.Sources) > 1 {
 		destDir = true
 	}
-	p := &copyPlan{owner: s.Chown}
+	p := &copyPlan{owner: s.Chown, mode: s.Mode}
 	h := sha256.New()
 	add := func(e copyEntry) error {
 		if len(p.entries) >= maxCopyEntries {
@@ -530,7 +534,11 @@ func (p *copyPlan) apply(cx fs.ReadLinkFS, root *os.Root, hostID func(int) int) 
 			return err
 		}
 		if e.mode.IsRegular() {
-			if err := root.Chmod(rel, e.mode.Perm()|e.mode&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
+			perm := e.mode.Perm() | e.mode&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)
+			if p.mode != 0 {
+				perm = p.mode.Perm()
+			}
+			if err := root.Chmod(rel, perm); err != nil {
 				return err
 			}
 		}

@@ -442,6 +442,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		E2B: apiserver.E2BConfig{Templates: cfg.E2BTemplates}, Log: d.log.With("component", "api"),
 	})
 	d.api.SetTemplateAdmin(tmpls)
+	// E2B templates as code: e2btemplates.go.
+	d.api.SetE2BTemplates(newE2BTemplates(tmpls, cfg.DataDir))
 	d.api.SetProtectedPaths(cfg.GitProtected) // GET /v1/inventory
 	d.api.SetTemplateScanner(templateScanner{stor})
 	d.api.SetMetrics(d.metrics.Handler(), cfg.MetricsToken, d.metrics) // metrics.go

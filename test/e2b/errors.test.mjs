@@ -79,7 +79,7 @@ describe('errors', () => {
     assert.match(err.message, /^501: \S/, 'the message is "501: <what the server said>"')
     assert.equal(await sbx.isRunning(), true, 'the sandbox is still running after a refused call')
 
-    for (const [method, path] of [['POST', '/v3/templates'], ['GET', '/sandboxes/' + sbx.sandboxId + '/logs']]) {
+    for (const [method, path] of [['POST', '/secrets'], ['GET', '/sandboxes/' + sbx.sandboxId + '/logs']]) {
       const res = await fetch(API_URL + path, {
         method,
         headers: { 'X-API-KEY': API_KEY, 'Content-Type': 'application/json' },
