@@ -133,6 +133,8 @@ type Server struct {
 	// usage is the usage ledger and calls the API-call counter (SetUsage, usage.go); nil: none.
 	usageLedger UsageLedger
 	calls       *usage.Calls
+
+	console *consoleConfig // the web console and its sessions (SetConsole, session.go); nil: none
 }
 
 // route is one entry of the route table: its pattern, its handler and who may call it.
@@ -252,6 +254,8 @@ func New(d Deps) *Server {
 	routes = append(routes, s.inventoryRoutes()...)
 	routes = append(routes, s.auditRoutes()...) // audit.go
 	routes = append(routes, s.usageRoutes()...) // usage.go (metering)
+	// session.go: the web console
+	routes = append(routes, s.consoleRoutes()...)
 	routes = append(routes, route{"GET /health", s.health, public})
 	s.routes, s.access = routes, map[string]access{}
 	for _, r := range routes {
@@ -320,11 +324,14 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 		if !ok {
 			key = r.Header.Get("X-API-KEY")
 		}
-		if key == "" {
+		var caller sandbox.Caller
+		var err error
+		if key != "" {
+			caller, err = auth.Authenticate(r.Context(), key)
+		} else if caller, ok, err = s.sessionCaller(r); !ok && err == nil { // session.go: the console's cookie
 			fail(w, fmt.Errorf("an API key is required (Authorization: Bearer <key>, or X-API-KEY): %w", errdefs.ErrUnauthenticated))
 			return
 		}
-		caller, err := auth.Authenticate(r.Context(), key)
 		if err != nil {
 			fail(w, err)
 			return
@@ -337,6 +344,9 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 		s.countCall(caller) // usage.go
 		r = r.WithContext(sandbox.WithCaller(r.Context(), caller))
 		s.auditAPI(r) // audit.go
+		if key == "" {
+			sessionHeaders(w) // session.go: sandbox bytes never run as the console
+		}
 		s.mux.ServeHTTP(w, r)
 	}))
 }
