@@ -137,7 +137,7 @@ func sameOrigin(origin, host string, https bool) bool {
 
 // consoleHeaders sets the console's response headers: a strict Content-Security-Policy
 // (scripts and connections only from the daemon itself; no inline script, no framing),
-// no MIME sniffing, no referrer.
+// no MIME sniffing, no referrer to other sites.
 func (s *Server) consoleHeaders(w http.ResponseWriter, r *http.Request) {
 	ws := "ws://" + r.Host
 	if s.console != nil && s.console.https(r) {
@@ -149,7 +149,8 @@ func (s *Server) consoleHeaders(w http.ResponseWriter, r *http.Request) {
 		"connect-src 'self' "+ws+"; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: under no-referrer a form post's Origin is "null".
+	h.Set("Referrer-Policy", "same-origin")
 }
 
 func (s *Server) uiAssets(w http.ResponseWriter, r *http.Request) {
