@@ -266,6 +266,7 @@ func TestConsoleBrowser(t *testing.T) {
 		waitJS(`location.hash.endsWith('/terminal')`),
 		chromedp.Evaluate(`location.hash`, &hash))
 	id := strings.Split(hash, "/")[2]
+	t.Cleanup(func() { _ = api.Delete(bg, id) }) // before the daemon stops (cleanups run last first)
 	sb, err := api.Get(bg, id)
 	if err != nil || sb.State != "running" || sb.Name != "console-test" {
 		t.Fatalf("the sandbox the page created: %+v, %v", sb, err)
