@@ -104,6 +104,17 @@ func startDaemon(t *testing.T) *daemon {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// Sandboxes a failed test left are deleted before the daemon stops (cleanups run
+	// last first): a stopped daemon leaves them running.
+	t.Cleanup(func() {
+		op := sdk.NewUnix(filepath.Join(runDir, "moat.sock"))
+		list, _ := op.List(context.Background())
+		for _, sb := range list {
+			if err := op.Delete(context.Background(), sb.ID); err != nil {
+				t.Errorf("deleting %s: %v", sb.ID, err)
+			}
+		}
+	})
 	newKey := func() string {
 		out, err := exec.Command(moat, append(slices.Clone(global), "apikey", "create")...).Output()
 		if err != nil {
@@ -266,7 +277,6 @@ func TestConsoleBrowser(t *testing.T) {
 		waitJS(`location.hash.endsWith('/terminal')`),
 		chromedp.Evaluate(`location.hash`, &hash))
 	id := strings.Split(hash, "/")[2]
-	t.Cleanup(func() { _ = api.Delete(bg, id) }) // before the daemon stops (cleanups run last first)
 	sb, err := api.Get(bg, id)
 	if err != nil || sb.State != "running" || sb.Name != "console-test" {
 		t.Fatalf("the sandbox the page created: %+v, %v", sb, err)
