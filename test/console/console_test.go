@@ -247,6 +247,9 @@ func signIn(t *testing.T, ctx context.Context, d *daemon, key string) {
 }
 
 func TestConsoleBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the browser suite drives real sandboxes in Chromium (not with -short)")
+	}
 	begun := time.Now()
 	d := startDaemon(t)
 	shots := os.Getenv("MOAT_CONSOLE_SCREENSHOTS")
@@ -255,7 +258,7 @@ func TestConsoleBrowser(t *testing.T) {
 			return
 		}
 		var buf []byte
-		if err := chromedp.Run(ctx, chromedp.Sleep(300*time.Millisecond), chromedp.FullScreenshot(&buf, 90)); err != nil {
+		if err := chromedp.Run(ctx, chromedp.Sleep(300*time.Millisecond), chromedp.FullScreenshot(&buf, 100)); err != nil {
 			t.Errorf("screenshot %s: %v", name, err)
 			return
 		}
@@ -269,6 +272,10 @@ func TestConsoleBrowser(t *testing.T) {
 	ctx := browser(t, &dialogs)
 
 	// Sign in, and create a sandbox from the page (no allow rules: deny-all egress).
+	if shots != "" {
+		run(t, ctx, 10*time.Second, "sign-in page", chromedp.Navigate(d.url+"/ui/login"), chromedp.WaitVisible(`input[name=key]`))
+		shot(ctx, "login")
+	}
 	signIn(t, ctx, d, d.key)
 	var hash string
 	run(t, ctx, 60*time.Second, "create a sandbox from the page",
@@ -284,6 +291,11 @@ func TestConsoleBrowser(t *testing.T) {
 	t.Logf("created %s from the page after %s", id, time.Since(begun).Round(time.Millisecond))
 
 	// The terminal: type a command, read its output off xterm's screen.
+	var noBundle bool
+	run(t, ctx, 15*time.Second, "terminal tab", chromedp.WaitVisible(`#terminal, #no-bundle`), chromedp.Evaluate(`!!document.getElementById('no-bundle')`, &noBundle))
+	if noBundle {
+		t.Fatal("the console's terminal bundle (xterm.js) is not built into this moat: `make build` runs npm ci and esbuild in internal/console/web")
+	}
 	run(t, ctx, 30*time.Second, "terminal",
 		chromedp.WaitVisible(`#terminal .xterm-rows`),
 		waitJS(`document.querySelector('#terminal .xterm-rows').textContent.trim().length > 0`), // the prompt
@@ -301,6 +313,10 @@ func TestConsoleBrowser(t *testing.T) {
 	run(t, ctx, 15*time.Second, "the blocked connection in the egress log",
 		waitJS(`[...document.querySelectorAll('#egress tbody tr')].some(r => r.querySelector('.blocked') && r.textContent.includes('203.0.113.7'))`))
 	shot(ctx, "egress")
+	if shots != "" {
+		run(t, ctx, 10*time.Second, "policy tab", chromedp.Navigate(d.url+"/ui/#/sandbox/"+id+"/policy"), chromedp.WaitVisible(`#phase`))
+		shot(ctx, "policy")
+	}
 
 	// A file named like markup is shown as text: no element made of it, no alert.
 	const evil = `<img src=x onerror=alert(1)>`
