@@ -296,3 +296,38 @@ func TestConsoleSecureCookie(t *testing.T) {
 		t.Errorf("CSP %q: want wss:// of the daemon", csp)
 	}
 }
+
+// FuzzSameOrigin: whatever the Origin header holds, it is the daemon's own only when it
+// names exactly the daemon's scheme and host.
+func FuzzSameOrigin(f *testing.F) {
+	for _, s := range []string{"http://127.0.0.1:7000", "null", "http://127.0.0.1:7000/", "http://127.0.0.1:7000@evil", "http://[::1]:7000", "HTTP://127.0.0.1:7000", "http://127.0.0.1:7000#x", "//127.0.0.1:7000"} {
+		f.Add(s, false)
+	}
+	f.Fuzz(func(t *testing.T, origin string, https bool) {
+		const host = "127.0.0.1:7000"
+		if !sameOrigin(origin, host, https) {
+			return
+		}
+		want := "http://" + host
+		if https {
+			want = "https://" + host
+		}
+		u, err := url.Parse(origin)
+		if err != nil || u.Scheme+"://"+strings.ToLower(u.Host) != want || u.Path != "" || u.User != nil || u.RawQuery != "" || u.Opaque != "" {
+			t.Fatalf("sameOrigin(%q, https=%v) = true", origin, https)
+		}
+	})
+}
+
+// FuzzParseTermSize: a resize message either fails or gives a size of 1 to 1000 each.
+func FuzzParseTermSize(f *testing.F) {
+	for _, s := range []string{`{"cols":80,"rows":24}`, `{"cols":0}`, `{"cols":4294967295,"rows":1}`, `[]`, `{"cols":1e3,"rows":1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sz, err := parseTermSize(b)
+		if err == nil && (sz.Cols < 1 || sz.Rows < 1 || sz.Cols > 1000 || sz.Rows > 1000) {
+			t.Fatalf("parseTermSize(%q) = %+v", b, sz)
+		}
+	})
+}
