@@ -224,6 +224,17 @@ function overview(sb, box) {
     kv('Expires', until(sb.expires_at)), kv('Owner', ownerOf(sb)), kv('Visibility', sb.visibility || 'private'),
     kv('Memory', l.memory_bytes ? Math.round(l.memory_bytes / 1048576) + ' MiB' : ''), kv('CPUs', l.cpus),
     kv('Phase', sb.policy && sb.policy.phase), kv('Snapshot', sb.snapshot), kv('Fork of', sb.fork_of)));
+  // Visibility: who else may use the sandbox (PUT /v1/sandboxes/{id}/visibility).
+  const other = (sb.visibility || 'private') === 'private' ? 'team' : 'private';
+  const status = el('span');
+  box.append(el('p', { class: 'toolbar' }, el('button', {
+    type: 'button', id: 'visibility', onclick: async () => {
+      try {
+        await api('PUT', `/v1/sandboxes/${encodeURIComponent(sb.id)}/visibility`, { visibility: other });
+        route();
+      } catch (e) { status.replaceChildren(errorBox(e)); }
+    },
+  }, other === 'team' ? 'Share with the team (visibility: team)' : 'Make private (owner only)'), status));
 }
 
 async function terminalTab(sb, box) {
