@@ -92,6 +92,15 @@ func TestParseTermSize(t *testing.T) {
 	}
 }
 
+func TestCloseReason(t *testing.T) {
+	if got := closeReason("the shell ended: exit status 1\x1b]0;pwn\x07 é"); got != "the shell ended: exit status 1]0;pwn " {
+		t.Errorf("closeReason = %q", got)
+	}
+	if got := closeReason(strings.Repeat("x", 500)); len(got) != 123 {
+		t.Errorf("closeReason of 500 bytes: %d bytes, want 123", len(got))
+	}
+}
+
 // fakeSessions stores sessions in memory as the store does (by id, with a CSRF token).
 type fakeSessions struct {
 	mu   sync.Mutex

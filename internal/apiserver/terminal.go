@@ -109,8 +109,36 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) {
 	conn.SetReadLimit(1 << 20)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	// The audit log records the terminal as an exec (a GET is otherwise not recorded), and
+	// its end.
+	what := "terminal /bin/bash -l (PTY)"
+	if r.RemoteAddr != "" && r.RemoteAddr != "@" {
+		what += " from " + r.RemoteAddr
+	}
+	s.auditTerminal(ctx, sb.ID, "exec", what)
 	code, msg := s.runTerminal(ctx, cancel, conn, sb, sz)
-	_ = conn.Close(code, msg)
+	s.auditTerminal(context.WithoutCancel(ctx), sb.ID, "exec_end", what+" "+msg)
+	_ = conn.Close(code, closeReason(msg))
+}
+
+// closeReason makes msg (which may hold a sandbox's words: the shell's exit status) a
+// WebSocket close reason: printable ASCII only, at most 123 bytes (the protocol's limit).
+// It is pure.
+func closeReason(msg string) string {
+	b := make([]byte, 0, len(msg))
+	for i := 0; i < len(msg) && len(b) < 123; i++ {
+		if c := msg[i]; c >= 0x20 && c < 0x7f {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+// auditTerminal records a terminal's start or end in the audit log, if there is one.
+func (s *Server) auditTerminal(ctx context.Context, id, kind, detail string) {
+	if s.auditLog != nil {
+		s.auditLog.Record(ctx, id, kind, detail)
+	}
 }
 
 // runTerminal bridges conn to a shell on a PTY in sb until either ends; it returns the

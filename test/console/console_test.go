@@ -42,6 +42,7 @@ import (
 // daemon is one `moat serve --listen` subprocess and two API keys for it.
 type daemon struct {
 	url       string // http://127.0.0.1:PORT
+	sock      string // the unix socket: the operator
 	key, key2 string
 	logs      *syncBuffer
 }
@@ -122,7 +123,7 @@ func startDaemon(t *testing.T) *daemon {
 		}
 		return strings.TrimSpace(string(out))
 	}
-	return &daemon{url: base, key: newKey(), key2: newKey(), logs: logs}
+	return &daemon{url: base, sock: filepath.Join(runDir, "moat.sock"), key: newKey(), key2: newKey(), logs: logs}
 }
 
 func freeAddr(t *testing.T) string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,5 +84,24 @@ func TestTerminalWebSocket(t *testing.T) {
 			}
 			break
 		}
+	}
+	// The audit log (the operator's) has the terminal's start and end, by the key.
+	var recs []v1.AuditRecord
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if recs, err = sdk.NewUnix(d.sock).Audit(ctx, sb.ID, time.Time{}, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(recs, func(r v1.AuditRecord) bool { return r.Kind == "exec_end" && strings.Contains(r.Detail, "terminal") }) {
+			break
+		}
+	}
+	var kinds []string
+	for _, r := range recs {
+		if strings.Contains(r.Detail, "terminal") {
+			kinds = append(kinds, r.Kind+" by "+r.Actor)
+		}
+	}
+	if want := []string{"exec by key:", "exec_end by key:"}; len(kinds) != 2 || !strings.HasPrefix(kinds[0], want[0]) || !strings.HasPrefix(kinds[1], want[1]) {
+		t.Fatalf("audit records of the terminal: %q, want an exec and its end by the key", kinds)
 	}
 }
