@@ -397,6 +397,32 @@ func TestConsoleBrowser(t *testing.T) {
 			chromedp.Navigate(d.url+href),
 			waitJS(`document.body && document.body.textContent.includes(`+strconv.Quote(page)+`)`),
 			chromedp.Text(`body`, &text))
+		// The preview shares the daemon's origin: its scripts must not act as the console.
+		// A script there reads the session's CSRF token if it can and stops the sandbox
+		// with it; the sandbox must stay running (asserted at the daemon).
+		var tried string
+		run(t, ctx, 10*time.Second, "the preview's scripts against the console",
+			chromedp.Evaluate(`(async () => {
+				let tok = 'guess', out = '';
+				try {
+					const r = await fetch('/ui/session', {credentials: 'include'});
+					const body = await r.text();
+					out += 'session ' + r.status + ' ' + body.slice(0, 40);
+					try { tok = JSON.parse(body).csrf_token || tok; } catch (_) {}
+				} catch (e) { out += 'session refused: ' + e; }
+				try {
+					const r = await fetch('/v1/sandboxes/`+id+`/stop', {method: 'POST', credentials: 'include', headers: {'X-CSRF-Token': tok}});
+					out += '; stop ' + r.status;
+				} catch (e) { out += '; stop refused: ' + e; }
+				return out;
+			})()`, &tried, awaitPromise))
+		t.Logf("a script of the preview page: %s", tried)
+		if strings.Contains(tried, "csrf_token") {
+			t.Errorf("a preview page read the console's session: %s", tried)
+		}
+		if sb, err := api.Get(bg, id); err != nil || sb.State != "running" {
+			t.Fatalf("after the preview page's stop the sandbox is %+v, %v; want running", sb, err)
+		}
 	})
 
 	// Delete from the page (two clicks), and the daemon has no such sandbox.
