@@ -45,38 +45,30 @@ type daemon struct {
 	sock      string // the unix socket: the operator
 	key, key2 string
 	logs      *syncBuffer
+	args      []string // moat serve's command line
+	global    []string // moat's global flags (data and run directories)
+	proc      *exec.Cmd
+	exited    chan struct{}
 }
 
 func startDaemon(t *testing.T) *daemon {
 	t.Helper()
 	testutil.RequiresRoot(t)
-	moat := filepath.Join(testutil.Binaries(t), "moat")
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	runDir := "/run/moat-console-" + hex.EncodeToString(rnd[:])
 	data := t.TempDir()
-	global := []string{"--data", data, "--run-dir", runDir, "--socket", filepath.Join(runDir, "moat.sock"),
+	d := &daemon{sock: filepath.Join(runDir, "moat.sock"), logs: &syncBuffer{}}
+	d.global = []string{"--data", data, "--run-dir", runDir, "--socket", d.sock,
 		"--id-base", strconv.FormatUint(uint64(testutil.IDBase(t)), 10)}
 	addr := freeAddr(t)
-	logs := &syncBuffer{}
-	cmd := exec.Command(moat, append(slices.Clone(global), "serve", "--listen", addr, "--warm", "0", "--default-disk", "1G")...)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting moat serve: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	d.url = "http://" + addr
+	d.args = append(slices.Clone(d.global), "serve", "--listen", addr, "--warm", "0", "--default-disk", "1G")
+	d.start(t)
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(60 * time.Second):
-			t.Errorf("moat serve did not stop within 60s of SIGTERM; killing it")
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		d.stop(t)
 		if t.Failed() {
-			t.Logf("moat serve output (last 32 KiB):\n%s", logs.tail(32<<10))
+			t.Logf("moat serve output (last 32 KiB):\n%s", d.logs.tail(32<<10))
 		}
 		_ = os.RemoveAll(runDir)
 		drives := filepath.Join(data, "drives")
@@ -87,28 +79,10 @@ func startDaemon(t *testing.T) *daemon {
 			time.Sleep(100 * time.Millisecond)
 		}
 	})
-	base := "http://" + addr
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if resp, err := http.Get(base + "/health"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		select {
-		case <-exited:
-			t.Fatalf("moat serve exited:\n%s", logs.tail(32<<10))
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("moat serve did not answer /health within 30s:\n%s", logs.tail(32<<10))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 	// Sandboxes a failed test left are deleted before the daemon stops (cleanups run
 	// last first): a stopped daemon leaves them running.
 	t.Cleanup(func() {
-		op := sdk.NewUnix(filepath.Join(runDir, "moat.sock"))
+		op := sdk.NewUnix(d.sock)
 		list, _ := op.List(context.Background())
 		for _, sb := range list {
 			if err := op.Delete(context.Background(), sb.ID); err != nil {
@@ -116,14 +90,60 @@ func startDaemon(t *testing.T) *daemon {
 			}
 		}
 	})
-	newKey := func() string {
-		out, err := exec.Command(moat, append(slices.Clone(global), "apikey", "create")...).Output()
-		if err != nil {
-			t.Fatalf("moat apikey create: %v", err)
-		}
-		return strings.TrimSpace(string(out))
+	d.key, d.key2 = d.moat(t, "apikey", "create"), d.moat(t, "apikey", "create")
+	return d
+}
+
+// moat runs a moat command against the daemon (as the operator) and returns its output.
+func (d *daemon) moat(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(testutil.Binaries(t), "moat"), append(slices.Clone(d.global), args...)...).Output()
+	if err != nil {
+		t.Fatalf("moat %s: %v", strings.Join(args, " "), err)
 	}
-	return &daemon{url: base, sock: filepath.Join(runDir, "moat.sock"), key: newKey(), key2: newKey(), logs: logs}
+	return strings.TrimSpace(string(out))
+}
+
+// start starts moat serve and waits until it answers GET /health.
+func (d *daemon) start(t *testing.T) {
+	t.Helper()
+	d.proc = exec.Command(filepath.Join(testutil.Binaries(t), "moat"), d.args...)
+	d.proc.Stdout, d.proc.Stderr = d.logs, d.logs
+	if err := d.proc.Start(); err != nil {
+		t.Fatalf("starting moat serve: %v", err)
+	}
+	exited := make(chan struct{})
+	d.exited = exited
+	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(exited) }(d.proc)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if resp, err := http.Get(d.url + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatalf("moat serve exited:\n%s", d.logs.tail(32<<10))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("moat serve did not answer /health within 30s:\n%s", d.logs.tail(32<<10))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stop stops moat serve with SIGTERM (its sandboxes live on).
+func (d *daemon) stop(t *testing.T) {
+	_ = d.proc.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(60 * time.Second):
+		t.Errorf("moat serve did not stop within 60s of SIGTERM; killing it")
+		_ = d.proc.Process.Kill()
+		<-d.exited
+	}
 }
 
 func freeAddr(t *testing.T) string {
