@@ -304,6 +304,31 @@ func TestConsoleSecureCookie(t *testing.T) {
 	if csp := rec.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "wss://") {
 		t.Errorf("CSP %q: want wss:// of the daemon", csp)
 	}
+
+	// Served over TLS directly (r.TLS set), without the flag: Secure too.
+	direct := New(Deps{Sandboxes: &fakeSandboxes{}, Log: slog.New(slog.DiscardHandler)})
+	direct.SetConsole(&fakeSessions{m: map[string][2]string{}}, keys{}, false)
+	srv := httptest.NewTLSServer(direct.Handler(keys{}))
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + "/ui/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if c := resp.Cookies(); len(c) != 1 || !c[0].Secure {
+		t.Fatalf("login cookie over TLS: %+v, want Secure", c)
+	}
+	// ... and its own origin is https: an http Origin of the same host is another origin.
+	req, _ := http.NewRequest("POST", srv.URL+"/ui/login", strings.NewReader("key=x"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "http://"+strings.TrimPrefix(srv.URL, "https://"))
+	if resp, err = srv.Client().Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("sign-in over TLS from the http origin: %d, want 403", resp.StatusCode)
+	}
 }
 
 // FuzzSameOrigin: whatever the Origin header holds, it is the daemon's own only when it
