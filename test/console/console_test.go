@@ -356,6 +356,21 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatalf("the file name %q: %d img elements, %d dialogs, names %q", evil, imgs, dialogs, names)
 	}
 	shot(ctx, "files")
+	// The other tabs and the daemon-wide pages load from their /v1 routes without an error.
+	for _, page := range []string{"#/sandbox/" + id + "/overview", "#/sandbox/" + id + "/events", "#/sandbox/" + id + "/snapshots",
+		"#/sandbox/" + id + "/changes", "#/approvals", "#/snapshots"} {
+		var errText string
+		run(t, ctx, 10*time.Second, "page "+page,
+			chromedp.Navigate(d.url+"/ui/"+page),
+			waitJS(`document.querySelector('main h1') && !document.querySelector('main').textContent.includes('Loading')`),
+			chromedp.Sleep(300*time.Millisecond),
+			chromedp.Evaluate(`[...document.querySelectorAll('main .error')].map(e => e.textContent).join('; ')`, &errText))
+		if errText != "" {
+			t.Errorf("page %s shows an error: %s", page, errText)
+		}
+	}
+	run(t, ctx, 10*time.Second, "events tab", chromedp.Navigate(d.url+"/ui/#/sandbox/"+id+"/events"),
+		waitJS(`[...document.querySelectorAll('#events td')].some(td => td.textContent === 'create' || td.textContent === 'created' || td.textContent === 'started')`))
 	run(t, ctx, 10*time.Second, "list page", chromedp.Navigate(d.url+"/ui/#/"), chromedp.WaitVisible(`#sandboxes`))
 	shot(ctx, "sandboxes")
 

@@ -416,11 +416,27 @@ function snapTable(list) {
 async function changesTab(sb, box) {
   let list;
   try { list = await api('GET', `/v1/sandboxes/${encodeURIComponent(sb.id)}/changes`); } catch (e) { box.append(errorBox(e)); return; }
-  box.append(el('p', { class: 'muted' }, 'Git pushes of this sandbox and their decisions.'),
+  box.append(el('p', { class: 'muted' }, 'Git pushes of this sandbox and their decisions (held ones wait for approve or deny).'),
     list.length === 0 ? el('p', { class: 'muted' }, 'None.') : table([
       ['Change', c => c.id, 'mono'], ['Time', c => ago(c.time)], ['Remote', c => c.remote || '', 'mono'],
       ['Refs', c => (c.refs || []).map(r => r.ref || r.name || '').join(', '), 'mono'], ['Decision', c => c.decision],
-      ['Reasons', c => (c.reasons || []).join('; ')]], list, 'changes'));
+      ['Reasons', c => (c.reasons || []).join('; ')],
+      ['', c => c.decision === 'held' ? decide(`/v1/sandboxes/${encodeURIComponent(sb.id)}/changes/${encodeURIComponent(c.id)}`, () => route()) : '']], list, 'changes'));
+}
+
+// decide is an approve/deny pair for a pending decision at base (…/approve, …/deny); the
+// daemon says whether this key may decide (approver keys, owners for changes).
+function decide(base, done) {
+  const out = el('span', { class: 'toolbar' });
+  for (const [label, verb, cls] of [['Approve', 'approve', 'primary'], ['Deny', 'deny', 'danger']]) {
+    out.append(el('button', {
+      type: 'button', class: cls, 'data-action': verb, onclick: async ev => {
+        ev.target.disabled = true;
+        try { await api('POST', `${base}/${verb}`, {}); await done(); } catch (e) { out.append(errorBox(e)); ev.target.disabled = false; }
+      },
+    }, label));
+  }
+  return out;
 }
 
 // ---- daemon-wide pages ----
@@ -431,7 +447,8 @@ async function approvalsPage() {
     const list = await api('GET', '/v1/approvals');
     main.append(list.length === 0 ? el('p', { class: 'muted' }, 'None.') : table([
       ['Approval', a => a.id, 'mono'], ['Sandbox', a => el('a', { href: sandboxLink(a.sandbox) }, a.sandbox)], ['Kind', a => a.kind],
-      ['Summary', a => a.summary || '', 'mono'], ['State', a => a.state], ['Asked', a => ago(a.created_at)], ['Deadline', a => until(a.deadline)]], list, 'approvals'));
+      ['Summary', a => a.summary || '', 'mono'], ['State', a => a.state], ['Asked', a => ago(a.created_at)], ['Deadline', a => until(a.deadline)],
+      ['', a => a.state === 'pending' ? decide('/v1/approvals/' + encodeURIComponent(a.id), approvalsPage) : '']], list, 'approvals'));
   } catch (e) {
     main.append(errorBox(e));
   }
