@@ -217,6 +217,7 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) {
 	key := strings.TrimSpace(r.PostForm.Get("key"))
 	c, err := s.console.auth.Authenticate(r.Context(), key)
 	if err != nil || key == "" {
+		s.log.Warn("console sign-in refused: invalid API key", "remote", r.RemoteAddr)
 		s.loginForm(w, r, http.StatusUnauthorized, "That API key is not valid.")
 		return
 	}
