@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
@@ -356,6 +357,43 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatalf("the file name %q: %d img elements, %d dialogs, names %q", evil, imgs, dialogs, names)
 	}
 	shot(ctx, "files")
+
+	// Upload a file from the page, then download it back from the page.
+	dir := t.TempDir()
+	up := filepath.Join(dir, "upload.txt")
+	const content = "uploaded from the console\n"
+	if err := os.WriteFile(up, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	downloads := t.TempDir()
+	run(t, ctx, 20*time.Second, "upload and download from the files tab",
+		cdpbrowser.SetDownloadBehavior(cdpbrowser.SetDownloadBehaviorBehaviorAllow).WithDownloadPath(downloads),
+		chromedp.SetUploadFiles(`#upload`, []string{up}),
+		chromedp.Click(`#files-upload`),
+		waitJS(`[...document.querySelectorAll('#files .file-name')].some(e => e.textContent === 'upload.txt')`),
+		chromedp.Evaluate(`[...document.querySelectorAll('#files tr')].find(r => r.textContent.includes('upload.txt')).querySelector('button').click()`, nil),
+		chromedp.ActionFunc(func(ctx context.Context) error {
+			for {
+				if b, err := os.ReadFile(filepath.Join(downloads, "upload.txt")); err == nil && string(b) == content {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("the download never arrived in %s: %w", downloads, ctx.Err())
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}))
+	var in bytes.Buffer
+	if f, err := api.ReadFile(bg, id, "~/upload.txt", ""); err != nil {
+		t.Fatalf("the uploaded file in the sandbox: %v", err)
+	} else {
+		_, _ = in.ReadFrom(f)
+		f.Close()
+	}
+	if in.String() != content {
+		t.Fatalf("the uploaded file holds %q, want %q", in.String(), content)
+	}
 	// The other tabs and the daemon-wide pages load from their /v1 routes without an error.
 	for _, page := range []string{"#/sandbox/" + id + "/overview", "#/sandbox/" + id + "/events", "#/sandbox/" + id + "/snapshots",
 		"#/sandbox/" + id + "/changes", "#/approvals", "#/snapshots"} {

@@ -306,7 +306,7 @@ async function filesTab(sb, box) {
   };
   box.append(el('div', { class: 'toolbar' }, 'Directory', pathIn, el('button', { type: 'button', onclick: show }, 'List'),
     el('button', { type: 'button', onclick: () => { pathIn.value = pathIn.value.replace(/\/[^/]*\/?$/, '') || '/'; show(); } }, 'Up'),
-    '  Upload here:', upload, el('button', { type: 'button', onclick: up }, 'Upload')), listBox);
+    '  Upload here:', upload, el('button', { type: 'button', id: 'files-upload', onclick: up }, 'Upload')), listBox);
   pathIn.addEventListener('keydown', ev => { if (ev.key === 'Enter') show(); });
   await show();
 }
