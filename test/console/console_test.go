@@ -498,6 +498,24 @@ func TestConsoleBrowser(t *testing.T) {
 		}
 	})
 
+	// Stop and start from the page; the daemon's record follows.
+	run(t, ctx, 60*time.Second, "stop and start from the page",
+		chromedp.Navigate(d.url+"/ui/#/"),
+		chromedp.WaitVisible(`#sandboxes button[data-action=stop]`),
+		chromedp.Click(`#sandboxes button[data-action=stop]`),
+		chromedp.WaitVisible(`#sandboxes button[data-action=start]`),
+		chromedp.ActionFunc(func(context.Context) error {
+			if sb, err := api.Get(bg, id); err != nil || sb.State != "stopped" {
+				return fmt.Errorf("after Stop on the page the sandbox is %+v, %v", sb, err)
+			}
+			return nil
+		}),
+		chromedp.Click(`#sandboxes button[data-action=start]`),
+		chromedp.WaitVisible(`#sandboxes button[data-action=stop]`))
+	if sb, err := api.Get(bg, id); err != nil || sb.State != "running" {
+		t.Fatalf("after Start on the page the sandbox is %+v, %v", sb, err)
+	}
+
 	// Delete from the page (two clicks), and the daemon has no such sandbox.
 	run(t, ctx, 30*time.Second, "delete from the page",
 		chromedp.Navigate(d.url+"/ui/#/"),
