@@ -242,6 +242,9 @@ func TestConsoleSessions(t *testing.T) {
 		!strings.Contains(resp.Header.Get("Content-Security-Policy"), "sandbox") {
 		t.Fatalf("GET /v1/sandboxes with the session = %d %s (CSP %q)", resp.StatusCode, body, resp.Header.Get("Content-Security-Policy"))
 	}
+	if resp, _ := do("GET", "/v1/apikeys", nil, jar, ""); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a unix-socket-only route with a session = %d, want 403", resp.StatusCode)
+	}
 	_, body = do("GET", "/ui/session", nil, jar, "")
 	csrf := regexp.MustCompile(`"csrf_token":"([^"]+)"`).FindStringSubmatch(body)
 	if csrf == nil || !strings.Contains(body, `"api_key":"key-good"`) {
