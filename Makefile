@@ -18,14 +18,16 @@ all: build
 # probed by `moat doctor` for runc's memory checkpoints. gcc, pkg-config and libseccomp-dev
 # build the pinned runc (scripts/runtimes.sh), which moat prefers, with the pinned runsc, over
 # Debian's runc 1.1.5 and runsc 2022-12 (kept as fallbacks: `moat doctor` says which is used).
-DEB_TOOLS := runc crun runsc mkfs.ext4 mkfs.xfs git debootstrap nft python3 ps ip losetup sudo curl openssl protoc criu gcc pkg-config
+DEB_TOOLS := runc crun runsc mkfs.ext4 mkfs.xfs git debootstrap nft python3 ps ip losetup sudo curl openssl protoc criu gcc pkg-config chromium
+# The web console's front end (npm project; make build bundles it into internal/console/dist).
+CONSOLE_WEB := internal/console/web
 deps:
 	@missing=; for t in $(DEB_TOOLS); do command -v $$t >/dev/null || missing=1; done; \
 	pkg-config --exists libseccomp 2>/dev/null || missing=1; \
 	if [ -n "$$missing" ]; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    runc crun runsc e2fsprogs xfsprogs git debootstrap nftables util-linux ca-certificates criu \
-	    python3 procps iproute2 sudo curl openssl protobuf-compiler gcc libc6-dev pkg-config libseccomp-dev >/dev/null; \
+	    python3 procps iproute2 sudo curl openssl protobuf-compiler gcc libc6-dev pkg-config libseccomp-dev chromium >/dev/null; \
 	fi
 	$(GO) mod download
 	./scripts/runtimes.sh
@@ -33,8 +35,12 @@ deps:
 	@command -v node >/dev/null || { echo "node (>= 20.18) is needed for the E2B tests"; exit 1; }
 	@if [ ! -d test/e2b/node_modules ] || [ test/e2b/package-lock.json -nt test/e2b/node_modules ]; then \
 	  npm ci --prefix test/e2b --no-audit --no-fund --loglevel=error; fi
+	@# The web console's xterm.js and esbuild (pinned in its lockfile); chromium runs its browser tests.
+	@if [ ! -d $(CONSOLE_WEB)/node_modules ] || [ $(CONSOLE_WEB)/package-lock.json -nt $(CONSOLE_WEB)/node_modules ]; then \
+	  npm ci --prefix $(CONSOLE_WEB) --no-audit --no-fund --loglevel=error; fi
 
 build: deps
+	npm run --prefix $(CONSOLE_WEB) --silent build
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -ldflags='-s -w' -o $(BIN)/moat-init ./cmd/moat-init
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/moat ./cmd/moat
 

@@ -681,6 +681,7 @@ func (a *app) serveCmd() *cobra.Command {
 	var metricsFlags metricsServeFlags   // metrics_cmds.go
 	var previewFlags previewServeFlags   // port_cmds.go
 	var meterInterval time.Duration      // usage_cmds.go
+	var consoleSecure bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the moat daemon",
@@ -735,6 +736,7 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 			if err := previewFlags.apply(&cfg); err != nil {
 				return err
 			}
+			cfg.ConsoleSecureCookie = consoleSecure
 			if err := life.apply(&cfg); err != nil {
 				return err
 			}
@@ -793,7 +795,8 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 			return d.Serve(cmd.Context(), nil)
 		},
 	}
-	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this TCP address (API keys required)")
+	cmd.Flags().StringVar(&listen, "listen", "", "also serve the API on this TCP address (API keys required) and the web console at /ui/")
+	cmd.Flags().BoolVar(&consoleSecure, "console-secure-cookie", false, "a TLS proxy serves --listen: the web console's session cookie is Secure and its origin https")
 	approvalFlags.register(cmd)
 	auditFlags.register(cmd)   // audit_cmds.go
 	metricsFlags.register(cmd) // metrics_cmds.go

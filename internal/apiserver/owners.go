@@ -40,6 +40,7 @@ var sandboxClasses = map[string]sandboxClass{
 	"GET /v1/sandboxes/{id}/events":                 useRoute,
 	"GET /v1/sandboxes/{id}/egress":                 useRoute,
 	"/v1/sandboxes/{id}/envd/{rest...}":             useRoute,
+	"GET /v1/sandboxes/{id}/terminal":               useRoute, // the console's PTY (WebSocket)
 	"GET /v1/sandboxes/{id}/stats":                  useRoute,
 	"GET /v1/sandboxes/{id}/logs":                   useRoute,
 	"GET /v1/sandboxes/{id}/users":                  useRoute,

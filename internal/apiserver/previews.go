@@ -272,7 +272,7 @@ func (s *Server) preview(w http.ResponseWriter, r *http.Request, auth Authentica
 
 // previewCaller returns who a preview request authenticates as: the operator on the unix
 // socket (auth nil), or the API key it carries as the gate reads one (Authorization:
-// Bearer, else X-API-KEY). A missing or unknown key is no caller (not an error: the
+// Bearer, else X-API-KEY), else its console session. A missing or unknown key is no caller (not an error: the
 // request may still hold the port's token, or the port be public).
 func (s *Server) previewCaller(r *http.Request, auth Authenticator) (sandbox.Caller, bool) {
 	if auth == nil {
@@ -283,7 +283,11 @@ func (s *Server) previewCaller(r *http.Request, auth Authenticator) (sandbox.Cal
 		key = r.Header.Get("X-API-KEY")
 	}
 	if key == "" {
-		return sandbox.Caller{}, false
+		// A console session (session.go), with its CSRF and Origin checks: a navigation
+		// from the console's ports tab opens a private port; a page inside a path-based
+		// preview (an opaque origin, see previews.SharedOriginCSP) sends no session.
+		c, ok, err := s.sessionCaller(r)
+		return c, ok && err == nil
 	}
 	c, err := auth.Authenticate(r.Context(), key)
 	if err != nil {

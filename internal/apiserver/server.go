@@ -136,6 +136,8 @@ type Server struct {
 	usageLedger UsageLedger
 	calls       *usage.Calls
 	previews    *previewState // port previews (SetPreviews, previews.go); nil: off
+
+	console *consoleConfig // the web console and its sessions (SetConsole, session.go); nil: none
 }
 
 // route is one entry of the route table: its pattern, its handler and who may call it.
@@ -257,6 +259,7 @@ func New(d Deps) *Server {
 	routes = append(routes, s.usageRoutes()...)   // usage.go (metering)
 	routes = append(routes, s.ownerRoutes()...)   // owners.go (visibility)
 	routes = append(routes, s.previewRoutes()...) // previews.go
+	routes = append(routes, s.consoleRoutes()...) // session.go: the web console
 	routes = append(routes, route{"GET /health", s.health, public})
 	s.routes, s.access = routes, map[string]access{}
 	for _, r := range routes {
@@ -328,11 +331,14 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 		if !ok {
 			key = r.Header.Get("X-API-KEY")
 		}
-		if key == "" {
+		var caller sandbox.Caller
+		var err error
+		if key != "" {
+			caller, err = auth.Authenticate(r.Context(), key)
+		} else if caller, ok, err = s.sessionCaller(r); !ok && err == nil { // session.go: the console's cookie
 			fail(w, fmt.Errorf("an API key is required (Authorization: Bearer <key>, or X-API-KEY): %w", errdefs.ErrUnauthenticated))
 			return
 		}
-		caller, err := auth.Authenticate(r.Context(), key)
 		if err != nil {
 			fail(w, err)
 			return
@@ -345,6 +351,9 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 		s.countCall(caller) // usage.go
 		r = r.WithContext(sandbox.WithCaller(r.Context(), caller))
 		s.auditAPI(r) // audit.go
+		if key == "" {
+			sessionHeaders(w) // session.go: sandbox bytes never run as the console
+		}
 		s.mux.ServeHTTP(w, r)
 	}))
 }

@@ -168,6 +168,9 @@ type Config struct {
 
 	// Previews configure port previews (previews.go).
 	Previews PreviewsConfig
+	// ConsoleSecureCookie: a TLS proxy is in front of Listen, so the web console's cookies
+	// are Secure and its origin https (moat serve --console-secure-cookie).
+	ConsoleSecureCookie bool
 }
 
 // Daemon is a running moat daemon.
@@ -466,6 +469,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.archives = archives{s: stor, st: st, log: d.log.With("component", "archives")}
 	d.api.SetArchives(d.archives)
 	d.api.SetAudit(d.audit)                                  // audit.go
+	d.api.SetConsole(st, st, cfg.ConsoleSecureCookie)        // the web console's sessions (apiserver/session.go)
 	if err := d.startApprovals(ctx, exclusive); err != nil { // approvals.go
 		return nil, err
 	}

@@ -74,7 +74,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("opening state database: %w", err)
 	}
 	db.SetMaxOpenConns(4)
-	if _, err := db.Exec(schema + apiKeySchema + egressSchema + approvalSchema + auditSchema + usageSchema); err != nil {
+	if _, err := db.Exec(schema + apiKeySchema + egressSchema + approvalSchema + auditSchema + usageSchema + sessionSchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("creating schema: %w", err)
 	}
@@ -520,8 +520,13 @@ func keyGrants(ctx context.Context, tx *sql.Tx, id string) ([]string, error) {
 // Authenticate returns the caller key stands for: its id, grants and maxima. A key that is
 // not stored is an ErrUnauthenticated-class error.
 func (s *Store) Authenticate(ctx context.Context, key string) (sandbox.Caller, error) {
+	return s.callerByHash(ctx, hashKey(key))
+}
+
+// callerByHash is Authenticate of the key whose hash is hash (sessions.go keeps the hash).
+func (s *Store) callerByHash(ctx context.Context, hash string) (sandbox.Caller, error) {
 	var id, max string
-	err := s.db.QueryRowContext(ctx, `SELECT id, max FROM api_keys WHERE hash = ?`, hashKey(key)).Scan(&id, &max)
+	err := s.db.QueryRowContext(ctx, `SELECT id, max FROM api_keys WHERE hash = ?`, hash).Scan(&id, &max)
 	if errors.Is(err, sql.ErrNoRows) {
 		return sandbox.Caller{}, fmt.Errorf("invalid API key: %w", errdefs.ErrUnauthenticated)
 	}
