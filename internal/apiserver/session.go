@@ -262,6 +262,10 @@ func (s *Server) uiLogout(w http.ResponseWriter, r *http.Request) {
 type ConsoleSession struct {
 	APIKey    string `json:"api_key"`
 	CSRFToken string `json:"csrf_token"`
+	// Owner is the key's owner name ("": none given) and Admin whether it sees every
+	// sandbox (owners.go).
+	Owner string `json:"owner,omitempty"`
+	Admin bool   `json:"admin,omitempty"`
 }
 
 func (s *Server) uiSession(w http.ResponseWriter, r *http.Request) {
@@ -279,7 +283,7 @@ func (s *Server) uiSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ConsoleSession{APIKey: c.APIKey, CSRFToken: csrf})
+	writeJSON(w, http.StatusOK, ConsoleSession{APIKey: c.APIKey, CSRFToken: csrf, Owner: c.Name, Admin: c.Admin})
 }
 
 // sessionHeaders marks every answer to a session-authenticated API request (set before

@@ -91,7 +91,7 @@ func startDaemon(t *testing.T) *daemon {
 			}
 		}
 	})
-	d.key, d.key2 = d.moat(t, "apikey", "create"), d.moat(t, "apikey", "create")
+	d.key, d.key2 = d.moat(t, "apikey", "create", "--owner", "alice"), d.moat(t, "apikey", "create", "--owner", "bob")
 	return d
 }
 
@@ -265,7 +265,7 @@ func signIn(t *testing.T, ctx context.Context, d *daemon, key string) {
 		chromedp.SendKeys(`input[name=key]`, key),
 		chromedp.Submit(`input[name=key]`),
 		chromedp.WaitVisible(`#create`),
-		waitJS(`document.getElementById('who').textContent.startsWith('key-')`))
+		waitJS(`/^(alice|bob) · key-/.test(document.getElementById('who').textContent)`))
 }
 
 func TestConsoleBrowser(t *testing.T) {

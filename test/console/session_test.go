@@ -47,9 +47,10 @@ func TestConsoleSessionLifetime(t *testing.T) {
 	code, body := get("/ui/session")
 	var s struct {
 		APIKey string `json:"api_key"`
+		Owner  string `json:"owner"`
 	}
-	if code != 200 || json.Unmarshal([]byte(body), &s) != nil || s.APIKey == "" {
-		t.Fatalf("GET /ui/session after sign-in = %d %s", code, body)
+	if code != 200 || json.Unmarshal([]byte(body), &s) != nil || s.APIKey == "" || s.Owner != "alice" {
+		t.Fatalf("GET /ui/session after sign-in = %d %s, want the key of owner alice", code, body)
 	}
 
 	d.stop(t)

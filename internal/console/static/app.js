@@ -481,7 +481,7 @@ async function start() {
   if (!r.ok) { location.assign('/ui/login'); return; }
   const s = await r.json();
   csrf = s.csrf_token;
-  document.getElementById('who').textContent = s.api_key;
+  document.getElementById('who').textContent = (s.owner ? s.owner + ' · ' : '') + s.api_key + (s.admin ? ' (admin)' : '');
   document.getElementById('logout').addEventListener('click', async () => {
     try { await api('POST', '/ui/logout'); } catch (_) { /* signed out either way */ }
     location.assign('/ui/login');
