@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/daemon"
+	"github.com/moatdev/moat/sdk"
 )
 
 // previewServeFlags are moat serve's port preview flags.
@@ -74,44 +76,16 @@ func (a *app) portCmd() *cobra.Command {
 		Use:   "open SANDBOX PORT",
 		Short: "Open a port for previews: token (default; prints the token), public (if the daemon allows), or private",
 		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			port, err := strconv.Atoi(args[1])
-			if err != nil {
-				return fmt.Errorf("port %q: want a number 1-65535", args[1])
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			p, err := c.SetPort(cmd.Context(), args[0], port, visibility)
-			if err != nil {
-				return err
-			}
-			a.printPort(p)
-			return nil
-		},
+		RunE: a.portChange(func(c *sdk.Client, ctx context.Context, id string, port int) (v1.Port, error) {
+			return c.SetPort(ctx, id, port, visibility)
+		}),
 	}
 	open.Flags().StringVar(&visibility, "visibility", v1.PortToken, "token, public or private")
 	closeCmd := &cobra.Command{
 		Use:   "close SANDBOX PORT",
 		Short: "Make a port private again (its token stops working)",
 		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			port, err := strconv.Atoi(args[1])
-			if err != nil {
-				return fmt.Errorf("port %q: want a number 1-65535", args[1])
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			p, err := c.ClosePort(cmd.Context(), args[0], port)
-			if err != nil {
-				return err
-			}
-			a.printPort(p)
-			return nil
-		},
+		RunE:  a.portChange((*sdk.Client).ClosePort),
 	}
 	cmd.AddCommand(ls, open, closeCmd)
 	return cmd
@@ -142,5 +116,26 @@ func (a *app) printPort(p v1.Port) {
 	if p.Token != "" {
 		fmt.Printf("token: %s\n", p.Token)
 		fmt.Printf("  (send it as the header X-Moat-Preview-Token, or add ?moat_preview_token=<token> to the URL)\n")
+	}
+}
+
+// portChange is the RunE of `moat port open|close SANDBOX PORT`: it parses the port, calls
+// change and prints the port as it is now.
+func (a *app) portChange(change func(c *sdk.Client, ctx context.Context, id string, port int) (v1.Port, error)) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		port, err := strconv.Atoi(args[1])
+		if err != nil {
+			return fmt.Errorf("port %q: want a number 1-65535", args[1])
+		}
+		c, err := a.connect(cmd.Context())
+		if err != nil {
+			return err
+		}
+		p, err := change(c, cmd.Context(), args[0], port)
+		if err != nil {
+			return err
+		}
+		a.printPort(p)
+		return nil
 	}
 }

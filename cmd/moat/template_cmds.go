@@ -49,6 +49,34 @@ template of that name exists again. No sandbox or snapshot is deleted.`,
 	return cmd
 }
 
+// buildContext is --context DIR made absolute ("" stays ""), refused unless a directory.
+func buildContext(dir string) (string, error) {
+	if dir == "" {
+		return "", nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("--context %s: not a directory", dir)
+	}
+	return abs, nil
+}
+
+// printBuild prints a finished build: the template's name, or with asJSON the template
+// and its build report.
+func printBuild(t *v1.Template, rep *v1.BuildReport, asJSON bool) error {
+	if asJSON {
+		return printJSON(struct {
+			Template *v1.Template    `json:"template"`
+			Build    *v1.BuildReport `json:"build"`
+		}{t, rep})
+	}
+	fmt.Println(t.Name)
+	return nil
+}
+
 // buildDockerfile is `moat template build NAME --file Dockerfile [--context DIR]`.
 func (a *app) buildDockerfile(cmd *cobra.Command, name, file, contextDir string, asJSON bool) error {
 	data, err := os.ReadFile(file)
@@ -56,13 +84,8 @@ func (a *app) buildDockerfile(cmd *cobra.Command, name, file, contextDir string,
 		return fmt.Errorf("--file: %w", err)
 	}
 	req := v1.DockerfileRequest{Name: name, Dockerfile: string(data), File: file}
-	if contextDir != "" {
-		if req.Context, err = filepath.Abs(contextDir); err != nil {
-			return err
-		}
-		if fi, err := os.Stat(req.Context); err != nil || !fi.IsDir() {
-			return fmt.Errorf("--context %s: not a directory", contextDir)
-		}
+	if req.Context, err = buildContext(contextDir); err != nil {
+		return err
 	}
 	c, err := a.connect(cmd.Context())
 	if err != nil {
@@ -72,12 +95,5 @@ func (a *app) buildDockerfile(cmd *cobra.Command, name, file, contextDir string,
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		return printJSON(struct {
-			Template *v1.Template    `json:"template"`
-			Build    *v1.BuildReport `json:"build"`
-		}{t, rep})
-	}
-	fmt.Println(t.Name)
-	return nil
+	return printBuild(t, rep, asJSON)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -21,13 +20,8 @@ func (a *app) buildStepsFile(cmd *cobra.Command, name, file, dockerfile, context
 		return fmt.Errorf("--steps: %w", err)
 	}
 	req := v1.StepsRequest{Name: name, Steps: string(data), File: file}
-	if contextDir != "" {
-		if req.Context, err = filepath.Abs(contextDir); err != nil {
-			return err
-		}
-		if fi, err := os.Stat(req.Context); err != nil || !fi.IsDir() {
-			return fmt.Errorf("--context %s: not a directory", contextDir)
-		}
+	if req.Context, err = buildContext(contextDir); err != nil {
+		return err
 	}
 	c, err := a.connect(cmd.Context())
 	if err != nil {
@@ -37,12 +31,5 @@ func (a *app) buildStepsFile(cmd *cobra.Command, name, file, dockerfile, context
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		return printJSON(struct {
-			Template *v1.Template    `json:"template"`
-			Build    *v1.BuildReport `json:"build"`
-		}{t, rep})
-	}
-	fmt.Println(t.Name)
-	return nil
+	return printBuild(t, rep, asJSON)
 }
