@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -75,6 +76,7 @@ type e2bTmplRec struct {
 type e2bBuild struct {
 	id, template string
 	scope        string // whose uploads COPY reads (e2bUploadScope)
+	owner        string // the template's owner the build records (e2bBuildOwner)
 	tags         []string
 	cpu, memory  int
 	status       string
@@ -164,11 +166,13 @@ func e2bTaggedName(ref string) string {
 	return e2bTagTemplate(e2bSplitName(ref))
 }
 
-// e2bMayWrite decides whether an E2B caller may build over, tag over or delete template
-// name: not a built-in, not a name the E2B mapping gives (base), and, when it exists,
-// only a template the E2B builder made (source "e2b …"): an API key cannot replace the
-// templates the operator built or pulled. Pure.
-func e2bMayWrite(name string, existing *v1.Template, aliases map[string]string) error {
+// e2bMayWrite decides whether E2B caller c may build over, tag, untag or delete template
+// name: never a name the E2B mapping gives (base); a template that does not exist yet, yes;
+// one that exists only when the E2B builder made it (source "e2b …": an API key cannot
+// replace the templates the operator built or pulled) and c is its owner (label
+// moat.e2b.owner: the API key that first built it), an admin key or the operator.
+// Templates stay readable and usable by every key. Pure.
+func e2bMayWrite(name string, existing *v1.Template, aliases map[string]string, c sandbox.Caller) error {
 	if _, ok := aliases[name]; ok {
 		return fmt.Errorf("template %q is an E2B name the daemon maps to a moat template (moat serve --e2b-template): %w", name, errdefs.ErrPermissionDenied)
 	}
@@ -179,10 +183,51 @@ func e2bMayWrite(name string, existing *v1.Template, aliases map[string]string) 
 		return fmt.Errorf("template %q exists and was not built through the E2B API (source %q): only the operator may replace it: %w",
 			name, existing.Source, errdefs.ErrPermissionDenied)
 	}
+	if c.Operator || c.Admin {
+		return nil
+	}
+	if owner := existing.Labels[build.LabelE2BOwner]; c.APIKey == "" || owner != c.APIKey {
+		return fmt.Errorf("template %q belongs to another API key: only the key that first built it, an admin key or the operator may build over, tag or delete it (it stays usable by every key): %w",
+			name, errdefs.ErrPermissionDenied)
+	}
 	return nil
 }
 
+// e2bBuildOwner is the owner a build of a template records: an existing template's owner
+// stays (an admin's or the operator's rebuild does not take it over; one without an owner
+// stays the operator's), a new template is c's. Always non-empty: a template would
+// otherwise inherit its base's owner label. Pure.
+func e2bBuildOwner(existing *v1.Template, c sandbox.Caller) string {
+	if existing != nil {
+		if o := existing.Labels[build.LabelE2BOwner]; o != "" {
+			return o
+		}
+		return "operator"
+	}
+	if c.APIKey == "" {
+		return "operator"
+	}
+	return c.APIKey
+}
+
+// templateGetter looks up one template (the daemon's templates.Get): cheaper than List,
+// which reads every template's manifest.
+type templateGetter interface {
+	Get(ctx context.Context, name string) (v1.Template, error)
+}
+
+// e2bFindTemplate returns template name, nil when there is none.
 func (s *Server) e2bFindTemplate(ctx context.Context, name string) (*v1.Template, error) {
+	if g, ok := s.templates.(templateGetter); ok {
+		t, err := g.Get(ctx, name)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &t, nil
+	}
 	list, err := s.templates.List(ctx)
 	if err != nil {
 		return nil, err
@@ -232,10 +277,15 @@ func (s *Server) e2bRequestBuild(w http.ResponseWriter, r *http.Request) {
 		writeE2BError(w, fmt.Errorf("cpuCount %d or memoryMB %d out of range: %w", req.CPUCount, req.MemoryMB, errdefs.ErrInvalidArgument))
 		return
 	}
+	c := sandbox.CallerFrom(r.Context())
+	owner := ""
 	for _, n := range append([]string{name}, tagNames(name, tags)...) {
 		existing, err := s.e2bFindTemplate(r.Context(), n)
 		if err == nil {
-			err = e2bMayWrite(n, existing, s.e2b.Templates)
+			err = e2bMayWrite(n, existing, s.e2b.Templates, c)
+		}
+		if owner == "" {
+			owner = e2bBuildOwner(existing, c)
 		}
 		if err == nil {
 			err = validTemplateNameErr(n)
@@ -245,7 +295,7 @@ func (s *Server) e2bRequestBuild(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	b := &e2bBuild{id: newBuildID(), template: name, scope: e2bUploadScope(sandbox.CallerFrom(r.Context())), tags: tags, cpu: req.CPUCount, memory: req.MemoryMB, status: "waiting", step: "base", created: time.Now()}
+	b := &e2bBuild{id: newBuildID(), template: name, scope: e2bUploadScope(c), owner: owner, tags: tags, cpu: req.CPUCount, memory: req.MemoryMB, status: "waiting", step: "base", created: time.Now()}
 	st := s.e2bt
 	st.mu.Lock()
 	st.builds[b.id] = b
@@ -440,7 +490,7 @@ func (s *Server) e2bRunBuild(b *e2bBuild, tmpl *build.E2BTemplate) {
 		}
 		b.logs = append(b.logs, e2bLogEntry{Timestamp: time.Now().UTC(), Level: "info", Message: msg, Step: b.step})
 	}
-	tmpl.CPUCount, tmpl.MemoryMB = b.cpu, b.memory
+	tmpl.CPUCount, tmpl.MemoryMB, tmpl.Owner = b.cpu, b.memory, b.owner
 	_, _, err := st.impl.Build(context.Background(), b.scope, b.template, tmpl, progress)
 	if err == nil {
 		for _, tn := range tagNames(b.template, b.tags) {
@@ -656,10 +706,23 @@ func (s *Server) e2bAssignTags(w http.ResponseWriter, r *http.Request) {
 	}
 	name, tag := e2bSplitName(req.Target)
 	src := e2bTagTemplate(name, tag)
+	c := sandbox.CallerFrom(r.Context())
+	// Tagging is a change of the template: its owner's (the tags inherit its owner label).
+	existing, err := s.e2bFindTemplate(r.Context(), src)
+	if err == nil && existing == nil {
+		err = fmt.Errorf("template %q: %w", req.Target, errdefs.ErrNotFound)
+	}
+	if err == nil {
+		err = e2bMayWrite(src, existing, s.e2b.Templates, c)
+	}
+	if err != nil {
+		writeE2BError(w, err)
+		return
+	}
 	for _, tn := range tagNames(name, req.Tags) {
 		existing, err := s.e2bFindTemplate(r.Context(), tn)
 		if err == nil {
-			err = e2bMayWrite(tn, existing, s.e2b.Templates)
+			err = e2bMayWrite(tn, existing, s.e2b.Templates, c)
 		}
 		if err == nil {
 			err = s.e2bt.impl.Tag(r.Context(), src, tn)
@@ -705,7 +768,7 @@ func (s *Server) e2bRemove(ctx context.Context, name string, force bool) error {
 	if existing == nil {
 		return fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
 	}
-	if err := e2bMayWrite(name, existing, s.e2b.Templates); err != nil {
+	if err := e2bMayWrite(name, existing, s.e2b.Templates, sandbox.CallerFrom(ctx)); err != nil {
 		return err
 	}
 	if s.templateAdmin == nil {
