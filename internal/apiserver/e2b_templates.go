@@ -54,6 +54,7 @@ const (
 // e2bTemplateState is the builds this server started and its outstanding upload URLs.
 type e2bTemplateState struct {
 	impl    E2BTemplates
+	records E2BBuildRecords // nil: build records live in memory only
 	mu      sync.Mutex
 	builds  map[string]*e2bBuild  // by build ID
 	uploads map[string]e2bUpload  // by token
@@ -77,6 +78,7 @@ type e2bBuild struct {
 	id, template string
 	scope        string // whose uploads COPY reads (e2bUploadScope)
 	owner        string // the template's owner the build records (e2bBuildOwner)
+	requester    string // who asked: the API key's id, or "operator"
 	tags         []string
 	cpu, memory  int
 	status       string
@@ -85,6 +87,8 @@ type e2bBuild struct {
 	step         string   // the E2B step index of the step running ("base" before)
 	output       []string // the running step's last output lines
 	created      time.Time
+	saveMu       sync.Mutex // orders this build's writes to records
+	saved        time.Time  // when it was last written (under the state's mu)
 }
 
 type e2bLogEntry struct {
@@ -295,12 +299,13 @@ func (s *Server) e2bRequestBuild(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	b := &e2bBuild{id: newBuildID(), template: name, scope: e2bUploadScope(c), owner: owner, tags: tags, cpu: req.CPUCount, memory: req.MemoryMB, status: "waiting", step: "base", created: time.Now()}
+	b := &e2bBuild{id: newBuildID(), template: name, scope: e2bUploadScope(c), owner: owner, requester: e2bBuildOwner(nil, c), tags: tags, cpu: req.CPUCount, memory: req.MemoryMB, status: "waiting", step: "base", created: time.Now()}
 	st := s.e2bt
 	st.mu.Lock()
 	st.builds[b.id] = b
 	st.pruneLocked()
 	st.mu.Unlock()
+	s.e2bSaveBuild(b, true)
 	if tags == nil {
 		tags = []string{}
 	}
@@ -455,10 +460,12 @@ func (s *Server) e2bStartBuild(w http.ResponseWriter, r *http.Request) {
 	for _, step := range tmpl.Steps {
 		if step.Type == "COPY" && !st.impl.FilesPresent(b.scope, step.FilesHash) {
 			st.finish(b, fmt.Errorf("the files of COPY %s (hash %s) were not uploaded", step.Args[0], step.FilesHash), "")
+			s.e2bSaveBuild(b, true)
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
 	}
+	s.e2bSaveBuild(b, true)
 	go s.e2bRunBuild(b, tmpl)
 	w.WriteHeader(http.StatusAccepted)
 }
@@ -470,7 +477,12 @@ func (s *Server) e2bRunBuild(b *e2bBuild, tmpl *build.E2BTemplate) {
 	st := s.e2bt
 	progress := func(msg string) {
 		st.mu.Lock()
-		defer st.mu.Unlock()
+		step := b.step
+		defer func() {
+			changed := b.step != step
+			st.mu.Unlock()
+			s.e2bSaveBuild(b, changed) // each step's start, else at most every e2bSaveEvery
+		}()
 		if n, rest, ok := e2bStepOf(msg); ok {
 			if n <= len(tmpl.Steps) {
 				b.step = strconv.Itoa(n)
@@ -503,6 +515,7 @@ func (s *Server) e2bRunBuild(b *e2bBuild, tmpl *build.E2BTemplate) {
 		s.log.Warn("E2B template build failed", "template", b.template, "build", b.id, "err", err)
 	}
 	st.finish(b, err, strings.Join(b.outputCopy(&st.mu), "\n"))
+	s.e2bSaveBuild(b, true)
 	if err == nil {
 		st.mu.Lock()
 		st.meta[b.template] = e2bTmplRec{buildID: b.id, cpu: b.cpu, memory: b.memory, tags: b.tags, updated: time.Now()}
