@@ -217,9 +217,7 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := s.sandboxes.Create(r.Context(), opts)
 	if err == nil {
-		if err = s.e2bTemplateStart(r.Context(), sb); err != nil { // e2b_templates.go
-			_ = s.sandboxes.Delete(context.WithoutCancel(r.Context()), sb.ID)
-		}
+		err = s.templateStartOrDelete(r.Context(), sb) // e2b_templates.go
 	}
 	if err != nil {
 		writeE2BError(w, err)

@@ -59,6 +59,7 @@ type e2bTemplateState struct {
 	builds  map[string]*e2bBuild  // by build ID
 	uploads map[string]e2bUpload  // by token
 	meta    map[string]e2bTmplRec // by template: what POST /v3/templates asked
+	waking  map[string]*wakeEntry // by sandbox: fresh starts under way (acquireStarting)
 }
 
 type e2bUpload struct {
@@ -105,7 +106,7 @@ type e2bBuildReason struct {
 }
 
 func (s *Server) e2bTemplateRoutes() []route {
-	s.e2bt = &e2bTemplateState{builds: map[string]*e2bBuild{}, uploads: map[string]e2bUpload{}, meta: map[string]e2bTmplRec{}}
+	s.e2bt = &e2bTemplateState{builds: map[string]*e2bBuild{}, uploads: map[string]e2bUpload{}, meta: map[string]e2bTmplRec{}, waking: map[string]*wakeEntry{}}
 	return []route{
 		{"POST /v3/templates", s.e2bRequestBuild, byKey},
 		{"POST /v2/templates/{template}/builds/{build}", s.e2bStartBuild, byKey},
@@ -822,6 +823,73 @@ func (s *Server) e2bTemplateStart(ctx context.Context, sb *sandbox.Sandbox) erro
 		return err
 	}
 	return s.e2bt.impl.Start(ctx, sb.ID, t.Labels, e2bStartTimeout)
+}
+
+// templateStartOrDelete runs the start command of the template new sandbox sb was
+// created from (an E2B create, or a native POST /v1/sandboxes) and waits for its ready
+// check; when it fails, sb is deleted (the create fails with the command's reason).
+func (s *Server) templateStartOrDelete(ctx context.Context, sb *sandbox.Sandbox) error {
+	if sb.State != sandbox.StateRunning {
+		return nil // created without starting: a later start does not run it (docs)
+	}
+	err := s.e2bTemplateStart(ctx, sb)
+	if err != nil {
+		_ = s.sandboxes.Delete(context.WithoutCancel(ctx), sb.ID)
+	}
+	return err
+}
+
+// acquireStarting is Sandboxes.Acquire for the gateway, signed file URLs and previews:
+// when it starts sb afresh (stopped for idleness or by its timeout with autoResume; not a
+// thaw, which keeps the processes), it runs the start command of sb's template and waits
+// for its ready check before the request goes on. Requests waking the same sandbox at
+// once wait for the first, so the command runs once.
+func (s *Server) acquireStarting(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, func(), error) {
+	st := s.e2bt
+	if sb.State != sandbox.StateStopped || st == nil || st.impl == nil {
+		return s.sandboxes.Acquire(ctx, sb.ID)
+	}
+	unlock := st.wakeLock(sb.ID)
+	defer unlock()
+	cur, err := s.sandboxes.Get(ctx, sb.ID)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	got, release, err := s.sandboxes.Acquire(ctx, sb.ID)
+	if err != nil || cur.State != sandbox.StateStopped || got.State != sandbox.StateRunning {
+		return got, release, err
+	}
+	if err := s.e2bTemplateStart(ctx, got); err != nil {
+		release()
+		return nil, func() {}, err
+	}
+	return got, release, nil
+}
+
+// wakeLock serializes acquireStarting's fresh starts of sandbox id.
+func (st *e2bTemplateState) wakeLock(id string) (unlock func()) {
+	st.mu.Lock()
+	w := st.waking[id]
+	if w == nil {
+		w = &wakeEntry{}
+		st.waking[id] = w
+	}
+	w.n++
+	st.mu.Unlock()
+	w.mu.Lock()
+	return func() {
+		w.mu.Unlock()
+		st.mu.Lock()
+		if w.n--; w.n == 0 {
+			delete(st.waking, id)
+		}
+		st.mu.Unlock()
+	}
+}
+
+type wakeEntry struct {
+	mu sync.Mutex
+	n  int // holders and waiters
 }
 
 // e2bTemplateLimits gives a create from an E2B-built template the CPU and memory the
