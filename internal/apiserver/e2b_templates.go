@@ -221,6 +221,24 @@ type templateGetter interface {
 	Get(ctx context.Context, name string) (v1.Template, error)
 }
 
+// e2bExisting returns those of names that are templates (one lookup each).
+func (s *Server) e2bExisting(ctx context.Context, names ...string) ([]string, error) {
+	var out []string
+	for _, n := range names {
+		if n == "" || slices.Contains(out, n) {
+			continue
+		}
+		t, err := s.e2bFindTemplate(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		if t != nil {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
 // e2bFindTemplate returns template name, nil when there is none.
 func (s *Server) e2bFindTemplate(ctx context.Context, name string) (*v1.Template, error) {
 	if g, ok := s.templates.(templateGetter); ok {
