@@ -884,6 +884,20 @@ func (s *Server) acquireStarting(ctx context.Context, sb *sandbox.Sandbox) (*san
 	return got, release, nil
 }
 
+// e2bWakeLocked takes sb's wake lock (as acquireStarting does) for an E2B connect and
+// returns sb as it is under it.
+func (s *Server) e2bWakeLocked(ctx context.Context, sb *sandbox.Sandbox) (func(), *sandbox.Sandbox, error) {
+	if s.e2bt == nil {
+		return func() {}, sb, nil
+	}
+	unlock := s.e2bt.wakeLock(sb.ID)
+	cur, err := s.sandboxes.Get(ctx, sb.ID)
+	if err != nil {
+		return unlock, nil, err
+	}
+	return unlock, cur, nil
+}
+
 // wakeLock serializes acquireStarting's fresh starts of sandbox id.
 func (st *e2bTemplateState) wakeLock(id string) (unlock func()) {
 	st.mu.Lock()
