@@ -217,9 +217,7 @@ func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := s.sandboxes.Create(r.Context(), opts)
 	if err == nil {
-		if err = s.e2bTemplateStart(r.Context(), sb); err != nil { // e2b_templates.go
-			_ = s.sandboxes.Delete(context.WithoutCancel(r.Context()), sb.ID)
-		}
+		err = s.templateStartOrDelete(r.Context(), sb) // e2b_templates.go
 	}
 	if err != nil {
 		writeE2BError(w, err)
@@ -584,7 +582,14 @@ func (s *Server) e2bConnect(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	var err error
+	// A request waking the sandbox through the gateway at the same time waits (and the
+	// other way round): the template's start command runs once (e2b_templates.go).
+	unlock, sb, err := s.e2bWakeLocked(r.Context(), sb)
+	defer unlock()
+	if err != nil {
+		writeE2BError(w, err)
+		return
+	}
 	switch sb.State {
 	case sandbox.StatePaused:
 		if req.Memory != nil && !*req.Memory {

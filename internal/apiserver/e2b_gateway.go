@@ -44,7 +44,7 @@ func (s *Server) e2bGateway(w http.ResponseWriter, r *http.Request) {
 	// an authenticated request; a health probe (the SDK's isRunning) is not one.
 	if r.URL.Path != "/health" {
 		var release func()
-		if sb, release, err = s.sandboxes.Acquire(r.Context(), id); err != nil {
+		if sb, release, err = s.acquireStarting(r.Context(), sb); err != nil { // e2b_templates.go
 			writeGone(w, id, "it could not be resumed: "+err.Error())
 			return
 		}
@@ -84,7 +84,7 @@ func (s *Server) e2bSignedFiles(w http.ResponseWriter, r *http.Request) {
 			cand = []string{"", sb.User}
 		}
 		if tok.VerifySignature(q.Get("signature"), q.Get("path"), op, cand, q.Get("signature_expiration"), now) == nil {
-			cur, release, err := s.sandboxes.Acquire(r.Context(), sb.ID)
+			cur, release, err := s.acquireStarting(r.Context(), sb)
 			if err != nil || cur.State != sandbox.StateRunning {
 				break
 			}

@@ -113,13 +113,9 @@ func snapshotOrder(a, b *sandbox.Snapshot) int {
 // e2bSource resolves an E2B create's templateID (e2bResolve). A mapped template being
 // built on first use answers 503 with its progress.
 func (s *Server) e2bSource(ctx context.Context, name string) (e2bSource, error) {
-	list, err := s.templates.List(ctx)
+	names, err := s.e2bExisting(ctx, name, s.e2b.Templates[name]) // e2b_templates.go: no List
 	if err != nil {
 		return e2bSource{}, err
-	}
-	names := make([]string, 0, len(list))
-	for _, t := range list {
-		names = append(names, t.Name)
 	}
 	// Snapshot records are read only when the name may be one: an ID alone (snap-…), the
 	// list only when no template has the name. A create of a template (the common one, from

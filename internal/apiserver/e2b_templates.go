@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -53,10 +54,12 @@ const (
 // e2bTemplateState is the builds this server started and its outstanding upload URLs.
 type e2bTemplateState struct {
 	impl    E2BTemplates
+	records E2BBuildRecords // nil: build records live in memory only
 	mu      sync.Mutex
 	builds  map[string]*e2bBuild  // by build ID
 	uploads map[string]e2bUpload  // by token
 	meta    map[string]e2bTmplRec // by template: what POST /v3/templates asked
+	waking  map[string]*wakeEntry // by sandbox: fresh starts under way (acquireStarting)
 }
 
 type e2bUpload struct {
@@ -75,6 +78,8 @@ type e2bTmplRec struct {
 type e2bBuild struct {
 	id, template string
 	scope        string // whose uploads COPY reads (e2bUploadScope)
+	owner        string // the template's owner the build records (e2bBuildOwner)
+	requester    string // who asked: the API key's id, or "operator"
 	tags         []string
 	cpu, memory  int
 	status       string
@@ -83,6 +88,8 @@ type e2bBuild struct {
 	step         string   // the E2B step index of the step running ("base" before)
 	output       []string // the running step's last output lines
 	created      time.Time
+	saveMu       sync.Mutex // orders this build's writes to records
+	saved        time.Time  // when it was last written (under the state's mu)
 }
 
 type e2bLogEntry struct {
@@ -99,7 +106,7 @@ type e2bBuildReason struct {
 }
 
 func (s *Server) e2bTemplateRoutes() []route {
-	s.e2bt = &e2bTemplateState{builds: map[string]*e2bBuild{}, uploads: map[string]e2bUpload{}, meta: map[string]e2bTmplRec{}}
+	s.e2bt = &e2bTemplateState{builds: map[string]*e2bBuild{}, uploads: map[string]e2bUpload{}, meta: map[string]e2bTmplRec{}, waking: map[string]*wakeEntry{}}
 	return []route{
 		{"POST /v3/templates", s.e2bRequestBuild, byKey},
 		{"POST /v2/templates/{template}/builds/{build}", s.e2bStartBuild, byKey},
@@ -164,11 +171,13 @@ func e2bTaggedName(ref string) string {
 	return e2bTagTemplate(e2bSplitName(ref))
 }
 
-// e2bMayWrite decides whether an E2B caller may build over, tag over or delete template
-// name: not a built-in, not a name the E2B mapping gives (base), and, when it exists,
-// only a template the E2B builder made (source "e2b …"): an API key cannot replace the
-// templates the operator built or pulled. Pure.
-func e2bMayWrite(name string, existing *v1.Template, aliases map[string]string) error {
+// e2bMayWrite decides whether E2B caller c may build over, tag, untag or delete template
+// name: never a name the E2B mapping gives (base); a template that does not exist yet, yes;
+// one that exists only when the E2B builder made it (source "e2b …": an API key cannot
+// replace the templates the operator built or pulled) and c is its owner (label
+// moat.e2b.owner: the API key that first built it), an admin key or the operator.
+// Templates stay readable and usable by every key. Pure.
+func e2bMayWrite(name string, existing *v1.Template, aliases map[string]string, c sandbox.Caller) error {
 	if _, ok := aliases[name]; ok {
 		return fmt.Errorf("template %q is an E2B name the daemon maps to a moat template (moat serve --e2b-template): %w", name, errdefs.ErrPermissionDenied)
 	}
@@ -179,10 +188,69 @@ func e2bMayWrite(name string, existing *v1.Template, aliases map[string]string) 
 		return fmt.Errorf("template %q exists and was not built through the E2B API (source %q): only the operator may replace it: %w",
 			name, existing.Source, errdefs.ErrPermissionDenied)
 	}
+	if c.Operator || c.Admin {
+		return nil
+	}
+	if owner := existing.Labels[build.LabelE2BOwner]; c.APIKey == "" || owner != c.APIKey {
+		return fmt.Errorf("template %q belongs to another API key: only the key that first built it, an admin key or the operator may build over, tag or delete it (it stays usable by every key): %w",
+			name, errdefs.ErrPermissionDenied)
+	}
 	return nil
 }
 
+// e2bBuildOwner is the owner a build of a template records: an existing template's owner
+// stays (an admin's or the operator's rebuild does not take it over; one without an owner
+// stays the operator's), a new template is c's. Always non-empty: a template would
+// otherwise inherit its base's owner label. Pure.
+func e2bBuildOwner(existing *v1.Template, c sandbox.Caller) string {
+	if existing != nil {
+		if o := existing.Labels[build.LabelE2BOwner]; o != "" {
+			return o
+		}
+		return "operator"
+	}
+	if c.APIKey == "" {
+		return "operator"
+	}
+	return c.APIKey
+}
+
+// templateGetter looks up one template (the daemon's templates.Get): cheaper than List,
+// which reads every template's manifest.
+type templateGetter interface {
+	Get(ctx context.Context, name string) (v1.Template, error)
+}
+
+// e2bExisting returns those of names that are templates (one lookup each).
+func (s *Server) e2bExisting(ctx context.Context, names ...string) ([]string, error) {
+	var out []string
+	for _, n := range names {
+		if n == "" || slices.Contains(out, n) {
+			continue
+		}
+		t, err := s.e2bFindTemplate(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		if t != nil {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// e2bFindTemplate returns template name, nil when there is none.
 func (s *Server) e2bFindTemplate(ctx context.Context, name string) (*v1.Template, error) {
+	if g, ok := s.templates.(templateGetter); ok {
+		t, err := g.Get(ctx, name)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &t, nil
+	}
 	list, err := s.templates.List(ctx)
 	if err != nil {
 		return nil, err
@@ -232,10 +300,15 @@ func (s *Server) e2bRequestBuild(w http.ResponseWriter, r *http.Request) {
 		writeE2BError(w, fmt.Errorf("cpuCount %d or memoryMB %d out of range: %w", req.CPUCount, req.MemoryMB, errdefs.ErrInvalidArgument))
 		return
 	}
+	c := sandbox.CallerFrom(r.Context())
+	owner := ""
 	for _, n := range append([]string{name}, tagNames(name, tags)...) {
 		existing, err := s.e2bFindTemplate(r.Context(), n)
 		if err == nil {
-			err = e2bMayWrite(n, existing, s.e2b.Templates)
+			err = e2bMayWrite(n, existing, s.e2b.Templates, c)
+		}
+		if owner == "" {
+			owner = e2bBuildOwner(existing, c)
 		}
 		if err == nil {
 			err = validTemplateNameErr(n)
@@ -245,12 +318,13 @@ func (s *Server) e2bRequestBuild(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	b := &e2bBuild{id: newBuildID(), template: name, scope: e2bUploadScope(sandbox.CallerFrom(r.Context())), tags: tags, cpu: req.CPUCount, memory: req.MemoryMB, status: "waiting", step: "base", created: time.Now()}
+	b := &e2bBuild{id: newBuildID(), template: name, scope: e2bUploadScope(c), owner: owner, requester: e2bBuildOwner(nil, c), tags: tags, cpu: req.CPUCount, memory: req.MemoryMB, status: "waiting", step: "base", created: time.Now()}
 	st := s.e2bt
 	st.mu.Lock()
 	st.builds[b.id] = b
 	st.pruneLocked()
 	st.mu.Unlock()
+	s.e2bSaveBuild(b, true)
 	if tags == nil {
 		tags = []string{}
 	}
@@ -405,10 +479,12 @@ func (s *Server) e2bStartBuild(w http.ResponseWriter, r *http.Request) {
 	for _, step := range tmpl.Steps {
 		if step.Type == "COPY" && !st.impl.FilesPresent(b.scope, step.FilesHash) {
 			st.finish(b, fmt.Errorf("the files of COPY %s (hash %s) were not uploaded", step.Args[0], step.FilesHash), "")
+			s.e2bSaveBuild(b, true)
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
 	}
+	s.e2bSaveBuild(b, true)
 	go s.e2bRunBuild(b, tmpl)
 	w.WriteHeader(http.StatusAccepted)
 }
@@ -420,7 +496,12 @@ func (s *Server) e2bRunBuild(b *e2bBuild, tmpl *build.E2BTemplate) {
 	st := s.e2bt
 	progress := func(msg string) {
 		st.mu.Lock()
-		defer st.mu.Unlock()
+		step := b.step
+		defer func() {
+			changed := b.step != step
+			st.mu.Unlock()
+			s.e2bSaveBuild(b, changed) // each step's start, else at most every e2bSaveEvery
+		}()
 		if n, rest, ok := e2bStepOf(msg); ok {
 			if n <= len(tmpl.Steps) {
 				b.step = strconv.Itoa(n)
@@ -440,7 +521,7 @@ func (s *Server) e2bRunBuild(b *e2bBuild, tmpl *build.E2BTemplate) {
 		}
 		b.logs = append(b.logs, e2bLogEntry{Timestamp: time.Now().UTC(), Level: "info", Message: msg, Step: b.step})
 	}
-	tmpl.CPUCount, tmpl.MemoryMB = b.cpu, b.memory
+	tmpl.CPUCount, tmpl.MemoryMB, tmpl.Owner = b.cpu, b.memory, b.owner
 	_, _, err := st.impl.Build(context.Background(), b.scope, b.template, tmpl, progress)
 	if err == nil {
 		for _, tn := range tagNames(b.template, b.tags) {
@@ -453,6 +534,7 @@ func (s *Server) e2bRunBuild(b *e2bBuild, tmpl *build.E2BTemplate) {
 		s.log.Warn("E2B template build failed", "template", b.template, "build", b.id, "err", err)
 	}
 	st.finish(b, err, strings.Join(b.outputCopy(&st.mu), "\n"))
+	s.e2bSaveBuild(b, true)
 	if err == nil {
 		st.mu.Lock()
 		st.meta[b.template] = e2bTmplRec{buildID: b.id, cpu: b.cpu, memory: b.memory, tags: b.tags, updated: time.Now()}
@@ -656,10 +738,23 @@ func (s *Server) e2bAssignTags(w http.ResponseWriter, r *http.Request) {
 	}
 	name, tag := e2bSplitName(req.Target)
 	src := e2bTagTemplate(name, tag)
+	c := sandbox.CallerFrom(r.Context())
+	// Tagging is a change of the template: its owner's (the tags inherit its owner label).
+	existing, err := s.e2bFindTemplate(r.Context(), src)
+	if err == nil && existing == nil {
+		err = fmt.Errorf("template %q: %w", req.Target, errdefs.ErrNotFound)
+	}
+	if err == nil {
+		err = e2bMayWrite(src, existing, s.e2b.Templates, c)
+	}
+	if err != nil {
+		writeE2BError(w, err)
+		return
+	}
 	for _, tn := range tagNames(name, req.Tags) {
 		existing, err := s.e2bFindTemplate(r.Context(), tn)
 		if err == nil {
-			err = e2bMayWrite(tn, existing, s.e2b.Templates)
+			err = e2bMayWrite(tn, existing, s.e2b.Templates, c)
 		}
 		if err == nil {
 			err = s.e2bt.impl.Tag(r.Context(), src, tn)
@@ -705,7 +800,7 @@ func (s *Server) e2bRemove(ctx context.Context, name string, force bool) error {
 	if existing == nil {
 		return fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
 	}
-	if err := e2bMayWrite(name, existing, s.e2b.Templates); err != nil {
+	if err := e2bMayWrite(name, existing, s.e2b.Templates, sandbox.CallerFrom(ctx)); err != nil {
 		return err
 	}
 	if s.templateAdmin == nil {
@@ -746,6 +841,87 @@ func (s *Server) e2bTemplateStart(ctx context.Context, sb *sandbox.Sandbox) erro
 		return err
 	}
 	return s.e2bt.impl.Start(ctx, sb.ID, t.Labels, e2bStartTimeout)
+}
+
+// templateStartOrDelete runs the start command of the template new sandbox sb was
+// created from (an E2B create, or a native POST /v1/sandboxes) and waits for its ready
+// check; when it fails, sb is deleted (the create fails with the command's reason).
+func (s *Server) templateStartOrDelete(ctx context.Context, sb *sandbox.Sandbox) error {
+	if sb.State != sandbox.StateRunning {
+		return nil // created without starting: a later start does not run it (docs)
+	}
+	err := s.e2bTemplateStart(ctx, sb)
+	if err != nil {
+		_ = s.sandboxes.Delete(context.WithoutCancel(ctx), sb.ID)
+	}
+	return err
+}
+
+// acquireStarting is Sandboxes.Acquire for the gateway, signed file URLs and previews:
+// when it starts sb afresh (stopped for idleness or by its timeout with autoResume; not a
+// thaw, which keeps the processes), it runs the start command of sb's template and waits
+// for its ready check before the request goes on. Requests waking the same sandbox at
+// once wait for the first, so the command runs once.
+func (s *Server) acquireStarting(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, func(), error) {
+	st := s.e2bt
+	if sb.State != sandbox.StateStopped || st == nil || st.impl == nil {
+		return s.sandboxes.Acquire(ctx, sb.ID)
+	}
+	unlock := st.wakeLock(sb.ID)
+	defer unlock()
+	cur, err := s.sandboxes.Get(ctx, sb.ID)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	got, release, err := s.sandboxes.Acquire(ctx, sb.ID)
+	if err != nil || cur.State != sandbox.StateStopped || got.State != sandbox.StateRunning {
+		return got, release, err
+	}
+	if err := s.e2bTemplateStart(ctx, got); err != nil {
+		release()
+		return nil, func() {}, err
+	}
+	return got, release, nil
+}
+
+// e2bWakeLocked takes sb's wake lock (as acquireStarting does) for an E2B connect and
+// returns sb as it is under it.
+func (s *Server) e2bWakeLocked(ctx context.Context, sb *sandbox.Sandbox) (func(), *sandbox.Sandbox, error) {
+	if s.e2bt == nil {
+		return func() {}, sb, nil
+	}
+	unlock := s.e2bt.wakeLock(sb.ID)
+	cur, err := s.sandboxes.Get(ctx, sb.ID)
+	if err != nil {
+		return unlock, nil, err
+	}
+	return unlock, cur, nil
+}
+
+// wakeLock serializes acquireStarting's fresh starts of sandbox id.
+func (st *e2bTemplateState) wakeLock(id string) (unlock func()) {
+	st.mu.Lock()
+	w := st.waking[id]
+	if w == nil {
+		w = &wakeEntry{}
+		st.waking[id] = w
+	}
+	w.n++
+	st.mu.Unlock()
+	w.mu.Lock()
+	return func() {
+		w.mu.Unlock()
+		st.mu.Lock()
+		if w.n--; w.n == 0 {
+			delete(st.waking, id)
+		}
+		st.mu.Unlock()
+	}
+}
+
+type wakeEntry struct {
+	mu sync.Mutex
+	n  int // holders and waiters
 }
 
 // e2bTemplateLimits gives a create from an E2B-built template the CPU and memory the

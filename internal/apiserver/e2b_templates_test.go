@@ -19,27 +19,61 @@ import (
 	"github.com/moatdev/moat/internal/sandbox"
 )
 
-// TestE2BMayWrite: an API key may build over, tag over or delete only templates the E2B
-// builder made; never a built-in, an operator's template, or an E2B mapping name.
+// TestE2BMayWrite: through the E2B API a caller may build over, tag, untag or delete only
+// templates the E2B builder made (never a built-in, an operator's template, or an E2B
+// mapping name), and of those only its own (owner label), unless it is an admin key or the
+// operator; a template without an owner is the operator's.
 func TestE2BMayWrite(t *testing.T) {
 	aliases := map[string]string{"base": "debian"}
+	keyA := sandbox.Caller{APIKey: "key-aaaa"}
+	keyB := sandbox.Caller{APIKey: "key-bbbb"}
+	admin := sandbox.Caller{APIKey: "key-cccc", Admin: true}
+	op := sandbox.Caller{Operator: true}
+	owned := func(name, source, owner string) *v1.Template {
+		return &v1.Template{Name: name, Source: source, Labels: map[string]string{build.LabelE2BOwner: owner}}
+	}
 	for _, c := range []struct {
 		name     string
 		existing *v1.Template
+		caller   sandbox.Caller
 		ok       bool
 	}{
-		{"new-one", nil, true},
-		{"mine", &v1.Template{Name: "mine", Source: "e2b template"}, true},
-		{"mine.v1", &v1.Template{Name: "mine.v1", Source: "e2b tag of mine"}, true},
-		{"base", nil, false},
-		{"host", &v1.Template{Name: "host", Source: "host", Builtin: true}, false},
-		{"debian", &v1.Template{Name: "debian", Source: "debootstrap bookworm"}, false},
-		{"df", &v1.Template{Name: "df", Source: "dockerfile Dockerfile"}, false},
-		{"sneaky", &v1.Template{Name: "sneaky", Source: "e2bX"}, false},
+		{"new-one", nil, keyB, true},
+		{"mine", owned("mine", "e2b template", "key-aaaa"), keyA, true},
+		{"mine.v1", owned("mine.v1", "e2b tag of mine", "key-aaaa"), keyA, true},
+		{"mine", owned("mine", "e2b template", "key-aaaa"), keyB, false},
+		{"mine.v1", owned("mine.v1", "e2b tag of mine", "key-aaaa"), keyB, false},
+		{"mine", owned("mine", "e2b template", "key-aaaa"), admin, true},
+		{"mine", owned("mine", "e2b template", "key-aaaa"), op, true},
+		{"unowned", &v1.Template{Name: "unowned", Source: "e2b template"}, keyA, false},
+		{"unowned", &v1.Template{Name: "unowned", Source: "e2b template"}, sandbox.Caller{}, false},
+		{"ops", owned("ops", "e2b steps s.yaml", "operator"), keyA, false},
+		{"ops", owned("ops", "e2b steps s.yaml", "operator"), admin, true},
+		{"ops", owned("ops", "e2b steps s.yaml", "operator"), op, true},
+		{"base", nil, op, false},
+		{"host", &v1.Template{Name: "host", Source: "host", Builtin: true}, admin, false},
+		{"debian", &v1.Template{Name: "debian", Source: "debootstrap bookworm"}, op, false},
+		{"df", owned("df", "dockerfile Dockerfile", "key-aaaa"), keyA, false},
+		{"sneaky", owned("sneaky", "e2bX", "key-aaaa"), keyA, false},
 	} {
-		err := e2bMayWrite(c.name, c.existing, aliases)
+		err := e2bMayWrite(c.name, c.existing, aliases, c.caller)
 		if (err == nil) != c.ok || err != nil && !errors.Is(err, errdefs.ErrPermissionDenied) {
-			t.Errorf("%s (%+v): %v, want ok=%v", c.name, c.existing, err, c.ok)
+			t.Errorf("%s (%+v) by %+v: %v, want ok=%v", c.name, c.existing, c.caller, err, c.ok)
+		}
+	}
+	for _, c := range []struct {
+		existing *v1.Template
+		caller   sandbox.Caller
+		want     string
+	}{
+		{nil, keyA, "key-aaaa"},
+		{nil, op, "operator"},
+		{owned("mine", "e2b template", "key-aaaa"), admin, "key-aaaa"},
+		{owned("mine", "e2b template", "key-aaaa"), op, "key-aaaa"},
+		{&v1.Template{Name: "old", Source: "e2b template"}, admin, "operator"},
+	} {
+		if got := e2bBuildOwner(c.existing, c.caller); got != c.want {
+			t.Errorf("e2bBuildOwner(%+v, %+v) = %q, want %q", c.existing, c.caller, got, c.want)
 		}
 	}
 }

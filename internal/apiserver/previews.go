@@ -257,7 +257,7 @@ func (s *Server) preview(w http.ResponseWriter, r *http.Request, auth Authentica
 	}
 	// An allowed request resumes a sandbox stopped for idleness, and keeps it in use
 	// while the answer (or WebSocket) lasts.
-	cur, release, err := s.sandboxes.Acquire(ctx, sb.ID)
+	cur, release, err := s.acquireStarting(ctx, sb) // e2b_templates.go: a fresh start runs the start command
 	if err != nil {
 		previewError(w, http.StatusBadGateway, fmt.Sprintf("moat: sandbox %s could not be resumed: %v", sb.ID, err))
 		return

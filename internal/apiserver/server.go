@@ -458,6 +458,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := s.sandboxes.Create(r.Context(), opts)
+	if err == nil {
+		err = s.templateStartOrDelete(r.Context(), sb) // an E2B template's start command (e2b_templates.go)
+	}
 	if err != nil {
 		writeError(w, err)
 		return

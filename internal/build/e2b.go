@@ -29,6 +29,9 @@ type E2BTemplate struct {
 	// asks for them; 0: the daemon's defaults).
 	CPUCount int `json:"-"`
 	MemoryMB int `json:"-"`
+	// Owner is who may change the template through the E2B API besides admin keys and the
+	// operator: the API key id that first built it, or "operator" (label moat.e2b.owner).
+	Owner string `json:"-"`
 	// local: COPY reads a local context directory (a steps file), not uploads.
 	local bool
 }
@@ -50,6 +53,7 @@ const (
 	LabelE2BWorkdir = "moat.e2b.workdir"
 	LabelE2BCPU     = "moat.e2b.cpuCount"
 	LabelE2BMemory  = "moat.e2b.memoryMB"
+	LabelE2BOwner   = "moat.e2b.owner"
 )
 
 // maxE2BTemplate bounds the JSON ParseE2BTemplate reads; maxE2BSteps the steps.
@@ -230,6 +234,9 @@ func (t *E2BTemplate) Translate() (from string, steps []Step, err error) {
 	}
 	if t.MemoryMB > 0 {
 		labels = append(labels, Var{LabelE2BMemory, strconv.Itoa(t.MemoryMB)})
+	}
+	if t.Owner != "" { // always set by the daemon: a base's owner is not inherited
+		labels = append(labels, Var{LabelE2BOwner, t.Owner})
 	}
 	if len(labels) > 0 {
 		steps = append(steps, Step{Kind: Label, Vars: labels})

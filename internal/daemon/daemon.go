@@ -447,6 +447,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.api.SetTemplateAdmin(tmpls)
 	// E2B templates as code: e2btemplates.go.
 	d.api.SetE2BTemplates(newE2BTemplates(tmpls, cfg.DataDir))
+	d.api.SetE2BBuildRecords(st, exclusive)   // their build records survive a restart
 	d.api.SetProtectedPaths(cfg.GitProtected) // GET /v1/inventory
 	d.api.SetTemplateScanner(templateScanner{stor})
 	d.api.SetMetrics(d.metrics.Handler(), cfg.MetricsToken, d.metrics) // metrics.go

@@ -189,6 +189,7 @@ func (e e2bTemplates) BuildSteps(ctx context.Context, req v1.StepsRequest, progr
 	if err != nil {
 		return v1.Template{}, nil, err
 	}
+	tmpl.Owner = "operator" // API keys other than admin keys may not change it
 	from, steps, err := tmpl.Translate()
 	if err != nil {
 		return v1.Template{}, nil, err
@@ -334,4 +335,14 @@ func (e e2bTemplates) Tag(ctx context.Context, name, tagged string) error {
 	})
 	e.t.changed()
 	return err
+}
+
+// Get returns template name as List would, reading only its manifest (apiserver's
+// templateGetter: an E2B create looks up one template, not all).
+func (t templates) Get(ctx context.Context, name string) (v1.Template, error) {
+	info, err := t.s.TemplateInfo(ctx, name)
+	if err != nil {
+		return v1.Template{}, err
+	}
+	return toAPITemplate(info), nil
 }

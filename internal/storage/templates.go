@@ -176,7 +176,7 @@ func (s *Store) manifestNames() ([]string, error) {
 // List returns the built-in host template followed by the stored ones, by name. Manifests
 // that cannot be read are logged and skipped.
 func (s *Store) List(ctx context.Context) ([]TemplateInfo, error) {
-	out := []TemplateInfo{{Name: HostTemplate, Source: "host /usr + synthesized /etc", Builtin: true, Layers: 2}}
+	out := []TemplateInfo{hostTemplateInfo()}
 	names, err := s.manifestNames()
 	if err != nil {
 		return nil, err

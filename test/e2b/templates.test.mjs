@@ -15,7 +15,7 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { Template, Sandbox, BuildError, waitForPort } from 'e2b'
-import { create } from './helpers.mjs'
+import { create, native, nativeSandbox, OTHER_API_KEY } from './helpers.mjs'
 
 // makeRepo writes a flat apt repository (one .deb built with dpkg-deb, Packages, Release)
 // into dir.
@@ -128,6 +128,47 @@ describe('templates as code', () => {
     assert.equal(await sbx.pause({ keepMemory: false }), true)
     const back = await sbx.connect()
     assert.equal((await back.commands.run('curl -s http://127.0.0.1:8123/version.txt')).stdout.trim(), 'v2')
+  })
+
+  test('a native create (POST /v1/sandboxes) runs the start command before it answers', async () => {
+    const rec = await nativeSandbox({ template: name })
+    // connect of a running sandbox starts nothing: the server is the create's.
+    const sbx = await Sandbox.connect(rec.id)
+    assert.equal((await sbx.commands.run('curl -s http://127.0.0.1:8123/version.txt')).stdout.trim(), 'v2')
+  })
+
+  test("another API key cannot rebuild, tag, untag or delete this key's template", async () => {
+    assert.ok(OTHER_API_KEY, 'the harness makes a second key')
+    await Template.assignTags(name, ['keep'])
+    const stored = async () => (await native('GET', '/v1/templates')).body.filter((t) => t.name === name || t.name === `${name}.keep`)
+    const before = await stored()
+    assert.equal(before.length, 2)
+    const other = { apiKey: OTHER_API_KEY }
+    const refused = async (p, what) => {
+      let err
+      try {
+        await p
+      } catch (e) {
+        err = e
+      }
+      assert.ok(err, `${what} by another key was accepted`)
+      assert.match(err.message, /belongs to another API key/, `${what}: ${err.message}`)
+    }
+    await refused(Template.build(Template().fromTemplate('host').runCmd('echo hijacked > /srv/x'), name, other), 'rebuild')
+    await refused(Template.assignTags(name, ['stolen'], other), 'tag')
+    await refused(Template.removeTags(name, ['keep'], other), 'untag')
+    await refused(Sandbox.deleteSnapshot(name, other), 'delete')
+    // At the daemon: the template and its tag are as they were, no new tag.
+    assert.deepEqual(await stored(), before)
+    assert.equal(await Template.exists(`${name}:stolen`), false)
+    // Still usable by the other key.
+    const sbx = await Sandbox.create(name, other)
+    try {
+      assert.equal((await sbx.commands.run('cat /srv/app/version.txt')).stdout.trim(), 'v2')
+    } finally {
+      await sbx.kill()
+    }
+    await Template.removeTags(name, ['keep'])
   })
 
   test('fromTemplate of a template built here: its files, env and start command carry over', async () => {
