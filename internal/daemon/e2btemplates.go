@@ -196,18 +196,11 @@ func (e e2bTemplates) BuildSteps(ctx context.Context, req v1.StepsRequest, progr
 	}
 	breq := build.Request{Name: req.Name, From: from, Steps: steps, Progress: progress}
 	if req.Context != "" {
-		if !strings.HasPrefix(req.Context, "/") {
-			return v1.Template{}, nil, fmt.Errorf("build context %q must be an absolute path: %w", req.Context, errdefs.ErrInvalidArgument)
-		}
-		root, err := os.OpenRoot(req.Context)
+		cx, done, err := openContext(req.Context)
 		if err != nil {
-			return v1.Template{}, nil, fmt.Errorf("build context: %v: %w", err, errdefs.ErrNotFound)
+			return v1.Template{}, nil, err
 		}
-		defer root.Close()
-		cx, ok := root.FS().(fs.ReadLinkFS)
-		if !ok {
-			return v1.Template{}, nil, fmt.Errorf("build context: no symbolic link support: %w", errdefs.ErrUnavailable)
-		}
+		defer done()
 		breq.Context = cx
 	}
 	// "e2b …": the E2B API may rebuild it (apiserver e2bMayWrite), as a template it made.

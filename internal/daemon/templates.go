@@ -157,18 +157,11 @@ func (t templates) BuildFile(ctx context.Context, req v1.DockerfileRequest, prog
 	}
 	breq := build.Request{Name: req.Name, From: df.From, Steps: df.Steps, Progress: progress}
 	if req.Context != "" {
-		if !strings.HasPrefix(req.Context, "/") {
-			return v1.Template{}, nil, fmt.Errorf("build context %q must be an absolute path: %w", req.Context, errdefs.ErrInvalidArgument)
-		}
-		root, err := os.OpenRoot(req.Context)
+		cx, done, err := openContext(req.Context)
 		if err != nil {
-			return v1.Template{}, nil, fmt.Errorf("build context: %v: %w", err, errdefs.ErrNotFound)
+			return v1.Template{}, nil, err
 		}
-		defer root.Close()
-		cx, ok := root.FS().(fs.ReadLinkFS)
-		if !ok {
-			return v1.Template{}, nil, fmt.Errorf("build context: no symbolic link support: %w", errdefs.ErrUnavailable)
-		}
+		defer done()
 		breq.Context = cx
 	}
 	var rep *build.Report
@@ -364,4 +357,22 @@ func (t templates) removeBuildSandboxes(ctx context.Context) {
 			t.log.Warn("deleting a leftover build sandbox", "sandbox", sb.ID, "err", err)
 		}
 	}
+}
+
+// openContext opens a build's context directory (an absolute path) as a file system
+// confined to it (os.Root: no path, link or ".." leaves it); done closes it.
+func openContext(dir string) (cx fs.ReadLinkFS, done func(), err error) {
+	if !strings.HasPrefix(dir, "/") {
+		return nil, nil, fmt.Errorf("build context %q must be an absolute path: %w", dir, errdefs.ErrInvalidArgument)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("build context: %v: %w", err, errdefs.ErrNotFound)
+	}
+	cx, ok := root.FS().(fs.ReadLinkFS)
+	if !ok {
+		root.Close()
+		return nil, nil, fmt.Errorf("build context: no symbolic link support: %w", errdefs.ErrUnavailable)
+	}
+	return cx, func() { root.Close() }, nil
 }
