@@ -264,10 +264,10 @@ func Up(ctx context.Context, o Options) (_ *Cluster, err error) {
 	}
 
 	// The controller manager (default service accounts, node lifecycle: the not-ready taint)
-	// and the scheduler.
+	// and the scheduler. Neither is given an authentication or authorization kubeconfig: their
+	// own HTTPS ports then serve only /healthz, /readyz and /livez, which is all Up reads.
 	if err := c.start(o, "kube-controller-manager",
 		"--kubeconfig="+kc["controller-manager"],
-		"--authentication-kubeconfig="+kc["controller-manager"], "--authorization-kubeconfig="+kc["controller-manager"],
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(p.kcm),
 		"--cert-dir="+filepath.Join(dir, "controller-manager"),
 		"--tls-cert-file="+certs["controller-manager-serving"].cert,
@@ -275,6 +275,8 @@ func Up(ctx context.Context, o Options) (_ *Cluster, err error) {
 		"--service-account-private-key-file="+saKey,
 		"--root-ca-file="+c.CAFile,
 		"--use-service-account-credentials=true",
+		// Else it makes /usr/libexec/kubernetes/kubelet-plugins/volume/exec on the host.
+		"--flex-volume-plugin-dir="+filepath.Join(dir, "flexvolume"),
 		"--leader-elect=false",
 		"--profiling=false",
 	); err != nil {
@@ -282,7 +284,6 @@ func Up(ctx context.Context, o Options) (_ *Cluster, err error) {
 	}
 	if err := c.start(o, "kube-scheduler",
 		"--kubeconfig="+kc["scheduler"],
-		"--authentication-kubeconfig="+kc["scheduler"], "--authorization-kubeconfig="+kc["scheduler"],
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(p.scheduler),
 		"--cert-dir="+filepath.Join(dir, "scheduler"),
 		"--tls-cert-file="+certs["scheduler-serving"].cert,

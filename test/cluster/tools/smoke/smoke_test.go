@@ -65,6 +65,7 @@ func up(t testing.TB) *harness.Cluster {
 
 func TestControlPlane(t *testing.T) {
 	_, runBefore := os.Stat("/var/run/kubernetes")
+	_, flexBefore := os.Stat("/usr/libexec/kubernetes")
 	c := up(t)
 	t.Logf("bring-up %v: %+v", c.BringUp().Round(time.Millisecond), c.Stages)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -139,7 +140,7 @@ func TestControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	renewed := metav1.MicroTime{Time: time.Now().Add(time.Second)}
+	renewed := metav1.MicroTime{Time: time.Now().Add(time.Second).Truncate(time.Microsecond)}
 	l.Spec.RenewTime = &renewed
 	if l, err = leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -217,6 +218,9 @@ func TestControlPlane(t *testing.T) {
 	}
 	if _, err := os.Stat("/var/run/kubernetes"); runBefore != nil && err == nil {
 		t.Error("the control plane wrote /var/run/kubernetes")
+	}
+	if _, err := os.Stat("/usr/libexec/kubernetes"); flexBefore != nil && err == nil {
+		t.Error("the controller manager made /usr/libexec/kubernetes")
 	}
 	if _, err := os.Stat(filepath.Join(c.Dir, "kubectl-cache")); err != nil {
 		t.Errorf("kubectl's cache is not under Dir: %v", err)
