@@ -65,9 +65,23 @@ type Options struct {
 	// ExtraArgs are appended to a component's flags, by binary name, e.g.
 	// {"kube-controller-manager": {"--node-monitor-grace-period=10s"}}.
 	ExtraArgs map[string][]string
+	// Controllers are the controller manager's --controllers (default DefaultControllers;
+	// {"*"} runs all of its on-by-default controllers, which adds about 5 s to bring-up).
+	Controllers []string
 	// Detach lets the processes outlive the calling process (scripts/test-cluster.sh up); a
 	// later Load(Dir).Down() ends them. Otherwise they are killed if the caller dies.
 	Detach bool
+}
+
+// DefaultControllers are the controllers a test of a node agent needs: default service
+// accounts and their tokens, the kube-root-ca.crt ConfigMap, node lifecycle (the not-ready
+// and unreachable taints and the evictions they cause), garbage collection of owned and
+// orphaned objects, namespace deletion, and Deployments, ReplicaSets and EndpointSlices.
+var DefaultControllers = []string{
+	"serviceaccount-controller", "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
+	"node-lifecycle-controller", "taint-eviction-controller", "pod-garbage-collector-controller",
+	"garbage-collector-controller", "namespace-controller",
+	"deployment-controller", "replicaset-controller", "endpointslice-controller",
 }
 
 // Cluster is a running control plane. Its exported fields are also written to
@@ -138,6 +152,10 @@ func Up(ctx context.Context, o Options) (_ *Cluster, err error) {
 		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
 			return nil, fmt.Errorf("harness: %s not in %s (run scripts/kube-tools.sh): %w", b, bin, err)
 		}
+	}
+	controllers := o.Controllers
+	if len(controllers) == 0 {
+		controllers = DefaultControllers
 	}
 	logf := o.Logf
 	if logf == nil {
@@ -275,6 +293,7 @@ func Up(ctx context.Context, o Options) (_ *Cluster, err error) {
 		"--service-account-private-key-file="+saKey,
 		"--root-ca-file="+c.CAFile,
 		"--use-service-account-credentials=true",
+		"--controllers="+strings.Join(controllers, ","),
 		// Else it makes /usr/libexec/kubernetes/kubelet-plugins/volume/exec on the host.
 		"--flex-volume-plugin-dir="+filepath.Join(dir, "flexvolume"),
 		"--leader-elect=false",

@@ -103,8 +103,13 @@ func TestControlPlane(t *testing.T) {
 		t.Fatalf("node with label kubernetes.io/role: err = %v, want forbidden", err)
 	}
 	n.Labels = map[string]string{"type": "virtual-kubelet", "moat.dev/node": "true"}
-	if _, err = node.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+	if n, err = node.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	// Admission (TaintNodesByCondition) gives a new node the not-ready taint, which only the
+	// controller manager's node lifecycle controller removes (below, once it is Ready).
+	if !hasTaint(n, corev1.TaintNodeNotReady) {
+		t.Fatalf("new node's taints %v lack %s", n.Spec.Taints, corev1.TaintNodeNotReady)
 	}
 	// NodeRestriction: a node cannot create another node.
 	other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "moat-other"}}
@@ -127,6 +132,16 @@ func TestControlPlane(t *testing.T) {
 	n.Status.Allocatable = n.Status.Capacity
 	if _, err := node.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+
+	for !func() bool {
+		n, err := admin.CoreV1().Nodes().Get(ctx, "moat-smoke", metav1.GetOptions{})
+		return err == nil && !hasTaint(n, corev1.TaintNodeNotReady)
+	}() {
+		if ctx.Err() != nil {
+			t.Fatal("the not-ready taint stayed on a Ready node")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 
 	// Its heartbeat Lease: created, then renewed.
@@ -225,6 +240,10 @@ func TestControlPlane(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(c.Dir, "kubectl-cache")); err != nil {
 		t.Errorf("kubectl's cache is not under Dir: %v", err)
 	}
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
 }
 
 func waitPod(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, name string, ok func(*corev1.Pod) bool) {
