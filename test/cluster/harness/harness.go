@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -484,7 +485,11 @@ func (c *Cluster) start(o Options, name string, args ...string) error {
 	if !o.Detach {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if !o.Detach {
+		start = func() error { return startPinned(cmd) }
+	}
+	if err := start(); err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
 	done := make(chan struct{})
@@ -494,6 +499,35 @@ func (c *Cluster) start(o Options, name string, args ...string) error {
 	c.exited[name] = done
 	c.mu.Unlock()
 	return nil
+}
+
+// The kernel sends Pdeathsig when the thread that forked the child exits, not the process,
+// and Go ends an OS thread when a goroutine locked to it returns (as network-namespace code
+// does). So children with Pdeathsig are started from one goroutine locked to its thread for
+// the life of the process: that thread never exits before the process does.
+var spawner struct {
+	once sync.Once
+	reqs chan spawnReq
+}
+
+type spawnReq struct {
+	cmd *exec.Cmd
+	err chan error
+}
+
+func startPinned(cmd *exec.Cmd) error {
+	spawner.once.Do(func() {
+		spawner.reqs = make(chan spawnReq)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+			for r := range spawner.reqs {
+				r.err <- r.cmd.Start()
+			}
+		}()
+	})
+	r := spawnReq{cmd: cmd, err: make(chan error, 1)}
+	spawner.reqs <- r
+	return <-r.err
 }
 
 func (c *Cluster) stop(p Proc) error {
