@@ -145,6 +145,9 @@ func Up(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if prev, err := Load(dir); err == nil && prev.running() {
+		return nil, fmt.Errorf("harness: a cluster already runs in %s (scripts/test-cluster.sh down %s)", dir, dir)
+	}
 	bin := o.BinDir
 	if bin == "" {
 		bin = DefaultBinDir()
@@ -441,6 +444,22 @@ func Load(dir string) (*Cluster, error) {
 	return c, nil
 }
 
+// running tells whether any process of a loaded cluster still runs its binary.
+func (c *Cluster) running() bool {
+	for _, p := range c.Procs {
+		if pidRuns(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// pidRuns tells whether p.Pid still runs p.Path (and not a process that reused the pid).
+func pidRuns(p Proc) bool {
+	exe, err := os.Readlink("/proc/" + strconv.Itoa(p.Pid) + "/exe")
+	return err == nil && strings.TrimSuffix(exe, " (deleted)") == p.Path
+}
+
 func (c *Cluster) save() error {
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
@@ -533,8 +552,7 @@ func startPinned(cmd *exec.Cmd) error {
 func (c *Cluster) stop(p Proc) error {
 	done := c.exited[p.Name]
 	if done == nil { // started by another process (Load): only if the pid still runs it
-		exe, err := os.Readlink("/proc/" + strconv.Itoa(p.Pid) + "/exe")
-		if err != nil || strings.TrimSuffix(exe, " (deleted)") != p.Path {
+		if !pidRuns(p) {
 			return nil
 		}
 		d := make(chan struct{})

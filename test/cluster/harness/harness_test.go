@@ -180,3 +180,28 @@ func TestPinnedStartOutlivesThread(t *testing.T) {
 		t.Fatalf("child exited: %v", ws)
 	}
 }
+
+// Up refuses a directory whose cluster still runs (it would overwrite its CA and certificates)
+// and accepts one whose processes are gone.
+func TestUpRefusesRunningDir(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	c := &Cluster{Dir: dir, Procs: []Proc{{Name: "etcd", Pid: cmd.Process.Pid, Path: cmd.Path}}}
+	if err := c.save(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Up(context.Background(), Options{Dir: dir, BinDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "already runs") {
+		t.Fatalf("err = %v", err)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	_, err = Up(context.Background(), Options{Dir: dir, BinDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "scripts/kube-tools.sh") {
+		t.Fatalf("after the process ended: err = %v", err)
+	}
+}
