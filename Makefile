@@ -5,7 +5,7 @@ GO ?= go
 BIN := bin
 GOFLAGS_BUILD := -trimpath
 
-.PHONY: all deps build demo test test-short bench fuzz vet lint clean
+.PHONY: all deps build demo test test-short test-cluster bench fuzz vet lint clean
 
 all: build
 
@@ -69,6 +69,14 @@ test: build lint
 
 test-short: build
 	MOAT_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -short ./...
+
+# A real, local Kubernetes control plane on loopback (docs/cluster.md): builds the pinned
+# kube-apiserver, controller manager, scheduler, kubectl and etcd into /var/cache/moat-kube
+# (about 6 minutes cold, seconds warm), then runs the nested cluster modules' tests.
+test-cluster:
+	./scripts/kube-tools.sh >/dev/null
+	cd test/cluster/harness && $(GO) test -count=1 ./...
+	cd test/cluster/tools && $(GO) test -count=1 -timeout 20m ./...
 
 # bench: every figure, with the system-call one (moat bench --syscalls: runc, the runsc of 2022 and the current runsc).
 bench: build
