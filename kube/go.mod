@@ -7,6 +7,7 @@ replace github.com/moatdev/moat => ../
 require (
 	connectrpc.com/connect v1.21.1
 	github.com/moatdev/moat v0.0.0-00010101000000-000000000000
+	github.com/moatdev/moat/test/cluster/harness v0.0.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/virtual-kubelet/virtual-kubelet v1.14.1
 	k8s.io/api v0.37.2
@@ -121,3 +122,5 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
+
+replace github.com/moatdev/moat/test/cluster/harness => ../test/cluster/harness
