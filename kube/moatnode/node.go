@@ -56,7 +56,7 @@ type NodeShape struct {
 // runtime (moat.dev/runtime-NAME=true) and available isolation level
 // (moat.dev/isolation-LEVEL=true), the moat.dev/sandbox=true:NoSchedule taint, capacity,
 // and conditions (Ready from the doctor's overall verdict; DiskPressure from the storage
-// checks). It sets no kubernetes.io/role label (NodeRestriction refuses it). Pure.
+// filesystem check). It sets no kubernetes.io/role label (NodeRestriction refuses it). Pure.
 func NodeSpec(s NodeShape, d Doctor) corev1.Node {
 	labels := map[string]string{
 		"type":                   "virtual-kubelet",
@@ -124,13 +124,15 @@ func NodeConditions(d Doctor, now time.Time) []corev1.NodeCondition {
 	}
 	var failed []string
 	for _, c := range d.Storage {
-		if !c.OK {
+		// Only the data filesystem's room is pressure; other storage checks (snapshots,
+		// memory checkpoints) are features the host may lack.
+		if !c.OK && c.Name == "data filesystem" {
 			failed = append(failed, c.Name+": "+c.Detail)
 		}
 	}
 	disk := cond(corev1.NodeDiskPressure, len(failed) > 0, "MoatStorage", strings.Join(failed, "; "))
 	if len(failed) == 0 {
-		disk.Message = "moat doctor's storage checks pass"
+		disk.Message = "moat doctor: the data filesystem has room"
 	}
 	var kern []string
 	for _, c := range d.Kernel {

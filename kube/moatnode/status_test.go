@@ -62,7 +62,7 @@ func TestNodeSpec(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"ok":true,"runtimes":[{"name":"runc","usable":true,"isolation":"container"},
 		{"name":"runsc","usable":true,"isolation":"gvisor"},{"name":"crun","usable":false}],
 		"isolation":[{"name":"container","available":true},{"name":"gvisor","available":true},{"name":"microvm","available":false}],
-		"storage":[{"name":"data filesystem","ok":false,"detail":"full"}]}`), &d); err != nil {
+		"storage":[{"name":"data filesystem","ok":false,"detail":"full"},{"name":"memory checkpoint (runc)","ok":false}]}`), &d); err != nil {
 		t.Fatal(err)
 	}
 	n := NodeSpec(NodeShape{Name: "n1", InternalIP: "127.0.0.2", Port: 10250, CPUs: 2, Memory: 1 << 30, Slots: 7}, d)
@@ -92,8 +92,10 @@ func TestNodeSpec(t *testing.T) {
 	if conds[corev1.NodeReady] != corev1.ConditionTrue || conds[corev1.NodeDiskPressure] != corev1.ConditionTrue {
 		t.Errorf("conditions %v", conds)
 	}
-	if c := NodeConditions(Doctor{}, time.Now()); c[0].Status != corev1.ConditionFalse {
-		t.Errorf("no usable runtime but Ready %v", c[0].Status)
+	var d2 Doctor
+	d2.Storage = []DoctorCheck{{Name: "memory checkpoint (runc)"}}
+	if c := NodeConditions(d2, time.Now()); c[0].Status != corev1.ConditionFalse || c[1].Status != corev1.ConditionFalse {
+		t.Errorf("no usable runtime but Ready %v, or a failed checkpoint check is disk pressure %v", c[0].Status, c[1].Status)
 	}
 }
 
