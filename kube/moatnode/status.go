@@ -33,7 +33,8 @@ type Observed struct {
 // node's address, reported as the Pod's IP too: the daemon does not publish sandbox
 // addresses (a sandbox's ports are reached through the daemon). Pure.
 func PodStatus(pod *corev1.Pod, o Observed, hostIP string) corev1.PodStatus {
-	st := corev1.PodStatus{HostIP: hostIP, QOSClass: corev1.PodQOSBestEffort}
+	// The QoS class is the API server's (immutable once set).
+	st := corev1.PodStatus{HostIP: hostIP, QOSClass: pod.Status.QOSClass}
 	if hostIP != "" {
 		st.HostIPs = []corev1.HostIP{{IP: hostIP}}
 	}
