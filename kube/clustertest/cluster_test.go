@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -485,4 +484,3 @@ func p50(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-var _ = io.Discard
