@@ -12,7 +12,7 @@ import (
 const (
 	ReasonSandboxGone  = "SandboxVanished"
 	ReasonSandboxError = "SandboxError"
-	ReasonUnsupported  = "UnsupportedBymoat"
+	ReasonUnsupported  = "UnsupportedByMoat"
 	ReasonCreating     = "SandboxCreating"
 )
 

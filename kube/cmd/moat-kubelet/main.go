@@ -26,6 +26,7 @@ import (
 
 	"github.com/moatdev/moat/kube/moatnode"
 	"github.com/moatdev/moat/sdk"
+	vklog "github.com/virtual-kubelet/virtual-kubelet/log"
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
 	"k8s.io/client-go/kubernetes"
@@ -58,6 +59,7 @@ func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	ctx = vklog.WithLogger(ctx, moatnode.VKLogger(log))
 	if err := run(ctx, c, log); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("moat-kubelet", "err", err)
 		os.Exit(1)
