@@ -108,6 +108,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		Name: c.nodeName, InternalIP: c.internalIP, Port: int32(port),
 		CPUs: int64(runtime.NumCPU()), Memory: hostMemory(), Slots: c.slots, Version: "v1.37.2-moat",
 	}, doc)
+	spec.Status.Conditions = moatnode.NodeConditions(doc, time.Now())
 	prov := moatnode.NewProvider(mc, c.nodeName, c.internalIP, log)
 	n, err := prov.Adopt(ctx)
 	if err != nil {
