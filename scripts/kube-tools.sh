@@ -44,8 +44,7 @@ if [ ${#need[@]} -gt 0 ]; then
 	for c in "${need[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
 	(cd "$root/test/cluster/tools" && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "$ld" -o "$work/" "${pkgs[@]}")
 	for c in "${need[@]}"; do
-		out=$("$work/$c" --version 2>&1 | head -1)
-		[ "$c" = kubectl ] && out=$("$work/$c" version --client 2>&1 | head -1)
+		if [ "$c" = kubectl ]; then out=$("$work/$c" version --client 2>&1); else out=$("$work/$c" --version 2>&1); fi
 		grep -q "$KUBE_VERSION\$" <<<"$out" || { echo "$c: unexpected version: $out" >&2; exit 1; }
 		install_bin "$c" "$KUBE_VERSION"
 	done
@@ -54,7 +53,7 @@ fi
 if ! current etcd "$ETCD_VERSION"; then
 	echo "building etcd $ETCD_VERSION (about 1 minute cold)" >&2
 	(cd "$root/test/cluster/tools/etcd" && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w" -o "$work/etcd" go.etcd.io/etcd/server/v3)
-	out=$("$work/etcd" --version 2>&1 | head -1)
+	out=$("$work/etcd" --version 2>&1)
 	grep -q "^etcd Version: ${ETCD_VERSION#v}$" <<<"$out" || { echo "etcd: unexpected version: $out" >&2; exit 1; }
 	install_bin etcd "$ETCD_VERSION"
 fi

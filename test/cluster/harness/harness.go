@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,9 +66,23 @@ type Options struct {
 	// ExtraArgs are appended to a component's flags, by binary name, e.g.
 	// {"kube-controller-manager": {"--node-monitor-grace-period=10s"}}.
 	ExtraArgs map[string][]string
+	// Controllers are the controller manager's --controllers (default DefaultControllers;
+	// {"*"} runs all of its on-by-default controllers, which adds about 5 s to bring-up).
+	Controllers []string
 	// Detach lets the processes outlive the calling process (scripts/test-cluster.sh up); a
 	// later Load(Dir).Down() ends them. Otherwise they are killed if the caller dies.
 	Detach bool
+}
+
+// DefaultControllers are the controllers a test of a node agent needs: default service
+// accounts and their tokens, the kube-root-ca.crt ConfigMap, node lifecycle (the not-ready
+// and unreachable taints and the evictions they cause), garbage collection of owned and
+// orphaned objects, namespace deletion, and Deployments, ReplicaSets and EndpointSlices.
+var DefaultControllers = []string{
+	"serviceaccount-controller", "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
+	"node-lifecycle-controller", "taint-eviction-controller", "pod-garbage-collector-controller",
+	"garbage-collector-controller", "namespace-controller",
+	"deployment-controller", "replicaset-controller", "endpointslice-controller",
 }
 
 // Cluster is a running control plane. Its exported fields are also written to
@@ -130,6 +145,9 @@ func Up(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if prev, err := Load(dir); err == nil && prev.running() {
+		return nil, fmt.Errorf("harness: a cluster already runs in %s (scripts/test-cluster.sh down %s)", dir, dir)
+	}
 	bin := o.BinDir
 	if bin == "" {
 		bin = DefaultBinDir()
@@ -138,6 +156,10 @@ func Up(ctx context.Context, o Options) (_ *Cluster, err error) {
 		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
 			return nil, fmt.Errorf("harness: %s not in %s (run scripts/kube-tools.sh): %w", b, bin, err)
 		}
+	}
+	controllers := o.Controllers
+	if len(controllers) == 0 {
+		controllers = DefaultControllers
 	}
 	logf := o.Logf
 	if logf == nil {
@@ -264,10 +286,10 @@ func Up(ctx context.Context, o Options) (_ *Cluster, err error) {
 	}
 
 	// The controller manager (default service accounts, node lifecycle: the not-ready taint)
-	// and the scheduler.
+	// and the scheduler. Neither is given an authentication or authorization kubeconfig: their
+	// own HTTPS ports then serve only /healthz, /readyz and /livez, which is all Up reads.
 	if err := c.start(o, "kube-controller-manager",
 		"--kubeconfig="+kc["controller-manager"],
-		"--authentication-kubeconfig="+kc["controller-manager"], "--authorization-kubeconfig="+kc["controller-manager"],
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(p.kcm),
 		"--cert-dir="+filepath.Join(dir, "controller-manager"),
 		"--tls-cert-file="+certs["controller-manager-serving"].cert,
@@ -275,6 +297,9 @@ func Up(ctx context.Context, o Options) (_ *Cluster, err error) {
 		"--service-account-private-key-file="+saKey,
 		"--root-ca-file="+c.CAFile,
 		"--use-service-account-credentials=true",
+		"--controllers="+strings.Join(controllers, ","),
+		// Else it makes /usr/libexec/kubernetes/kubelet-plugins/volume/exec on the host.
+		"--flex-volume-plugin-dir="+filepath.Join(dir, "flexvolume"),
 		"--leader-elect=false",
 		"--profiling=false",
 	); err != nil {
@@ -282,7 +307,6 @@ func Up(ctx context.Context, o Options) (_ *Cluster, err error) {
 	}
 	if err := c.start(o, "kube-scheduler",
 		"--kubeconfig="+kc["scheduler"],
-		"--authentication-kubeconfig="+kc["scheduler"], "--authorization-kubeconfig="+kc["scheduler"],
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(p.scheduler),
 		"--cert-dir="+filepath.Join(dir, "scheduler"),
 		"--tls-cert-file="+certs["scheduler-serving"].cert,
@@ -420,6 +444,22 @@ func Load(dir string) (*Cluster, error) {
 	return c, nil
 }
 
+// running tells whether any process of a loaded cluster still runs its binary.
+func (c *Cluster) running() bool {
+	for _, p := range c.Procs {
+		if pidRuns(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// pidRuns tells whether p.Pid still runs p.Path (and not a process that reused the pid).
+func pidRuns(p Proc) bool {
+	exe, err := os.Readlink("/proc/" + strconv.Itoa(p.Pid) + "/exe")
+	return err == nil && strings.TrimSuffix(exe, " (deleted)") == p.Path
+}
+
 func (c *Cluster) save() error {
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
@@ -464,7 +504,11 @@ func (c *Cluster) start(o Options, name string, args ...string) error {
 	if !o.Detach {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if !o.Detach {
+		start = func() error { return startPinned(cmd) }
+	}
+	if err := start(); err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
 	done := make(chan struct{})
@@ -476,11 +520,39 @@ func (c *Cluster) start(o Options, name string, args ...string) error {
 	return nil
 }
 
+// The kernel sends Pdeathsig when the thread that forked the child exits, not the process,
+// and Go ends an OS thread when a goroutine locked to it returns (as network-namespace code
+// does). So children with Pdeathsig are started from one goroutine locked to its thread for
+// the life of the process: that thread never exits before the process does.
+var spawner struct {
+	once sync.Once
+	reqs chan spawnReq
+}
+
+type spawnReq struct {
+	cmd *exec.Cmd
+	err chan error
+}
+
+func startPinned(cmd *exec.Cmd) error {
+	spawner.once.Do(func() {
+		spawner.reqs = make(chan spawnReq)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+			for r := range spawner.reqs {
+				r.err <- r.cmd.Start()
+			}
+		}()
+	})
+	r := spawnReq{cmd: cmd, err: make(chan error, 1)}
+	spawner.reqs <- r
+	return <-r.err
+}
+
 func (c *Cluster) stop(p Proc) error {
 	done := c.exited[p.Name]
 	if done == nil { // started by another process (Load): only if the pid still runs it
-		exe, err := os.Readlink("/proc/" + strconv.Itoa(p.Pid) + "/exe")
-		if err != nil || strings.TrimSuffix(exe, " (deleted)") != p.Path {
+		if !pidRuns(p) {
 			return nil
 		}
 		d := make(chan struct{})

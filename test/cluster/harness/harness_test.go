@@ -4,13 +4,18 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func readCert(t *testing.T, path string) *x509.Certificate {
@@ -129,3 +134,74 @@ func TestUpWithoutBinaries(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// A child with Pdeathsig outlives the thread that asked for it: Go ends a thread whose locked
+// goroutine returns (as network-namespace code does), and the kernel would then kill a child
+// forked from that thread.
+var errMainThread = errors.New("main thread")
+
+func TestPinnedStartOutlivesThread(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	started := false
+	for range 4 {
+		errc := make(chan error, 1)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			if syscall.Gettid() == syscall.Getpid() {
+				errc <- errMainThread // the main thread is wedged, not ended: try another
+				return
+			}
+			errc <- startPinned(cmd)
+		}()
+		err := <-errc
+		<-done
+		if err == errMainThread {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		started = true
+		break
+	}
+	if !started {
+		t.Fatal("no goroutine ran off the main thread")
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	time.Sleep(300 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("child gone: %v", err)
+	}
+	var ws syscall.WaitStatus
+	if pid, _ := syscall.Wait4(cmd.Process.Pid, &ws, syscall.WNOHANG, nil); pid != 0 {
+		t.Fatalf("child exited: %v", ws)
+	}
+}
+
+// Up refuses a directory whose cluster still runs (it would overwrite its CA and certificates)
+// and accepts one whose processes are gone.
+func TestUpRefusesRunningDir(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	c := &Cluster{Dir: dir, Procs: []Proc{{Name: "etcd", Pid: cmd.Process.Pid, Path: cmd.Path}}}
+	if err := c.save(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Up(context.Background(), Options{Dir: dir, BinDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "already runs") {
+		t.Fatalf("err = %v", err)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	_, err = Up(context.Background(), Options{Dir: dir, BinDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "scripts/kube-tools.sh") {
+		t.Fatalf("after the process ended: err = %v", err)
+	}
+}

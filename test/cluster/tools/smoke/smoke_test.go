@@ -65,6 +65,7 @@ func up(t testing.TB) *harness.Cluster {
 
 func TestControlPlane(t *testing.T) {
 	_, runBefore := os.Stat("/var/run/kubernetes")
+	_, flexBefore := os.Stat("/usr/libexec/kubernetes")
 	c := up(t)
 	t.Logf("bring-up %v: %+v", c.BringUp().Round(time.Millisecond), c.Stages)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -102,8 +103,13 @@ func TestControlPlane(t *testing.T) {
 		t.Fatalf("node with label kubernetes.io/role: err = %v, want forbidden", err)
 	}
 	n.Labels = map[string]string{"type": "virtual-kubelet", "moat.dev/node": "true"}
-	if _, err = node.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+	if n, err = node.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	// Admission (TaintNodesByCondition) gives a new node the not-ready taint, which only the
+	// controller manager's node lifecycle controller removes (below, once it is Ready).
+	if !hasTaint(n, corev1.TaintNodeNotReady) {
+		t.Fatalf("new node's taints %v lack %s", n.Spec.Taints, corev1.TaintNodeNotReady)
 	}
 	// NodeRestriction: a node cannot create another node.
 	other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "moat-other"}}
@@ -128,6 +134,16 @@ func TestControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	for !func() bool {
+		n, err := admin.CoreV1().Nodes().Get(ctx, "moat-smoke", metav1.GetOptions{})
+		return err == nil && !hasTaint(n, corev1.TaintNodeNotReady)
+	}() {
+		if ctx.Err() != nil {
+			t.Fatal("the not-ready taint stayed on a Ready node")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
 	// Its heartbeat Lease: created, then renewed.
 	leases := node.CoordinationV1().Leases("kube-node-lease")
 	l, err := leases.Create(ctx, &coordinationv1.Lease{
@@ -139,7 +155,7 @@ func TestControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	renewed := metav1.MicroTime{Time: time.Now().Add(time.Second)}
+	renewed := metav1.MicroTime{Time: time.Now().Add(time.Second).Truncate(time.Microsecond)}
 	l.Spec.RenewTime = &renewed
 	if l, err = leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -218,9 +234,16 @@ func TestControlPlane(t *testing.T) {
 	if _, err := os.Stat("/var/run/kubernetes"); runBefore != nil && err == nil {
 		t.Error("the control plane wrote /var/run/kubernetes")
 	}
+	if _, err := os.Stat("/usr/libexec/kubernetes"); flexBefore != nil && err == nil {
+		t.Error("the controller manager made /usr/libexec/kubernetes")
+	}
 	if _, err := os.Stat(filepath.Join(c.Dir, "kubectl-cache")); err != nil {
 		t.Errorf("kubectl's cache is not under Dir: %v", err)
 	}
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
 }
 
 func waitPod(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, name string, ok func(*corev1.Pod) bool) {
