@@ -7,6 +7,8 @@
 package moatnode
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -283,4 +285,23 @@ func isWord(s string) bool {
 		}
 	}
 	return true
+}
+
+// TemplateForImage is the moat template name an image reference is pulled as: "k8s-", the
+// reference lowercased with every character outside [a-z0-9.-] turned into "-", cut to fit,
+// and 8 hex digits of its SHA-256 (distinct references get distinct names). Always a valid
+// template name ([a-z0-9][a-z0-9._-]{0,62}). Pure.
+func TemplateForImage(ref string) string {
+	sum := sha256.Sum256([]byte(ref))
+	b := []byte(strings.ToLower(ref))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	body := string(b)
+	if len(body) > 50 {
+		body = body[:50]
+	}
+	return "k8s-" + body + "-" + hex.EncodeToString(sum[:4])
 }

@@ -3,6 +3,8 @@ package moatnode
 import (
 	"errors"
 	"reflect"
+	"regexp"
+	"strings"
 	"testing"
 
 	v1 "github.com/moatdev/moat/api/v1"
@@ -227,4 +229,20 @@ func containsSpace(s string) bool {
 		}
 	}
 	return false
+}
+
+func TestTemplateForImage(t *testing.T) {
+	valid := regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`) // internal/storage templateNameRE
+	seen := map[string]string{}
+	for _, ref := range []string{"docker.io/library/alpine:3.20", "ghcr.io/Org/Img@sha256:abc", "alpine:3.20", "alpine:3-20",
+		"registry.example.test:5000/" + strings.Repeat("x", 300) + ":1"} {
+		n := TemplateForImage(ref)
+		if !valid.MatchString(n) {
+			t.Errorf("%q -> %q: not a valid template name", ref, n)
+		}
+		if o, ok := seen[n]; ok {
+			t.Errorf("%q and %q -> the same %q", o, ref, n)
+		}
+		seen[n] = ref
+	}
 }

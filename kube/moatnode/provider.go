@@ -126,10 +126,12 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		p.refresh(ctx, k)
 		return nil
 	}
-	if err := p.ensureTemplate(ctx, req.Template); err != nil {
+	tmpl, err := p.ensureTemplate(ctx, req.Template)
+	if err != nil {
 		p.setErr(k, err)
 		return nil
 	}
+	req.Template = tmpl
 	made, err := p.c.Create(ctx, req)
 	if err != nil {
 		if errors.Is(err, sdk.ErrInvalidArgument) || errors.Is(err, sdk.ErrPermissionDenied) || errors.Is(err, sdk.ErrNotFound) {
@@ -163,26 +165,33 @@ func wasStarted(pod *corev1.Pod) bool {
 	return false
 }
 
-// ensureTemplate makes sure template name exists at the daemon: a local template is
-// used as is; an image reference (it has a "/" or ":") is pulled under its own name.
-func (p *Provider) ensureTemplate(ctx context.Context, name string) error {
+// ensureTemplate returns the template to make image's sandbox from: a local template
+// named image as is; an image reference is pulled (once) as the template
+// TemplateForImage(image).
+func (p *Provider) ensureTemplate(ctx context.Context, image string) (string, error) {
 	ts, err := p.c.Templates(ctx)
 	if err != nil {
-		return fmt.Errorf("listing templates: %w", err)
+		return "", fmt.Errorf("listing templates: %w", err)
 	}
+	name := image
+	if !strings.ContainsAny(image, "/:@") {
+		for _, t := range ts {
+			if t.Name == name {
+				return name, nil
+			}
+		}
+		return "", fmt.Errorf("image %q is neither a local moat template nor an image reference: %w", image, ErrUnsupported)
+	}
+	name = TemplateForImage(image)
 	for _, t := range ts {
 		if t.Name == name {
-			return nil
+			return name, nil
 		}
 	}
-	if !strings.ContainsAny(name, "/:") {
-		return fmt.Errorf("image %q is neither a local moat template nor an image reference: %w", name, ErrUnsupported)
+	if _, err := p.c.TemplateOp(ctx, "pull", v1.TemplateRequest{Name: name, Ref: image}, nil); err != nil {
+		return "", fmt.Errorf("pulling %s as template %s: %w", image, name, err)
 	}
-	_, err = p.c.TemplateOp(ctx, "pull", v1.TemplateRequest{Name: name, Ref: name}, nil)
-	if err != nil {
-		return fmt.Errorf("pulling %s: %w", name, err)
-	}
-	return nil
+	return name, nil
 }
 
 // startMain starts the Pod's command in sandbox id as a tagged process that outlives this
