@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -339,6 +340,11 @@ func TestMoatNodes(t *testing.T) {
 	if err != nil || !strings.Contains(out, "on-a-tty") {
 		t.Fatalf("exec -t in sb-0: %q %v", out, err)
 	}
+	// kubectl exec -it: a shell on a terminal reading what is typed.
+	out, err = execInput(ctx, rc, "sb-1", []string{"sh"}, true, strings.NewReader("echo typed-$((6*7))\nexit 0\n"))
+	if err != nil || !strings.Contains(out, "typed-42") {
+		t.Fatalf("exec -it in sb-1: %q %v", out, err)
+	}
 	if _, err := execIn(ctx, rc, "sb-0", []string{"sh", "-c", "exit 3"}, false); err == nil || !strings.Contains(err.Error(), "exit code 3") {
 		t.Fatalf("exec exit code: %v", err)
 	}
@@ -441,9 +447,14 @@ func TestMoatNodes(t *testing.T) {
 }
 
 func execIn(ctx context.Context, rc *rest.Config, pod string, cmd []string, tty bool) (string, error) {
+	return execInput(ctx, rc, pod, cmd, tty, nil)
+}
+
+// execInput is kubectl exec [-t] [-i when stdin is set] POD -- cmd through client-go.
+func execInput(ctx context.Context, rc *rest.Config, pod string, cmd []string, tty bool, stdin io.Reader) (string, error) {
 	kc := kubernetes.NewForConfigOrDie(rc)
 	req := kc.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: "main", Command: cmd, Stdout: true, Stderr: !tty, TTY: tty}, scheme.ParameterCodec)
+		VersionedParams(&corev1.PodExecOptions{Container: "main", Command: cmd, Stdin: stdin != nil, Stdout: true, Stderr: !tty, TTY: tty}, scheme.ParameterCodec)
 	spdy, err := remotecommand.NewSPDYExecutor(rc, "POST", req.URL())
 	if err != nil {
 		return "", err
@@ -457,7 +468,7 @@ func execIn(ctx context.Context, rc *rest.Config, pod string, cmd []string, tty 
 		return "", err
 	}
 	var out, errb bytes.Buffer
-	opts := remotecommand.StreamOptions{Stdout: &out, Tty: tty}
+	opts := remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Tty: tty}
 	if !tty {
 		opts.Stderr = &errb
 	}
