@@ -48,6 +48,8 @@ type entry struct {
 	hasMain bool
 	gone    bool
 	err     error
+	// mainEnded is the main process' record once it has ended (it does not change).
+	mainEnded *v1.ProcessLog
 }
 
 // NewProvider returns a provider for node (its name) whose daemon is c; hostIP is the
@@ -342,6 +344,16 @@ func (p *Provider) NotifyPods(ctx context.Context, cb func(*corev1.Pod)) {
 				return
 			case <-t.C:
 			}
+			// One list per tick for all the node's sandboxes, not one read per Pod.
+			sbs, err := p.c.ListFiltered(ctx, []string{"label=" + LabelNode + "=" + p.node})
+			if err != nil {
+				p.log.Warn("listing the node's sandboxes", "err", err)
+				continue
+			}
+			listed := make(map[string]*v1.Sandbox, len(sbs))
+			for i := range sbs {
+				listed[sbs[i].ID] = &sbs[i]
+			}
 			p.mu.Lock()
 			keys = keys[:0]
 			for k := range p.pods {
@@ -349,7 +361,7 @@ func (p *Provider) NotifyPods(ctx context.Context, cb func(*corev1.Pod)) {
 			}
 			p.mu.Unlock()
 			for _, k := range keys {
-				p.refresh(ctx, k)
+				p.refreshWith(ctx, k, listed)
 			}
 		}
 	}()
@@ -357,18 +369,31 @@ func (p *Provider) NotifyPods(ctx context.Context, cb func(*corev1.Pod)) {
 
 // refresh reads pod k's sandbox and main process from the daemon and notifies a changed
 // status.
-func (p *Provider) refresh(ctx context.Context, k string) {
+func (p *Provider) refresh(ctx context.Context, k string) { p.refreshWith(ctx, k, nil) }
+
+// refreshWith is refresh with the node's sandboxes as just listed (nil: read this Pod's
+// sandbox alone). A main process that has ended is not read again.
+func (p *Provider) refreshWith(ctx context.Context, k string, listed map[string]*v1.Sandbox) {
 	p.mu.Lock()
 	e, ok := p.pods[k]
 	if !ok {
 		p.mu.Unlock()
 		return
 	}
-	o := Observed{HasMain: e.hasMain, Gone: e.gone, Err: e.err}
+	o := Observed{HasMain: e.hasMain, Gone: e.gone, Err: e.err, Main: e.mainEnded}
 	id := e.id
 	p.mu.Unlock()
 	if id != "" && o.Err == nil && !o.Gone {
-		sb, err := p.c.Get(ctx, id)
+		var sb *v1.Sandbox
+		var err error
+		if listed != nil {
+			sb = listed[id]
+		}
+		if sb == nil {
+			// Not listed (or no list): read it alone. A sandbox made after the list was
+			// taken is not gone.
+			sb, err = p.c.Get(ctx, id)
+		}
 		switch {
 		case errors.Is(err, sdk.ErrNotFound):
 			o.Gone = true
@@ -380,7 +405,7 @@ func (p *Provider) refresh(ctx context.Context, k string) {
 			return
 		default:
 			o.Sandbox = sb
-			if o.HasMain && sb.State == "running" {
+			if o.HasMain && o.Main == nil && sb.State == "running" {
 				logs, err := p.c.ProcessLogs(ctx, id)
 				if err != nil {
 					p.log.Warn("reading processes", "sandbox", id, "err", err)
@@ -390,6 +415,11 @@ func (p *Provider) refresh(ctx context.Context, k string) {
 					if logs[i].Tag == MainTag {
 						o.Main = &logs[i]
 					}
+				}
+				if o.Main != nil && !o.Main.Running {
+					p.mu.Lock()
+					e.mainEnded = o.Main
+					p.mu.Unlock()
 				}
 			}
 		}
