@@ -164,21 +164,7 @@ func (t templates) BuildFile(ctx context.Context, req v1.DockerfileRequest, prog
 		defer done()
 		breq.Context = cx
 	}
-	var rep *build.Report
-	tmpl, err := t.serialized(ctx, req.Name, progress, func() (v1.Template, error) {
-		be := &buildBackend{t: t, name: req.Name, source: "dockerfile " + req.File}
-		defer be.Close()
-		var err error
-		if rep, err = build.Build(ctx, be, breq); err != nil {
-			return v1.Template{}, err
-		}
-		return be.result, nil
-	})
-	t.changed()
-	if err != nil {
-		return v1.Template{}, nil, err
-	}
-	return tmpl, toAPIReport(rep), nil
+	return t.buildWith(ctx, breq, "dockerfile "+req.File)
 }
 
 func toAPIReport(r *build.Report) *v1.BuildReport {
