@@ -45,7 +45,7 @@ type daemon struct {
 	url       string // http://127.0.0.1:PORT
 	sock      string // the unix socket: the operator
 	key, key2 string
-	logs      *syncBuffer
+	logs      *testutil.SyncBuffer
 	args      []string // moat serve's command line
 	global    []string // moat's global flags (data and run directories)
 	proc      *exec.Cmd
@@ -59,17 +59,17 @@ func startDaemon(t *testing.T) *daemon {
 	_, _ = rand.Read(rnd[:])
 	runDir := "/run/moat-console-" + hex.EncodeToString(rnd[:])
 	data := t.TempDir()
-	d := &daemon{sock: filepath.Join(runDir, "moat.sock"), logs: &syncBuffer{}}
+	d := &daemon{sock: filepath.Join(runDir, "moat.sock"), logs: &testutil.SyncBuffer{}}
 	d.global = []string{"--data", data, "--run-dir", runDir, "--socket", d.sock,
 		"--id-base", strconv.FormatUint(uint64(testutil.IDBase(t)), 10)}
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	d.url = "http://" + addr
 	d.args = append(slices.Clone(d.global), "serve", "--listen", addr, "--warm", "0", "--default-disk", "1G")
 	d.start(t)
 	t.Cleanup(func() {
 		d.stop(t)
 		if t.Failed() {
-			t.Logf("moat serve output (last 32 KiB):\n%s", d.logs.tail(32<<10))
+			t.Logf("moat serve output (last 32 KiB):\n%s", d.logs.Tail(32<<10))
 		}
 		_ = os.RemoveAll(runDir)
 		drives := filepath.Join(data, "drives")
@@ -125,11 +125,11 @@ func (d *daemon) start(t *testing.T) {
 		}
 		select {
 		case <-exited:
-			t.Fatalf("moat serve exited:\n%s", d.logs.tail(32<<10))
+			t.Fatalf("moat serve exited:\n%s", d.logs.Tail(32<<10))
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("moat serve did not answer /health within 30s:\n%s", d.logs.tail(32<<10))
+			t.Fatalf("moat serve did not answer /health within 30s:\n%s", d.logs.Tail(32<<10))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -146,38 +146,6 @@ func (d *daemon) stop(t *testing.T) {
 		<-d.exited
 	}
 }
-
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) tail(n int) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.b.Bytes()
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
-}
-
-func (s *syncBuffer) String() string { return s.tail(1 << 30) }
 
 // browser starts a headless Chromium of its own (its own profile: cookies) and returns
 // its tab; dialogs (alert) opened in it are counted.

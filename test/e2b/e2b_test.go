@@ -24,7 +24,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -93,9 +92,9 @@ func startDaemon(tb testing.TB, warm int, extra ...string) *daemon {
 		"--data", data, "--run-dir", runDir, "--socket", sock,
 		"--id-base", strconv.FormatUint(uint64(testutil.IDBase(tb)), 10),
 	}
-	addr := freeAddr(tb)
+	addr := testutil.FreeAddr(tb)
 
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	_, lport, _ := net.SplitHostPort(addr)
 	args := append(slices.Clone(global), "serve", "--listen", addr, "--warm", strconv.Itoa(warm),
 		"--preview-domain", "preview.localhost:"+lport, // previews.test.mjs: getHost(port)
@@ -122,7 +121,7 @@ func startDaemon(tb testing.TB, warm int, extra ...string) *daemon {
 			<-exited
 		}
 		if tb.Failed() {
-			tb.Logf("moat serve output (last 64 KiB):\n%s", logs.tail(64<<10))
+			tb.Logf("moat serve output (last 64 KiB):\n%s", logs.Tail(64<<10))
 		}
 		_ = os.RemoveAll(runDir)
 		unmountPool(tb, data)
@@ -136,11 +135,11 @@ func startDaemon(tb testing.TB, warm int, extra ...string) *daemon {
 		}
 		select {
 		case <-exited:
-			tb.Fatalf("moat serve exited before it answered /health: %v\n%s", waitErr, logs.tail(64<<10))
+			tb.Fatalf("moat serve exited before it answered /health: %v\n%s", waitErr, logs.Tail(64<<10))
 		default:
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("moat serve did not answer GET %s/health within 30s\n%s", base, logs.tail(64<<10))
+			tb.Fatalf("moat serve did not answer GET %s/health within 30s\n%s", base, logs.Tail(64<<10))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -228,17 +227,6 @@ func healthy(base string) bool {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
-}
-
-// freeAddr returns a loopback address with a port nobody listened on a moment ago.
-func freeAddr(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // nodeEnv is the environment for node: ours, minus anything that would point the SDK
@@ -452,27 +440,4 @@ func sdkTTI(b *testing.B, d *daemon, node string, runs int, refill time.Duration
 		b.Fatalf("bench.mjs printed %q: %v", out.String(), err)
 	}
 	return l
-}
-
-// syncBuffer collects a subprocess's output for the log; safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-// tail is the last n bytes written.
-func (s *syncBuffer) tail(n int) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.buf.Bytes()
-	if len(b) > n {
-		return fmt.Sprintf("[… %d bytes before]\n%s", len(b)-n, b[len(b)-n:])
-	}
-	return string(b)
 }
