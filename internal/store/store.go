@@ -503,9 +503,11 @@ func getAPIKey(ctx context.Context, tx *sql.Tx, id string) (APIKey, error) {
 	return k, nil
 }
 
-// keyGrants returns the grants of key id, sorted.
-func keyGrants(ctx context.Context, tx *sql.Tx, id string) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT secret FROM api_key_secrets WHERE key_id = ? ORDER BY secret`, id)
+// keyGrants returns the grants of key id, sorted (none: empty, not nil).
+func keyGrants(ctx context.Context, q interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}, id string) ([]string, error) {
+	rows, err := q.QueryContext(ctx, `SELECT secret FROM api_key_secrets WHERE key_id = ? ORDER BY secret`, id)
 	if err != nil {
 		return nil, fmt.Errorf("reading the grants of API key %s: %w", id, err)
 	}
@@ -537,12 +539,16 @@ func (s *Store) callerByHash(ctx context.Context, hash string) (sandbox.Caller, 
 	if err != nil {
 		return sandbox.Caller{}, err
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT secret FROM api_key_secrets WHERE key_id = ? ORDER BY secret`, id)
-	if err != nil {
-		return sandbox.Caller{}, fmt.Errorf("reading the grants of API key %s: %w", id, err)
-	}
-	defer rows.Close()
 	c := sandbox.Caller{APIKey: id}
+	// One query at a time: a query whose rows stay open holds one of the pool's few
+	// connections, and queries made while it is open need another (concurrent callers
+	// holding every connection would each wait for one forever).
+	if c.Secrets, err = keyGrants(ctx, s.db, id); err != nil {
+		return sandbox.Caller{}, err
+	}
+	if len(c.Secrets) == 0 {
+		c.Secrets = nil
+	}
 	if c.Approver, err = isApprover(ctx, s.db, id); err != nil { // approvals.go
 		return sandbox.Caller{}, fmt.Errorf("reading the approver permission of API key %s: %w", id, err)
 	}
@@ -554,14 +560,7 @@ func (s *Store) callerByHash(ctx context.Context, hash string) (sandbox.Caller, 
 	if err := json.Unmarshal([]byte(max), &c.Max); err != nil {
 		return sandbox.Caller{}, fmt.Errorf("reading the maxima of API key %s: %w", id, err)
 	}
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			return sandbox.Caller{}, err
-		}
-		c.Secrets = append(c.Secrets, name)
-	}
-	return c, rows.Err()
+	return c, nil
 }
 
 // grants returns every key's grants, sorted, by key id.
