@@ -154,4 +154,6 @@ say "6. The same on gVisor: a separate user-space kernel"
 "$MOAT" run --runtime runsc --memory 256M --disk 128M -- 'echo "kernel inside: $(uname -r) (host: '"$(uname -r)"')"; python3 -c "print(sum(range(10**6)))"'
 
 say "Done: seven sandboxes ran, each deleted afterwards"
+# The last one's delete may still be finishing: wait for it (at most 10 s).
+for _ in $(seq 50); do [ -z "$("$MOAT" ls -q)" ] && break; sleep 0.2; done
 "$MOAT" ls
