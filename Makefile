@@ -73,11 +73,11 @@ test-short: build
 # A real, local Kubernetes control plane on loopback (docs/cluster.md): builds the pinned
 # kube-apiserver, controller manager, scheduler, kubectl and etcd into /var/cache/moat-kube
 # (about 6 minutes cold, seconds warm), then runs the nested cluster modules' tests.
-test-cluster:
+test-cluster: build
 	./scripts/kube-tools.sh >/dev/null
 	cd test/cluster/harness && $(GO) test -count=1 ./...
 	cd test/cluster/tools && $(GO) test -count=1 -timeout 20m ./...
-	cd kube && MOAT_TEST_CLUSTER=1 $(GO) test -count=1 -p 1 -timeout 20m ./...
+	cd kube && MOAT_BIN=$(CURDIR)/$(BIN) MOAT_TEST_CLUSTER=1 $(GO) test -count=1 -p 1 -timeout 20m ./...
 
 # bench: every figure, with the system-call one (moat bench --syscalls: runc, the runsc of 2022 and the current runsc).
 bench: build
