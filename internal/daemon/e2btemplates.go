@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -150,11 +149,8 @@ func (e e2bTemplates) Build(ctx context.Context, scope, name string, tmpl *build
 	if dir == "" {
 		return v1.Template{}, nil, fmt.Errorf("upload scope %q: %w", scope, errdefs.ErrInvalidArgument)
 	}
-	if err := storage.ValidTemplateName(name); err != nil {
+	if err := buildableName(name); err != nil {
 		return v1.Template{}, nil, err
-	}
-	if name == storage.HostTemplate {
-		return v1.Template{}, nil, fmt.Errorf("template %s is built in: %w", name, errdefs.ErrAlreadyExists)
 	}
 	from, steps, err := tmpl.Translate()
 	if err != nil {
@@ -164,26 +160,23 @@ func (e e2bTemplates) Build(ctx context.Context, scope, name string, tmpl *build
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return v1.Template{}, nil, err
 	}
-	root, err := os.OpenRoot(dir)
+	abs, err := filepath.Abs(dir) // a relative --data is the daemon's own choice
 	if err != nil {
 		return v1.Template{}, nil, err
 	}
-	defer root.Close()
-	cx, ok := root.FS().(fs.ReadLinkFS)
-	if !ok {
-		return v1.Template{}, nil, fmt.Errorf("uploaded files: no symbolic link support: %w", errdefs.ErrUnavailable)
+	cx, done, err := openContext(abs) // the uploads, as a build context
+	if err != nil {
+		return v1.Template{}, nil, err
 	}
+	defer done()
 	breq.Context = cx
 	return e.t.buildWith(ctx, breq, "e2b template")
 }
 
 // BuildSteps builds template req.Name from a steps file; copy reads req.Context.
 func (e e2bTemplates) BuildSteps(ctx context.Context, req v1.StepsRequest, progress func(string)) (v1.Template, *v1.BuildReport, error) {
-	if err := storage.ValidTemplateName(req.Name); err != nil {
+	if err := buildableName(req.Name); err != nil {
 		return v1.Template{}, nil, err
-	}
-	if req.Name == storage.HostTemplate {
-		return v1.Template{}, nil, fmt.Errorf("template %s is built in: %w", req.Name, errdefs.ErrAlreadyExists)
 	}
 	tmpl, err := build.ParseStepsFile([]byte(req.Steps))
 	if err != nil {

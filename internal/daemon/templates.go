@@ -145,11 +145,8 @@ func (t templates) usersOf(ctx context.Context, name string) (users, warm []stri
 
 // BuildFile builds template req.Name from a Dockerfile (internal/build).
 func (t templates) BuildFile(ctx context.Context, req v1.DockerfileRequest, progress func(string)) (v1.Template, *v1.BuildReport, error) {
-	if err := storage.ValidTemplateName(req.Name); err != nil {
+	if err := buildableName(req.Name); err != nil {
 		return v1.Template{}, nil, err
-	}
-	if req.Name == storage.HostTemplate {
-		return v1.Template{}, nil, fmt.Errorf("template %s is built in: %w", req.Name, errdefs.ErrAlreadyExists)
 	}
 	df, err := build.ParseDockerfile([]byte(req.Dockerfile))
 	if err != nil {
@@ -343,6 +340,18 @@ func (t templates) removeBuildSandboxes(ctx context.Context) {
 			t.log.Warn("deleting a leftover build sandbox", "sandbox", sb.ID, "err", err)
 		}
 	}
+}
+
+// buildableName refuses a build's template name unless it is valid and not the built-in
+// host template.
+func buildableName(name string) error {
+	if err := storage.ValidTemplateName(name); err != nil {
+		return err
+	}
+	if name == storage.HostTemplate {
+		return fmt.Errorf("template %s is built in: %w", name, errdefs.ErrAlreadyExists)
+	}
+	return nil
 }
 
 // openContext opens a build's context directory (an absolute path) as a file system
