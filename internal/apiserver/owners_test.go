@@ -23,9 +23,9 @@ import (
 )
 
 // TestSandboxRoutesClassified: every route of the table that names a sandbox is declared
-// in sandboxClasses, and only reading routes (GET), envd (exec, terminal, files) and the
-// nothing else are use routes: a new route, or one
-// reclassified by mistake, fails here instead of opening a team sandbox to every key.
+// in sandboxClasses, and only reading routes (GET) and envd (exec, terminal, files) are
+// use routes: a new route, or one reclassified by mistake, fails here instead of opening a
+// team sandbox to every key.
 // (The E2B connect, which hands out the envd token, is a manage route.)
 func TestSandboxRoutesClassified(t *testing.T) {
 	envd := httptest.NewServer(http.NotFoundHandler())
