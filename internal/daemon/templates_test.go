@@ -236,15 +236,19 @@ func TestTemplateOneBuildPerName(t *testing.T) {
 		t.Fatalf("the second build went on while the first ran: %q", l)
 	default:
 	}
-	// Let the first build's step finish.
+	// Let the first build's step finish. Its step line comes before its build sandbox is
+	// made: wait for the sandbox (up to 20 s).
 	var bsb string
-	sbs, err := e.c.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sb := range sbs {
-		if sb.Metadata["moat.build"] == "same" {
-			bsb = sb.ID
+	var sbs []v1.Sandbox
+	for deadline := time.Now().Add(20 * time.Second); bsb == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var err error
+		if sbs, err = e.c.List(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, sb := range sbs {
+			if sb.Metadata["moat.build"] == "same" {
+				bsb = sb.ID
+			}
 		}
 	}
 	if bsb == "" {
