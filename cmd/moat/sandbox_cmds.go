@@ -682,6 +682,7 @@ func (a *app) serveCmd() *cobra.Command {
 	var previewFlags previewServeFlags   // port_cmds.go
 	var meterInterval time.Duration      // usage_cmds.go
 	var consoleSecure bool
+	var cluster clusterServeFlags // cluster_cmds.go
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the moat daemon",
@@ -698,6 +699,13 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if a.logLevel == "warn" {
 				a.logLevel = "info"
+			}
+			if cluster.given(cmd) { // cluster_cmds.go
+				tmpl, err := parseE2BTemplates(e2bTemplates)
+				if err != nil {
+					return err
+				}
+				return cluster.serve(cmd.Context(), a, listen, tmpl)
 			}
 			cfg, err := a.daemonConfig()
 			if err != nil {
@@ -773,15 +781,8 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 			if ioIops == 0 && cmd.Flags().Changed("io-iops") {
 				cfg.DefaultLimits.IOIops = daemon.IOUnthrottled
 			}
-			if len(e2bTemplates) > 0 {
-				cfg.E2BTemplates = map[string]string{}
-				for _, kv := range e2bTemplates {
-					alias, tmpl, ok := strings.Cut(kv, "=")
-					if !ok || alias == "" || tmpl == "" {
-						return fmt.Errorf("--e2b-template %q: want E2B_NAME=MOAT_TEMPLATE, e.g. base=debian", kv)
-					}
-					cfg.E2BTemplates[alias] = tmpl
-				}
+			if cfg.E2BTemplates, err = parseE2BTemplates(e2bTemplates); err != nil {
+				return err
 			}
 			if install.install {
 				// Every flag checked above: the unit starts a daemon that works.
@@ -801,6 +802,7 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 	auditFlags.register(cmd)   // audit_cmds.go
 	metricsFlags.register(cmd) // metrics_cmds.go
 	previewFlags.register(cmd) // port_cmds.go
+	cluster.register(cmd)      // cluster_cmds.go
 	cmd.Flags().BoolVar(&shareData, "share-data", false, "run even though another moat daemon (serve --share-data, or an in-process moat run) uses the data directory: both manage the same sandboxes")
 	install.register(cmd)
 	install.socket = func() string { p, _ := a.socketPath(); return p }

@@ -46,9 +46,10 @@ type daemon struct {
 	global []string
 }
 
-// startDaemon starts `moat serve` on a unix socket only, with its own data, run
-// directory and id base; it is stopped (its sandboxes deleted first) when t ends.
-func startDaemon(t *testing.T, moat, name string) *daemon {
+// startDaemon starts `moat serve` on a unix socket (and whatever serveArgs add), with its
+// own data, run directory and id base; it is stopped (its sandboxes deleted first) when t
+// ends.
+func startDaemon(t *testing.T, moat, name string, serveArgs ...string) *daemon {
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	runDir := "/run/moat-kube-" + hex.EncodeToString(rnd[:])
@@ -57,7 +58,7 @@ func startDaemon(t *testing.T, moat, name string) *daemon {
 	global := []string{"--data", data, "--run-dir", runDir, "--socket", sock,
 		"--id-base", strconv.FormatUint(uint64(testutil.IDBase(t)), 10)}
 	logs := &testutil.SyncBuffer{}
-	cmd := exec.Command(moat, append(slices.Clone(global), "serve", "--warm", "0", "--default-disk", "1G")...)
+	cmd := exec.Command(moat, append(append(slices.Clone(global), "serve", "--warm", "0", "--default-disk", "1G"), serveArgs...)...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -341,7 +342,7 @@ func TestMoatNodes(t *testing.T) {
 		t.Fatalf("exec -t in sb-0: %q %v", out, err)
 	}
 	// kubectl exec -it: a shell on a terminal reading what is typed.
-	out, err = execInput(ctx, rc, "sb-1", []string{"sh"}, true, strings.NewReader("echo typed-$((6*7))\nexit 0\n"))
+	out, err = execInput(ctx, rc, "default", "sb-1", []string{"sh"}, true, strings.NewReader("echo typed-$((6*7))\nexit 0\n"))
 	if err != nil || !strings.Contains(out, "typed-42") {
 		t.Fatalf("exec -it in sb-1: %q %v", out, err)
 	}
@@ -447,13 +448,13 @@ func TestMoatNodes(t *testing.T) {
 }
 
 func execIn(ctx context.Context, rc *rest.Config, pod string, cmd []string, tty bool) (string, error) {
-	return execInput(ctx, rc, pod, cmd, tty, nil)
+	return execInput(ctx, rc, "default", pod, cmd, tty, nil)
 }
 
 // execInput is kubectl exec [-t] [-i when stdin is set] POD -- cmd through client-go.
-func execInput(ctx context.Context, rc *rest.Config, pod string, cmd []string, tty bool, stdin io.Reader) (string, error) {
+func execInput(ctx context.Context, rc *rest.Config, ns, pod string, cmd []string, tty bool, stdin io.Reader) (string, error) {
 	kc := kubernetes.NewForConfigOrDie(rc)
-	req := kc.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod).SubResource("exec").
+	req := kc.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Container: "main", Command: cmd, Stdin: stdin != nil, Stdout: true, Stderr: !tty, TTY: tty}, scheme.ParameterCodec)
 	spdy, err := remotecommand.NewSPDYExecutor(rc, "POST", req.URL())
 	if err != nil {

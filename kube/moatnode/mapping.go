@@ -48,6 +48,10 @@ const (
 	LabelRuntimePrefix   = "moat.dev/runtime-"
 	LabelIsolationPrefix = "moat.dev/isolation-"
 
+	// AnnotationDaemonURL, on the Node: the node daemon's TCP API, where the cluster front
+	// (moat serve --cluster) sends the requests of the node's sandboxes.
+	AnnotationDaemonURL = "moat.dev/daemon-url"
+
 	// MainTag is the moat process tag of a Pod's main process (its container's command).
 	MainTag = "k8s-main"
 )

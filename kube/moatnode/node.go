@@ -50,6 +50,9 @@ type NodeShape struct {
 	Memory     int64 // bytes
 	Slots      int64 // sandboxes at once (Pod capacity)
 	Version    string
+	// DaemonURL is the node daemon's TCP API (moat serve --listen), published for the
+	// cluster front as annotation moat.dev/daemon-url ("": none).
+	DaemonURL string
 }
 
 // NodeSpec is the Node object for shape given the doctor report: labels for each usable
@@ -82,8 +85,12 @@ func NodeSpec(s NodeShape, d Doctor) corev1.Node {
 		corev1.ResourceMemory: *resource.NewQuantity(s.Memory, resource.BinarySI),
 		corev1.ResourcePods:   *resource.NewQuantity(s.Slots, resource.DecimalSI),
 	}
+	var ann map[string]string
+	if s.DaemonURL != "" {
+		ann = map[string]string{AnnotationDaemonURL: s.DaemonURL}
+	}
 	n := corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Labels: labels, Annotations: ann},
 		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: TaintKey, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
 		Status: corev1.NodeStatus{
 			Capacity:    capacity,

@@ -65,7 +65,13 @@ func TestNodeSpec(t *testing.T) {
 		"storage":[{"name":"data filesystem","ok":false,"detail":"full"},{"name":"memory checkpoint (runc)","ok":false}]}`), &d); err != nil {
 		t.Fatal(err)
 	}
-	n := NodeSpec(NodeShape{Name: "n1", InternalIP: "127.0.0.2", Port: 10250, CPUs: 2, Memory: 1 << 30, Slots: 7}, d)
+	n := NodeSpec(NodeShape{Name: "n1", InternalIP: "127.0.0.2", Port: 10250, CPUs: 2, Memory: 1 << 30, Slots: 7, DaemonURL: "http://127.0.0.2:7070"}, d)
+	if n.Annotations[AnnotationDaemonURL] != "http://127.0.0.2:7070" {
+		t.Errorf("daemon URL annotation: %v", n.Annotations)
+	}
+	if m := NodeSpec(NodeShape{Name: "n1"}, d); len(m.Annotations) != 0 {
+		t.Errorf("annotations without a daemon URL: %v", m.Annotations)
+	}
 	for _, k := range []string{"moat.dev/runtime-runc", "moat.dev/runtime-runsc", "moat.dev/isolation-container", "moat.dev/isolation-gvisor"} {
 		if n.Labels[k] != "true" {
 			t.Errorf("label %s missing: %v", k, n.Labels)

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
@@ -39,6 +40,7 @@ type config struct {
 	allowCN                                 string
 	slots                                   int64
 	doctorPeriod                            time.Duration
+	daemonURL                               string
 }
 
 func main() {
@@ -55,6 +57,7 @@ func main() {
 	flag.StringVar(&c.allowCN, "allow-cn", "kube-apiserver-kubelet-client", "comma-separated client certificate common names allowed on the kubelet API")
 	flag.Int64Var(&c.slots, "max-sandboxes", 110, "Pod capacity: sandboxes this node runs at once")
 	flag.DurationVar(&c.doctorPeriod, "doctor-period", 30*time.Second, "how often node conditions are refreshed from moat doctor")
+	flag.StringVar(&c.daemonURL, "daemon-url", "", "the daemon's TCP API as the cluster front reaches it (moat serve --listen), e.g. http://10.0.0.5:7070; published on the Node as moat.dev/daemon-url")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -88,6 +91,9 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if c.cert == "" || c.key == "" || c.clientCA == "" {
 		return errors.New("--tls-cert, --tls-key and --client-ca are required")
 	}
+	if u, err := url.Parse(c.daemonURL); c.daemonURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		return fmt.Errorf("--daemon-url %q: want http(s)://HOST:PORT of the daemon's moat serve --listen", c.daemonURL)
+	}
 	mc := sdk.NewUnix(c.socket)
 	if c.moatURL != "" {
 		mc = sdk.NewHTTP(c.moatURL, os.Getenv("MOAT_API_KEY"))
@@ -107,6 +113,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	spec := moatnode.NodeSpec(moatnode.NodeShape{
 		Name: c.nodeName, InternalIP: c.internalIP, Port: int32(port),
 		CPUs: int64(runtime.NumCPU()), Memory: hostMemory(), Slots: c.slots, Version: "v1.37.2-moat",
+		DaemonURL: c.daemonURL,
 	}, doc)
 	spec.Status.Conditions = moatnode.NodeConditions(doc, time.Now())
 	prov := moatnode.NewProvider(mc, c.nodeName, c.internalIP, log)

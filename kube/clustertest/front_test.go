@@ -1,0 +1,500 @@
+package clustertest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/testutil"
+	"github.com/moatdev/moat/kube/moatnode"
+	"github.com/moatdev/moat/test/cluster/harness"
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+const frontNS = "moat"
+
+func randomKey() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return "mk_" + hex.EncodeToString(b[:])
+}
+
+func sha(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// sdkStep runs one step of test/e2b/cluster-front.mjs (the real e2b SDK) against url with
+// key and decodes its JSON.
+func sdkStep(t *testing.T, ctx context.Context, url, key string, out any, args ...string) {
+	t.Helper()
+	dir, err := filepath.Abs("../../test/e2b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, "node", append([]string{"cluster-front.mjs"}, args...)...)
+	cmd.Dir = dir
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "E2B_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY="+key, "NO_COLOR=1")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node cluster-front.mjs %v: %v\n%s%s", args, err, b, stderr.String())
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("node cluster-front.mjs %v: %v: %s", args, err, b)
+		}
+	}
+}
+
+type created struct {
+	ID   string `json:"id"`
+	Out  string `json:"out"`
+	Exit int    `json:"exit"`
+	MS   int64  `json:"ms"`
+}
+
+// frontKubeconfig gives the front the identity deploy/kubernetes/front.yaml gives it: a
+// service account with Pods in its namespace and read access to Nodes, nothing more.
+func frontKubeconfig(t *testing.T, ctx context.Context, kc *kubernetes.Clientset, server, caFile string) string {
+	if _, err := kc.CoreV1().ServiceAccounts(frontNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "moat-front"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sa := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "moat-front", Namespace: frontNS}}
+	if _, err := kc.RbacV1().Roles(frontNS).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "moat-front"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.RbacV1().RoleBindings(frontNS).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "moat-front"}, Subjects: sa,
+		RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "moat-front"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "moat-front-nodes"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "moat-front-nodes"}, Subjects: sa,
+		RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "moat-front-nodes"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	exp := int64(3600)
+	tok, err := kc.CoreV1().ServiceAccounts(frontNS).CreateToken(ctx, "moat-front", &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "front.kubeconfig")
+	y := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster:
+    server: %s
+    certificate-authority: %s
+users:
+- name: moat-front
+  user:
+    token: %s
+contexts:
+- name: front
+  context: {cluster: test, user: moat-front, namespace: %s}
+current-context: front
+`, server, caFile, tok.Status.Token, frontNS)
+	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestClusterFront is issue 19's scenario through moat serve --cluster: two moat nodes,
+// six sandboxes made with the E2B SDK through the front and spread by kube-scheduler, a
+// command in each, kubectl exec into one, one node agent stopped (its Pods reported) and
+// restarted (adopted), everything deleted through the SDK, no sandbox left. Also: owners
+// are kept apart, the front's E2B timeout deletes a sandbox, and the figure of
+// create-to-first-output against a single host, same run.
+func TestClusterFront(t *testing.T) {
+	if os.Getenv("MOAT_TEST_CLUSTER") == "" {
+		t.Skip("set MOAT_TEST_CLUSTER=1 (make test-cluster) to run")
+	}
+	testutil.RequiresRoot(t)
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node is not installed (make deps)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	moatBin := filepath.Join(testutil.Binaries(t), "moat")
+	kubelet := filepath.Join(t.TempDir(), "moat-kubelet")
+	if out, err := exec.Command("go", "build", "-o", kubelet, "../cmd/moat-kubelet").CombinedOutput(); err != nil {
+		t.Fatalf("building moat-kubelet: %v\n%s", err, out)
+	}
+	c, err := harness.Up(ctx, harness.Options{Dir: t.TempDir(), Logf: t.Logf,
+		ExtraArgs: map[string][]string{"kube-controller-manager": {"--node-monitor-grace-period=10s"}}})
+	if err != nil {
+		t.Fatalf("control plane: %v", err)
+	}
+	t.Cleanup(func() { c.Down() })
+	rc, err := clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := kubernetes.NewForConfigOrDie(rc)
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: frontNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the moat namespace's default service account", func() (bool, string) {
+		_, err := kc.CoreV1().ServiceAccounts(frontNS).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+
+	// Two moat nodes: each a daemon with a TCP listener and an admin key for the front, and
+	// an agent publishing that listener on its Node.
+	names := []string{"moat-a", "moat-b"}
+	daemons, urls, nodeKeys := map[string]*daemon{}, map[string]string{}, ""
+	for _, name := range names {
+		urls[name] = "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+		daemons[name] = startDaemon(t, moatBin, name, "--listen", strings.TrimPrefix(urls[name], "http://"), "--e2b-template", "base=host")
+		k, err := daemons[name].client.CreateAPIKeyWith(ctx, v1.APIKeyRequest{Owner: "moat-front", Admin: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodeKeys += name + " " + k.Key + "\n"
+	}
+	agents := map[string]*agent{}
+	for _, name := range names {
+		n, err := c.Node(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := &agent{t: t, bin: kubelet, name: name, args: []string{
+			"--kubeconfig", n.Kubeconfig, "--node-name", name, "--socket", daemons[name].socket,
+			"--listen", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--daemon-url", urls[name],
+			"--tls-cert", n.CertFile, "--tls-key", n.KeyFile, "--client-ca", c.CAFile,
+			"--doctor-period", "5s", "--max-sandboxes", "10"}}
+		a.start()
+		t.Cleanup(a.stop)
+		agents[name] = a
+	}
+	nodeReady := func(name string, want corev1.ConditionStatus) func() (bool, string) {
+		return func() (bool, string) {
+			n, err := kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, cd := range n.Status.Conditions {
+				if cd.Type == corev1.NodeReady {
+					return cd.Status == want, string(cd.Status) + " " + cd.Message
+				}
+			}
+			return false, "no Ready condition"
+		}
+	}
+	for _, name := range names {
+		waitFor(t, 90*time.Second, "node "+name+" Ready", nodeReady(name, corev1.ConditionTrue))
+		n, _ := kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if n.Annotations[moatnode.AnnotationDaemonURL] != urls[name] {
+			t.Fatalf("node %s: annotation %s = %q", name, moatnode.AnnotationDaemonURL, n.Annotations[moatnode.AnnotationDaemonURL])
+		}
+	}
+
+	// The front, with its own identity and two owners' keys.
+	alice, bob := randomKey(), randomKey()
+	dir := t.TempDir()
+	keysFile, nodeKeysFile := filepath.Join(dir, "keys"), filepath.Join(dir, "node-keys")
+	if err := os.WriteFile(keysFile, []byte("alice "+sha(alice)+"\nbob "+sha(bob)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(nodeKeysFile, []byte(nodeKeys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	frontURL := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+	frontLogs := &testutil.SyncBuffer{}
+	front := exec.Command(moatBin, "serve", "--cluster", frontKubeconfig(t, ctx, kc, rc.Host, c.CAFile),
+		"--cluster-keys", keysFile, "--cluster-node-keys", nodeKeysFile, "--e2b-template", "base=host", "--listen", strings.TrimPrefix(frontURL, "http://"))
+	front.Stdout, front.Stderr = frontLogs, frontLogs
+	if err := front.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = front.Process.Signal(syscall.SIGTERM)
+		_ = front.Wait()
+		if t.Failed() {
+			t.Logf("moat serve --cluster output:\n%s", tail(frontLogs.String(), 32<<10))
+		}
+	})
+	waitFor(t, 30*time.Second, "the front's /health", func() (bool, string) {
+		resp, err := http.Get(frontURL + "/health")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200, resp.Status
+	})
+
+	// Baseline, same run: the same SDK step against one node's daemon directly.
+	direct, err := daemons["moat-b"].client.CreateAPIKeyWith(ctx, v1.APIKeyRequest{Owner: "direct"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var directMS []time.Duration
+	for range 3 {
+		var one []created
+		sdkStep(t, ctx, urls["moat-b"], direct.Key, &one, "create", "1")
+		directMS = append(directMS, time.Duration(one[0].MS)*time.Millisecond)
+		sdkStep(t, ctx, urls["moat-b"], direct.Key, nil, "kill", one[0].ID)
+	}
+
+	// Six sandboxes through the front, at once.
+	var six []created
+	sdkStep(t, ctx, frontURL, alice, &six, "create", "6")
+	var clusterMS []time.Duration
+	ids := map[string]bool{}
+	for i, s := range six {
+		if !strings.Contains(s.Out, fmt.Sprintf("hello-%d", i)) || s.Exit != 0 {
+			t.Fatalf("sandbox %d: %+v", i, s)
+		}
+		ids[s.ID] = true
+		clusterMS = append(clusterMS, time.Duration(s.MS)*time.Millisecond)
+	}
+	if len(ids) != 6 {
+		t.Fatalf("six creates made %d sandboxes: %+v", len(ids), six)
+	}
+	// Each is a Pod placed by kube-scheduler and a sandbox at that node's daemon.
+	pods, err := kc.CoreV1().Pods(frontNS).List(ctx, metav1.ListOptions{LabelSelector: "moat.dev/front=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	podOf, onNode := map[string]corev1.Pod{}, map[string][]string{}
+	for _, p := range pods.Items {
+		id := p.Labels["moat.dev/sandbox-id"]
+		if !ids[id] || p.Status.ContainerStatuses[0].ContainerID != "moat://"+id || p.Annotations["moat.dev/owner"] != "alice" {
+			t.Fatalf("pod %s: labels %v annotations %v status %+v", p.Name, p.Labels, p.Annotations, p.Status.ContainerStatuses)
+		}
+		podOf[id] = p
+		onNode[p.Spec.NodeName] = append(onNode[p.Spec.NodeName], id)
+	}
+	t.Logf("placement by kube-scheduler: %v", onNode)
+	if len(podOf) != 6 || len(onNode["moat-a"]) == 0 || len(onNode["moat-b"]) == 0 {
+		t.Fatalf("six sandboxes not spread over both nodes: %v", onNode)
+	}
+	for node, want := range onNode {
+		sbs, err := daemons[node].client.ListFiltered(ctx, []string{"label=" + moatnode.LabelNode + "=" + node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, sb := range sbs {
+			got = append(got, sb.ID)
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("daemon %s holds %v, the front placed %v there", node, got, want)
+		}
+	}
+	t.Logf("FIGURE cluster front create-to-first-output (E2B SDK, 6 at once): p50 %s (all %v); single-host direct (same SDK step, sequential) p50 %s (all %v); ratio %.1f",
+		p50(clusterMS), clusterMS, p50(directMS), directMS, float64(p50(clusterMS))/float64(p50(directMS)))
+
+	// A command in each through the SDK (Sandbox.connect, envd through the front).
+	for id, p := range podOf {
+		var r struct {
+			Out  string `json:"out"`
+			Exit int    `json:"exit"`
+		}
+		sdkStep(t, ctx, frontURL, alice, &r, "run", id, "echo ran-on-$(cat /etc/hostname)")
+		if r.Exit != 0 || !strings.Contains(r.Out, "ran-on-") {
+			t.Fatalf("run in %s (%s on %s): %+v", id, p.Name, p.Spec.NodeName, r)
+		}
+	}
+	// kubectl exec into one of them (the kubelet API of its node).
+	var someID string
+	for id := range podOf {
+		someID = id
+		break
+	}
+	out, err := execInput(ctx, rc, frontNS, podOf[someID].Name, []string{"sh", "-c", "echo exec-$((6*7))"}, false, nil)
+	if err != nil || !strings.Contains(out, "exec-42") {
+		t.Fatalf("kubectl exec into %s: %q %v", podOf[someID].Name, out, err)
+	}
+
+	// Owners are kept apart: bob sees none of alice's sandboxes, cannot read or kill
+	// them; no key or a wrong one is refused. Checked where it lands: the Pod and the
+	// sandbox at its node are still there.
+	var bobs []map[string]any
+	sdkStep(t, ctx, frontURL, bob, &bobs, "list")
+	if len(bobs) != 0 {
+		t.Fatalf("bob lists %v", bobs)
+	}
+	var alices []map[string]any
+	sdkStep(t, ctx, frontURL, alice, &alices, "list")
+	if len(alices) != 6 {
+		t.Fatalf("alice lists %d sandboxes: %v", len(alices), alices)
+	}
+	call := func(method, path, key string, hdr map[string]string) int {
+		req, _ := http.NewRequestWithContext(ctx, method, frontURL+path, strings.NewReader("{}"))
+		if key != "" {
+			req.Header.Set("X-API-KEY", key)
+		}
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		method, path, key string
+		want              int
+	}{
+		{"GET", "/sandboxes/" + someID, bob, 404},
+		{"DELETE", "/sandboxes/" + someID, bob, 404},
+		{"POST", "/sandboxes/" + someID + "/timeout", bob, 404},
+		{"GET", "/v1/sandboxes/" + someID, bob, 404},
+		{"POST", "/v1/sandboxes/" + someID + "/envd/process.Process/Start", bob, 404},
+		{"DELETE", "/sandboxes/" + someID, "", 401},
+		{"DELETE", "/sandboxes/" + someID, "mk_wrong", 401},
+		{"POST", "/sandboxes", "", 401},
+		{"POST", "/v1/sandboxes/" + someID + "/stop", alice, 501},
+		{"POST", "/sandboxes/" + someID + "/pause", alice, 501},
+		{"GET", "/sandboxes/" + someID, alice, 200},
+	} {
+		if got := call(c.method, c.path, c.key, nil); got != c.want {
+			t.Errorf("%s %s with key %.6s: %d, want %d", c.method, c.path, c.key, got, c.want)
+		}
+	}
+	// envd traffic without the sandbox's access token is refused by its node.
+	if got := call("POST", "/files?path=/tmp/x", "", map[string]string{"E2b-Sandbox-Id": someID}); got != 401 {
+		t.Errorf("envd without an access token: %d, want 401", got)
+	}
+	if _, err := kc.CoreV1().Pods(frontNS).Get(ctx, podOf[someID].Name, metav1.GetOptions{}); err != nil {
+		t.Fatalf("alice's Pod after bob's kill: %v", err)
+	}
+	if _, err := daemons[podOf[someID].Spec.NodeName].client.Get(ctx, someID); err != nil {
+		t.Fatalf("alice's sandbox after bob's kill: %v", err)
+	}
+
+	// Stop moat-a's agent: its Pods are reported not ready; the sandboxes keep serving
+	// through the front (the front routes to the node's daemon, not to the agent).
+	aIDs := onNode["moat-a"]
+	agents["moat-a"].stop()
+	waitFor(t, 2*time.Minute, "node moat-a Unknown", nodeReady("moat-a", corev1.ConditionUnknown))
+	waitFor(t, time.Minute, "moat-a's Pods reported not ready", func() (bool, string) {
+		var ready []string
+		for _, id := range aIDs {
+			p, err := kc.CoreV1().Pods(frontNS).Get(ctx, podOf[id].Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, cd := range p.Status.Conditions {
+				if cd.Type == corev1.PodReady && cd.Status == corev1.ConditionTrue {
+					ready = append(ready, p.Name)
+				}
+			}
+		}
+		return len(ready) == 0, "still ready: " + strings.Join(ready, ",")
+	})
+	var r struct {
+		Out string `json:"out"`
+	}
+	sdkStep(t, ctx, frontURL, alice, &r, "run", aIDs[0], "echo still-serving")
+	if !strings.Contains(r.Out, "still-serving") {
+		t.Fatalf("sandbox %s with its agent stopped: %+v", aIDs[0], r)
+	}
+	t.Logf("agent moat-a stopped: node Unknown, Pods of %v not ready, sandboxes still serving", aIDs)
+	agents["moat-a"].start()
+	waitFor(t, 90*time.Second, "node moat-a Ready again", nodeReady("moat-a", corev1.ConditionTrue))
+	waitFor(t, 90*time.Second, "moat-a's Pods adopted", func() (bool, string) {
+		var st []string
+		ok := true
+		for _, id := range aIDs {
+			p, err := kc.CoreV1().Pods(frontNS).Get(ctx, podOf[id].Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			ready := false
+			for _, cd := range p.Status.Conditions {
+				ready = ready || cd.Type == corev1.PodReady && cd.Status == corev1.ConditionTrue
+			}
+			cid := ""
+			if len(p.Status.ContainerStatuses) > 0 {
+				cid = p.Status.ContainerStatuses[0].ContainerID
+			}
+			st = append(st, fmt.Sprintf("%s=%s/%v/%s", p.Name, p.Status.Phase, ready, cid))
+			ok = ok && ready && p.Status.Phase == corev1.PodRunning && cid == "moat://"+id
+		}
+		return ok, strings.Join(st, " ")
+	})
+	if !strings.Contains(agents["moat-a"].logs.String(), "adopted sandbox") {
+		t.Fatalf("the restarted agent logged no adoption")
+	}
+
+	// The front's E2B timeout: a sandbox made with a 3 s timeout is deleted with its Pod.
+	var short []created
+	sdkStep(t, ctx, frontURL, bob, &short, "create", "1", "3")
+	waitFor(t, time.Minute, "the timed-out sandbox gone", func() (bool, string) {
+		for _, d := range daemons {
+			if _, err := d.client.Get(ctx, short[0].ID); err == nil {
+				return false, "still at " + d.name
+			}
+		}
+		ps, err := kc.CoreV1().Pods(frontNS).List(ctx, metav1.ListOptions{LabelSelector: "moat.dev/sandbox-id=" + short[0].ID})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(ps.Items) == 0, fmt.Sprintf("%d Pods", len(ps.Items))
+	})
+
+	// Delete everything through the SDK: no Pod and no sandbox is left.
+	var all []string
+	for id := range podOf {
+		all = append(all, id)
+	}
+	var killed []bool
+	sdkStep(t, ctx, frontURL, alice, &killed, append([]string{"kill"}, all...)...)
+	if slices.Contains(killed, false) || len(killed) != 6 {
+		t.Fatalf("kill: %v", killed)
+	}
+	waitFor(t, 2*time.Minute, "no Pod and no sandbox left", func() (bool, string) {
+		ps, err := kc.CoreV1().Pods(frontNS).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		left := len(ps.Items)
+		for _, d := range daemons {
+			sbs, err := d.client.List(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			left += len(sbs)
+		}
+		return left == 0, fmt.Sprintf("%d Pods and sandboxes left", left)
+	})
+}

@@ -1,0 +1,52 @@
+// cluster-front.mjs drives the real e2b SDK for kube/clustertest's TestClusterFront (not a
+// test file of this suite: that test runs it against moat serve --cluster). It reads
+// E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY, does one step and prints JSON:
+//
+//   node cluster-front.mjs create N [TIMEOUT]  N sandboxes at once; each runs one command;
+//                                              per sandbox its id, output and the ms from
+//                                              its create to its first output
+//   node cluster-front.mjs run ID CMD          CMD in sandbox ID (Sandbox.connect)
+//   node cluster-front.mjs list                Sandbox.list()
+//   node cluster-front.mjs kill ID...          Sandbox.kill(ID) for each
+import { Sandbox } from 'e2b'
+
+const [step, ...args] = process.argv.slice(2)
+
+async function create(i, timeoutMs) {
+  const t0 = performance.now()
+  const sb = await Sandbox.create('base', { timeoutMs, metadata: { job: String(i) } })
+  let first = 0
+  const r = await sb.commands.run(`echo hello-${i}; cat /etc/hostname`, {
+    onStdout: () => { if (!first) first = performance.now() },
+  })
+  return { id: sb.sandboxId, out: r.stdout, exit: r.exitCode, ms: Math.round((first || performance.now()) - t0) }
+}
+
+let out
+switch (step) {
+  case 'create': {
+    const n = Number(args[0])
+    const timeoutMs = args[1] ? Number(args[1]) * 1000 : 600_000
+    out = await Promise.all(Array.from({ length: n }, (_, i) => create(i, timeoutMs)))
+    break
+  }
+  case 'run': {
+    const sb = await Sandbox.connect(args[0])
+    const r = await sb.commands.run(args[1])
+    out = { out: r.stdout, exit: r.exitCode }
+    break
+  }
+  case 'list': {
+    const p = Sandbox.list()
+    out = []
+    while (p.hasNext) out.push(...(await p.nextItems()))
+    out = out.map((s) => ({ id: s.sandboxId, template: s.templateId, metadata: s.metadata, state: s.state }))
+    break
+  }
+  case 'kill':
+    out = await Promise.all(args.map((id) => Sandbox.kill(id)))
+    break
+  default:
+    throw new Error(`unknown step ${step}`)
+}
+console.log(JSON.stringify(out))
