@@ -78,6 +78,10 @@ test-cluster: build
 	cd test/cluster/harness && $(GO) test -count=1 ./...
 	cd test/cluster/tools && $(GO) test -count=1 -timeout 20m ./...
 	cd kube && MOAT_BIN=$(CURDIR)/$(BIN) MOAT_TEST_CLUSTER=1 $(GO) test -count=1 -p 1 -timeout 20m ./...
+	@# The front's Kubernetes client (internal/kubeapi) against a control plane of its own.
+	d=$$(mktemp -d /tmp/moat-kubeapi.XXXXXX) && ./scripts/test-cluster.sh up $$d >/dev/null && \
+	  { MOAT_KUBECONFIG=$$d/admin.kubeconfig $(GO) test -count=1 -run '^TestCluster$$' ./internal/kubeapi/; rc=$$?; \
+	    ./scripts/test-cluster.sh down $$d >/dev/null; rm -rf $$d; exit $$rc; }
 
 # bench: every figure, with the system-call one (moat bench --syscalls: runc, the runsc of 2022 and the current runsc).
 bench: build
