@@ -394,8 +394,10 @@ func TestClusterFront(t *testing.T) {
 	if got := call("POST", "/files?path=/tmp/x", "", map[string]string{"E2b-Sandbox-Id": someID}); got != 401 {
 		t.Errorf("envd without an access token: %d, want 401", got)
 	}
-	if p, err := kc.CoreV1().Pods(frontNS).Get(ctx, podOf[someID].Name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
-		t.Fatalf("alice's Pod after bob's kill: %v (deleting: %v)", err, p.DeletionTimestamp)
+	if p, err := kc.CoreV1().Pods(frontNS).Get(ctx, podOf[someID].Name, metav1.GetOptions{}); err != nil {
+		t.Fatalf("alice's Pod after bob's kill: %v", err)
+	} else if p.DeletionTimestamp != nil {
+		t.Fatalf("alice's Pod is being deleted after bob's kill")
 	}
 	if _, err := daemons[podOf[someID].Spec.NodeName].client.Get(ctx, someID); err != nil {
 		t.Fatalf("alice's sandbox after bob's kill: %v", err)
