@@ -39,7 +39,7 @@ func ParseCallerKeys(b []byte) ([]callerKey, error) {
 	seen := map[[sha256.Size]byte]bool{}
 	err := eachLine(b, func(n int, f []string) error {
 		if len(f) < 2 || len(f) > 4 {
-			return fmt.Errorf("line %d: want OWNER SHA256-HEX [admin] [secrets=NAME,...]", n)
+			return fmt.Errorf("line %d: want OWNER SHA256-HEX [admin] [secrets=NAME[,NAME]]", n)
 		}
 		if !validOwner(f[0]) {
 			return fmt.Errorf("line %d: owner %q: want 1-64 bytes of letters, digits and . _ @ -", n, f[0])
@@ -62,7 +62,7 @@ func ParseCallerKeys(b []byte) ([]callerKey, error) {
 					k.who.Secrets = append(k.who.Secrets, name)
 				}
 			default:
-				return fmt.Errorf("line %d: %q: want admin, then secrets=NAME,...", n, opt)
+				return fmt.Errorf("line %d: %q: want admin, then secrets=NAME[,NAME]", n, opt)
 			}
 		}
 		copy(k.hash[:], h)
