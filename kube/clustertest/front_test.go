@@ -32,6 +32,12 @@ import (
 
 const frontNS = "moat"
 
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
 func randomKey() string {
 	var b [24]byte
 	_, _ = rand.Read(b[:])
@@ -175,7 +181,7 @@ func TestClusterFront(t *testing.T) {
 	// Two moat nodes: each a daemon with a TCP listener and an admin key for the front, and
 	// an agent publishing that listener on its Node.
 	names := []string{"moat-a", "moat-b"}
-	daemons, urls, nodeKeys := map[string]*daemon{}, map[string]string{}, ""
+	daemons, urls, nodeKey, nodeKeys := map[string]*daemon{}, map[string]string{}, map[string]string{}, ""
 	for _, name := range names {
 		urls[name] = "http://127.0.0.1:" + strconv.Itoa(freePort(t))
 		daemons[name] = startDaemon(t, moatBin, name, "--listen", strings.TrimPrefix(urls[name], "http://"), "--e2b-template", "base=host")
@@ -183,6 +189,7 @@ func TestClusterFront(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		nodeKey[name] = k.Key
 		nodeKeys += name + " " + k.Key + "\n"
 	}
 	agents := map[string]*agent{}
@@ -331,6 +338,17 @@ func TestClusterFront(t *testing.T) {
 			t.Fatalf("run in %s (%s on %s): %+v", id, p.Name, p.Spec.NodeName, r)
 		}
 	}
+	// The cost of the front's hop: a command's round trip through the front and straight
+	// to the node's daemon (its admin key), the same sandbox, same run.
+	{
+		var viaFront, viaNode []float64
+		id := onNode["moat-b"][0]
+		sdkStep(t, ctx, frontURL, alice, &viaFront, "bench", id, "30")
+		sdkStep(t, ctx, urls["moat-b"], nodeKey["moat-b"], &viaNode, "bench", id, "30")
+		f, n := median(viaFront[5:]), median(viaNode[5:])
+		t.Logf("FIGURE command round trip (commands.run true, 25 after 5 warm-up): via the front p50 %.2f ms, to the node directly p50 %.2f ms; +%.2f ms (ratio %.2f)", f, n, f-n, f/n)
+	}
+
 	// kubectl exec into one of them (the kubelet API of its node).
 	var someID string
 	for id := range podOf {

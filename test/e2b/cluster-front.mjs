@@ -8,6 +8,7 @@
 //   node cluster-front.mjs run ID CMD          CMD in sandbox ID (Sandbox.connect)
 //   node cluster-front.mjs list                Sandbox.list()
 //   node cluster-front.mjs kill ID...          Sandbox.kill(ID) for each
+//   node cluster-front.mjs bench ID N          N runs of `true` in sandbox ID: each one's ms
 import { Sandbox } from 'e2b'
 
 const [step, ...args] = process.argv.slice(2)
@@ -41,6 +42,16 @@ switch (step) {
     out = []
     while (p.hasNext) out.push(...(await p.nextItems()))
     out = out.map((s) => ({ id: s.sandboxId, template: s.templateId, metadata: s.metadata, state: s.state }))
+    break
+  }
+  case 'bench': {
+    const sb = await Sandbox.connect(args[0])
+    out = []
+    for (let i = 0; i < Number(args[1]); i++) {
+      const t0 = performance.now()
+      await sb.commands.run('true')
+      out.push(performance.now() - t0)
+    }
     break
   }
   case 'kill':
