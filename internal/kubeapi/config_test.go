@@ -105,6 +105,7 @@ contexts: [{name: one, context: {cluster: a, user: a}}, {name: two, context: {cl
 		{name: "auth-provider plugin", in: kc(srv, "auth-provider:\n  name: gcp", ""), err: "exec and auth-provider plugins are not supported"},
 		{name: "basic auth", in: kc(srv, "username: a\npassword: b", ""), err: "basic auth) is not supported"},
 		{name: "impersonation", in: kc(srv, "token: t\nas: admin", ""), err: "impersonation"},
+		{name: "impersonated extra", in: kc(srv, "token: t\nas-user-extra: {scopes: [x]}", ""), err: "impersonation"},
 		{name: "impersonated groups", in: kc(srv, "token: t\nas-groups: [system:masters]", ""), err: "impersonation"},
 		{name: "token and tokenFile", in: kc(srv, "token: t\ntokenFile: f", ""), err: "both token and tokenFile"},
 		{name: "CA as file and data", in: kc(srv+"\ncertificate-authority: ca.pem\ncertificate-authority-data: "+b64("CA"), "token: t", ""), err: "both certificate-authority and certificate-authority-data"},
