@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -110,5 +112,49 @@ func TestListPages(t *testing.T) {
 	mu.Unlock()
 	if _, err := c.ListNodes(context.Background(), "loop=1"); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("a server that repeats its continue token: %v", err)
+	}
+}
+
+// TestTokenFile: a token file is read at New, used for a minute, then read again (service
+// account tokens rotate); a failed re-read keeps the last token; an empty file is refused.
+func TestTokenFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "token")
+	write := func(s string) {
+		if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("\n")
+	if _, err := New(Config{Server: "https://h", TokenFile: file}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("empty token file: %v", err)
+	}
+	write("one\n")
+	c, err := New(Config{Server: "https://h", TokenFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("two")
+	if tok, _ := c.bearer(); tok != "one" {
+		t.Errorf("within the minute: %q, want one", tok)
+	}
+	c.readAt = c.readAt.Add(-tokenMaxAge)
+	if tok, _ := c.bearer(); tok != "two" {
+		t.Errorf("after a minute: %q, want two", tok)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	c.readAt = c.readAt.Add(-tokenMaxAge)
+	if tok, err := c.bearer(); tok != "two" || err != nil {
+		t.Errorf("file gone: %q, %v; want the last token", tok, err)
+	}
+	if _, err := New(Config{Server: "https://h", TokenFile: file}); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing token file: %v", err)
+	}
+	if _, err := New(Config{Server: "http://h", Token: "t"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("http server: %v", err)
+	}
+	if _, err := New(Config{Server: "https://h", CAData: []byte("not PEM")}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("CA data without a certificate: %v", err)
 	}
 }
