@@ -239,8 +239,8 @@ func checkName(what, s string, max int) error {
 // CreatePod creates p in namespace ns and returns the Pod as the server stored it.
 // An existing Pod of the same name is errdefs.ErrAlreadyExists.
 func (c *Client) CreatePod(ctx context.Context, ns string, p *Pod) (*Pod, error) {
-	if ns == "" {
-		return nil, invalid("creating a Pod: no namespace")
+	if ns == "" || p == nil {
+		return nil, invalid("creating a Pod needs a namespace and a Pod")
 	}
 	path, err := podPath(ns, "")
 	if err != nil {
@@ -282,8 +282,17 @@ func (c *Client) ListPods(ctx context.Context, ns, labelSelector string) ([]Pod,
 	if err != nil {
 		return nil, err
 	}
-	pods, _, err := list[Pod](ctx, c, path, url.Values{"labelSelector": {labelSelector}})
+	pods, _, err := list[Pod](ctx, c, path, selector(labelSelector))
 	return pods, err
+}
+
+// selector is the query of a list by label selector ("" = all).
+func selector(labelSelector string) url.Values {
+	q := url.Values{}
+	if labelSelector != "" {
+		q.Set("labelSelector", labelSelector)
+	}
+	return q
 }
 
 // list reads every page of a list at path and returns the items and the list's
@@ -351,7 +360,7 @@ func (c *Client) DeletePod(ctx context.Context, ns, name string, gracePeriodSeco
 
 // ListNodes lists the Nodes that match labelSelector ("" = all), following every page.
 func (c *Client) ListNodes(ctx context.Context, labelSelector string) ([]Node, error) {
-	nodes, _, err := list[Node](ctx, c, "/api/v1/nodes", url.Values{"labelSelector": {labelSelector}})
+	nodes, _, err := list[Node](ctx, c, "/api/v1/nodes", selector(labelSelector))
 	return nodes, err
 }
 
@@ -400,9 +409,9 @@ func statusError(method, path string, code int, body []byte) *apiError {
 		Reason  string `json:"reason"`
 	}
 	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" {
-		e.message, e.reason = st.Message, st.Reason
+		e.message, e.reason = clip(st.Message, 1024), clip(st.Reason, 64)
 	} else {
-		e.message = strconv.Quote(string(body[:min(len(body), 200)]))
+		e.message = strconv.Quote(clip(string(body), 200))
 	}
 	switch {
 	case code == http.StatusNotFound:
@@ -423,6 +432,14 @@ func statusError(method, path string, code int, body []byte) *apiError {
 		e.class = errdefs.ErrUnavailable
 	}
 	return e
+}
+
+// clip shortens s to at most n bytes.
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }
 
 // isGone reports whether err is the server's 410 Gone: the resourceVersion asked is older

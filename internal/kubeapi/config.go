@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -39,44 +40,51 @@ const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 // kubeconfig is the part of a kubeconfig file (clientcmd v1.Config) moat reads. Fields
 // moat refuses are decoded too, so that they are refused rather than silently ignored.
 type kubeconfig struct {
-	CurrentContext string `yaml:"current-context" json:"current-context"`
-	Clusters       []struct {
-		Name    string `yaml:"name" json:"name"`
-		Cluster struct {
-			Server                   string `yaml:"server" json:"server"`
-			CertificateAuthority     string `yaml:"certificate-authority" json:"certificate-authority"`
-			CertificateAuthorityData string `yaml:"certificate-authority-data" json:"certificate-authority-data"`
-			InsecureSkipTLSVerify    bool   `yaml:"insecure-skip-tls-verify" json:"insecure-skip-tls-verify"`
-			TLSServerName            string `yaml:"tls-server-name" json:"tls-server-name"`
-			ProxyURL                 string `yaml:"proxy-url" json:"proxy-url"`
-		} `yaml:"cluster" json:"cluster"`
-	} `yaml:"clusters" json:"clusters"`
-	Users []struct {
-		Name string `yaml:"name" json:"name"`
-		User struct {
-			ClientCertificate     string `yaml:"client-certificate" json:"client-certificate"`
-			ClientCertificateData string `yaml:"client-certificate-data" json:"client-certificate-data"`
-			ClientKey             string `yaml:"client-key" json:"client-key"`
-			ClientKeyData         string `yaml:"client-key-data" json:"client-key-data"`
-			Token                 string `yaml:"token" json:"token"`
-			TokenFile             string `yaml:"tokenFile" json:"tokenFile"`
-			Username              string `yaml:"username" json:"username"`
-			Password              string `yaml:"password" json:"password"`
-			Impersonate           string `yaml:"as" json:"as"`
-			ImpersonateUID        string `yaml:"as-uid" json:"as-uid"`
-			ImpersonateGroups     []any  `yaml:"as-groups" json:"as-groups"`
-			Exec                  any    `yaml:"exec" json:"exec"`
-			AuthProvider          any    `yaml:"auth-provider" json:"auth-provider"`
-		} `yaml:"user" json:"user"`
-	} `yaml:"users" json:"users"`
-	Contexts []struct {
-		Name    string `yaml:"name" json:"name"`
-		Context struct {
-			Cluster   string `yaml:"cluster" json:"cluster"`
-			User      string `yaml:"user" json:"user"`
-			Namespace string `yaml:"namespace" json:"namespace"`
-		} `yaml:"context" json:"context"`
-	} `yaml:"contexts" json:"contexts"`
+	CurrentContext string      `yaml:"current-context" json:"current-context"`
+	Clusters       []kcCluster `yaml:"clusters" json:"clusters"`
+	Users          []kcUser    `yaml:"users" json:"users"`
+	Contexts       []kcContext `yaml:"contexts" json:"contexts"`
+}
+
+type kcCluster struct {
+	Name    string `yaml:"name" json:"name"`
+	Cluster struct {
+		Server                   string `yaml:"server" json:"server"`
+		CertificateAuthority     string `yaml:"certificate-authority" json:"certificate-authority"`
+		CertificateAuthorityData string `yaml:"certificate-authority-data" json:"certificate-authority-data"`
+		InsecureSkipTLSVerify    bool   `yaml:"insecure-skip-tls-verify" json:"insecure-skip-tls-verify"`
+		TLSServerName            string `yaml:"tls-server-name" json:"tls-server-name"`
+		ProxyURL                 string `yaml:"proxy-url" json:"proxy-url"`
+	} `yaml:"cluster" json:"cluster"`
+}
+
+type kcUser struct {
+	Name string `yaml:"name" json:"name"`
+	User struct {
+		ClientCertificate     string `yaml:"client-certificate" json:"client-certificate"`
+		ClientCertificateData string `yaml:"client-certificate-data" json:"client-certificate-data"`
+		ClientKey             string `yaml:"client-key" json:"client-key"`
+		ClientKeyData         string `yaml:"client-key-data" json:"client-key-data"`
+		Token                 string `yaml:"token" json:"token"`
+		TokenFile             string `yaml:"tokenFile" json:"tokenFile"`
+		Username              string `yaml:"username" json:"username"`
+		Password              string `yaml:"password" json:"password"`
+		Impersonate           string `yaml:"as" json:"as"`
+		ImpersonateUID        string `yaml:"as-uid" json:"as-uid"`
+		ImpersonateGroups     []any  `yaml:"as-groups" json:"as-groups"`
+		ImpersonateExtra      any    `yaml:"as-user-extra" json:"as-user-extra"`
+		Exec                  any    `yaml:"exec" json:"exec"`
+		AuthProvider          any    `yaml:"auth-provider" json:"auth-provider"`
+	} `yaml:"user" json:"user"`
+}
+
+type kcContext struct {
+	Name    string `yaml:"name" json:"name"`
+	Context struct {
+		Cluster   string `yaml:"cluster" json:"cluster"`
+		User      string `yaml:"user" json:"user"`
+		Namespace string `yaml:"namespace" json:"namespace"`
+	} `yaml:"context" json:"context"`
 }
 
 // LoadKubeconfig reads the kubeconfig file at path and resolves it with ParseKubeconfig,
@@ -125,26 +133,14 @@ func parseKubeconfig(b []byte, baseDir string, readFile func(string) ([]byte, er
 	if kc.CurrentContext == "" {
 		return Config{}, invalid("current-context is not set")
 	}
-	ctxIdx := -1
-	for i := range kc.Contexts {
-		if kc.Contexts[i].Name == kc.CurrentContext {
-			ctxIdx = i
-			break
-		}
-	}
+	ctxIdx := slices.IndexFunc(kc.Contexts, func(x kcContext) bool { return x.Name == kc.CurrentContext })
 	if ctxIdx < 0 {
 		return Config{}, invalid("current-context %q names no context", kc.CurrentContext)
 	}
 	kctx := kc.Contexts[ctxIdx].Context
 	cfg := Config{Namespace: kctx.Namespace}
 
-	cl := -1
-	for i := range kc.Clusters {
-		if kc.Clusters[i].Name == kctx.Cluster {
-			cl = i
-			break
-		}
-	}
+	cl := slices.IndexFunc(kc.Clusters, func(x kcCluster) bool { return x.Name == kctx.Cluster })
 	if cl < 0 {
 		return Config{}, invalid("context %q: cluster %q is not in clusters", kc.CurrentContext, kctx.Cluster)
 	}
@@ -166,13 +162,7 @@ func parseKubeconfig(b []byte, baseDir string, readFile func(string) ([]byte, er
 		return Config{}, fmt.Errorf("cluster %q: %w", kctx.Cluster, err)
 	}
 
-	us := -1
-	for i := range kc.Users {
-		if kc.Users[i].Name == kctx.User {
-			us = i
-			break
-		}
-	}
+	us := slices.IndexFunc(kc.Users, func(x kcUser) bool { return x.Name == kctx.User })
 	if us < 0 {
 		return Config{}, invalid("context %q: user %q is not in users", kc.CurrentContext, kctx.User)
 	}
@@ -182,8 +172,8 @@ func parseKubeconfig(b []byte, baseDir string, readFile func(string) ([]byte, er
 		return Config{}, invalid("user %q: exec and auth-provider plugins are not supported: use a client certificate or a token", kctx.User)
 	case u.Username != "", u.Password != "":
 		return Config{}, invalid("user %q: username/password (basic auth) is not supported: use a client certificate or a token", kctx.User)
-	case u.Impersonate != "", u.ImpersonateUID != "", len(u.ImpersonateGroups) > 0:
-		return Config{}, invalid("user %q: impersonation (as, as-uid, as-groups) is not supported", kctx.User)
+	case u.Impersonate != "", u.ImpersonateUID != "", len(u.ImpersonateGroups) > 0, u.ImpersonateExtra != nil:
+		return Config{}, invalid("user %q: impersonation (as, as-uid, as-groups, as-user-extra) is not supported", kctx.User)
 	case u.Token != "" && u.TokenFile != "":
 		return Config{}, invalid("user %q: both token and tokenFile are set", kctx.User)
 	}

@@ -13,8 +13,8 @@ import (
 )
 
 // kc builds a kubeconfig whose current context "c" uses cluster "cl" and user "u", with
-// the given YAML lines under cluster: and user: (each indented by the caller's choice of
-// keys), and an optional namespace.
+// the given YAML lines (newline-separated) as the cluster's and the user's fields, and
+// namespace ns if not "".
 func kc(cluster, user, ns string) string {
 	s := "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: cl\n  cluster:\n"
 	for _, l := range strings.Split(cluster, "\n") {
@@ -105,6 +105,7 @@ contexts: [{name: one, context: {cluster: a, user: a}}, {name: two, context: {cl
 		{name: "auth-provider plugin", in: kc(srv, "auth-provider:\n  name: gcp", ""), err: "exec and auth-provider plugins are not supported"},
 		{name: "basic auth", in: kc(srv, "username: a\npassword: b", ""), err: "basic auth) is not supported"},
 		{name: "impersonation", in: kc(srv, "token: t\nas: admin", ""), err: "impersonation"},
+		{name: "impersonated extra", in: kc(srv, "token: t\nas-user-extra: {scopes: [x]}", ""), err: "impersonation"},
 		{name: "impersonated groups", in: kc(srv, "token: t\nas-groups: [system:masters]", ""), err: "impersonation"},
 		{name: "token and tokenFile", in: kc(srv, "token: t\ntokenFile: f", ""), err: "both token and tokenFile"},
 		{name: "CA as file and data", in: kc(srv+"\ncertificate-authority: ca.pem\ncertificate-authority-data: "+b64("CA"), "token: t", ""), err: "both certificate-authority and certificate-authority-data"},
@@ -163,6 +164,10 @@ func TestInCluster(t *testing.T) {
 	env := map[string]string{"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
 	getenv := func(k string) string { return env[k] }
 
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	if _, err := InCluster(); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("InCluster outside a Pod: err = %v, want ErrUnavailable", err)
+	}
 	if _, err := inCluster(dir, func(string) string { return "" }); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("outside a Pod: err = %v, want ErrUnavailable", err)
 	}

@@ -211,14 +211,16 @@ func TestWatchPodStops(t *testing.T) {
 
 // TestWatchPodForbidden: a failure that retrying cannot mend is returned, not retried.
 func TestWatchPodForbidden(t *testing.T) {
-	calls := 0
+	var calls atomic.Int32
 	c := fakeServer(t, func(w http.ResponseWriter, r *http.Request) {
-		calls++
+		calls.Add(1)
 		w.WriteHeader(http.StatusForbidden)
 		_ = json.NewEncoder(w).Encode(map[string]any{"kind": "Status", "code": 403, "reason": "Forbidden", "message": "pods is forbidden"})
 	})
-	err := c.WatchPod(context.Background(), "ns", "p", func(*Pod) (bool, error) { return false, nil })
-	if !errors.Is(err, errdefs.ErrPermissionDenied) || calls != 1 || strings.Contains(err.Error(), "t0k") {
-		t.Errorf("WatchPod = %v after %d requests", err, calls)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := c.WatchPod(ctx, "ns", "p", func(*Pod) (bool, error) { return false, nil })
+	if !errors.Is(err, errdefs.ErrPermissionDenied) || calls.Load() != 1 || strings.Contains(err.Error(), "t0k") {
+		t.Errorf("WatchPod = %v after %d requests", err, calls.Load())
 	}
 }
