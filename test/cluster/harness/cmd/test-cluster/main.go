@@ -2,12 +2,16 @@
 // the one running there; scripts/test-cluster.sh runs it.
 //
 // usage: test-cluster up|down DIR
+//
+// $MOAT_KUBE_APISERVER_ARGS (space-separated) adds flags to kube-apiserver, e.g.
+// --allow-privileged=true to dry-run privileged Pods (deploy/kubernetes/validate.sh).
 package main
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/moatdev/moat/test/cluster/harness"
@@ -35,7 +39,8 @@ func run(verb, dir string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c, err := harness.Up(ctx, harness.Options{Dir: dir, Detach: true,
-		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
+		ExtraArgs: map[string][]string{"kube-apiserver": strings.Fields(os.Getenv("MOAT_KUBE_APISERVER_ARGS"))},
+		Logf:      func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
 	if err != nil {
 		return err
 	}
