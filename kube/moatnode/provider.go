@@ -205,8 +205,13 @@ func (p *Provider) startMain(ctx context.Context, id string, m MainCommand, env 
 	if m.Workdir != "" {
 		start.Process.Cwd = &m.Workdir
 	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// No deadline on the Start request: moat-init kills a process when its Start
+	// request's deadline passes (connect-timeout-ms, as in envd), which would end the
+	// Pod's main process 30 s after it started. Waiting for the start event is bounded
+	// by cancelling instead: a client that goes away leaves the process running.
+	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer time.AfterFunc(30*time.Second, cancel).Stop()
 	stream, err := pc.Start(sctx, connect.NewRequest(start))
 	if err != nil {
 		return fmt.Errorf("starting the main command: %w", err)
