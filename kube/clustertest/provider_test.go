@@ -43,11 +43,13 @@ func TestProviderWithDaemon(t *testing.T) {
 	d := startDaemon(t, filepath.Join(testutil.Binaries(t), "moat"), "solo")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	p := moatnode.NewProvider(d.client, "solo", "127.0.0.1", log)
+	p.MainStartWait = time.Second // the main command must outlive it (checked below)
 	p.NotifyPods(ctx, func(*corev1.Pod) {})
 	grace := int64(0)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p1", UID: "uid-p1"},
 		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "main", Image: "host",
 			Command: []string{"sh", "-c", "echo line1; echo line2; exec sleep 600"}}}}}
+	created := time.Now()
 	if err := p.CreatePod(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
@@ -77,6 +79,12 @@ func TestProviderWithDaemon(t *testing.T) {
 		logs = string(b)
 		return logs == "line2\n", logs
 	})
+	// The main command outlives the agent's wait for its start (moat-init kills a process
+	// whose Start request's deadline passes): asserted at the daemon.
+	time.Sleep(time.Until(created.Add(2500 * time.Millisecond)))
+	if pl, err := d.client.ProcessLogs(ctx, sbs[0].ID); err != nil || len(pl) == 0 || pl[0].Tag != moatnode.MainTag || !pl[0].Running {
+		t.Fatalf("main process after the start wait: %+v (%v), want %s running", pl, err, moatnode.MainTag)
+	}
 	var out bytes.Buffer
 	if err := p.RunInContainer(ctx, "ns", "p1", "main", []string{"sh", "-c", "echo exec-ok; test -t 1 && echo tty"}, attachIO{out: &out, tty: true}); err != nil {
 		t.Fatal(err)

@@ -34,6 +34,9 @@ type Provider struct {
 	node   string
 	hostIP string
 	log    *slog.Logger
+	// MainStartWait bounds how long CreatePod waits for the main command's start event
+	// (0: 30 s). It never bounds the command's life. Set before the first CreatePod.
+	MainStartWait time.Duration
 
 	mu      sync.Mutex
 	pods    map[string]*entry     // by namespace/name
@@ -205,8 +208,17 @@ func (p *Provider) startMain(ctx context.Context, id string, m MainCommand, env 
 	if m.Workdir != "" {
 		start.Process.Cwd = &m.Workdir
 	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// No deadline on the Start request: moat-init kills a process when its Start
+	// request's deadline passes (connect-timeout-ms, as in envd), which would end the
+	// Pod's main process 30 s after it started. Waiting for the start event is bounded
+	// by cancelling instead: a client that goes away leaves the process running.
+	wait := p.MainStartWait
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer time.AfterFunc(wait, cancel).Stop()
 	stream, err := pc.Start(sctx, connect.NewRequest(start))
 	if err != nil {
 		return fmt.Errorf("starting the main command: %w", err)

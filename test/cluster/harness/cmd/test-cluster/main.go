@@ -2,12 +2,17 @@
 // the one running there; scripts/test-cluster.sh runs it.
 //
 // usage: test-cluster up|down DIR
+//
+// $MOAT_KUBE_APISERVER_ARGS and $MOAT_KUBE_CONTROLLER_MANAGER_ARGS (space-separated) add
+// flags to kube-apiserver and kube-controller-manager, e.g. --allow-privileged=true to
+// dry-run privileged Pods (deploy/kubernetes/validate.sh), or the CSR signer's flags.
 package main
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/moatdev/moat/test/cluster/harness"
@@ -35,6 +40,10 @@ func run(verb, dir string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c, err := harness.Up(ctx, harness.Options{Dir: dir, Detach: true,
+		ExtraArgs: map[string][]string{
+			"kube-apiserver":          strings.Fields(os.Getenv("MOAT_KUBE_APISERVER_ARGS")),
+			"kube-controller-manager": strings.Fields(os.Getenv("MOAT_KUBE_CONTROLLER_MANAGER_ARGS")),
+		},
 		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
 	if err != nil {
 		return err
