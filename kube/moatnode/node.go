@@ -49,6 +49,7 @@ type NodeShape struct {
 	CPUs       int64
 	Memory     int64 // bytes
 	Slots      int64 // sandboxes at once (Pod capacity)
+	Disk       int64 // bytes of drives the node can hold (ephemeral-storage; 0: none published)
 	Version    string
 	// DaemonURL is the node daemon's TCP API (moat serve --listen), published for the
 	// cluster front as annotation moat.dev/daemon-url ("": none).
@@ -84,6 +85,10 @@ func NodeSpec(s NodeShape, d Doctor) corev1.Node {
 		corev1.ResourceCPU:    *resource.NewQuantity(s.CPUs, resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(s.Memory, resource.BinarySI),
 		corev1.ResourcePods:   *resource.NewQuantity(s.Slots, resource.DecimalSI),
+	}
+	if s.Disk > 0 {
+		// Without it a Pod asking for ephemeral-storage (a sandbox's drive) never schedules.
+		capacity[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(s.Disk, resource.BinarySI)
 	}
 	var ann map[string]string
 	if s.DaemonURL != "" {
@@ -183,11 +188,18 @@ func (np *NodeProvider) Ping(ctx context.Context) error {
 	return nil
 }
 
-// NotifyNodeStatus refreshes the conditions from the doctor every period.
+// statusRefresh is how often the node's status is written when nothing changed (the
+// kubelet's own default report frequency): liveness is the Lease, so status writes are
+// only needed for changes.
+const statusRefresh = 5 * time.Minute
+
+// NotifyNodeStatus checks the doctor every period and sends the conditions when they
+// changed, or every statusRefresh.
 func (np *NodeProvider) NotifyNodeStatus(ctx context.Context, cb func(*corev1.Node)) {
 	go func() {
 		t := time.NewTicker(np.period)
 		defer t.Stop()
+		sent := time.Now()
 		for {
 			select {
 			case <-ctx.Done():
@@ -199,12 +211,33 @@ func (np *NodeProvider) NotifyNodeStatus(ctx context.Context, cb func(*corev1.No
 				np.log.Warn("moat doctor", "err", err)
 				d = Doctor{}
 			}
+			now := time.Now()
 			np.mu.Lock()
+			conds := NodeConditions(d, now)
+			if sameConditions(np.node.Status.Conditions, conds) && now.Sub(sent) < statusRefresh {
+				np.mu.Unlock()
+				continue
+			}
 			n := np.node.DeepCopy()
-			n.Status.Conditions = NodeConditions(d, time.Now())
+			n.Status.Conditions = conds
 			np.node = n
 			np.mu.Unlock()
+			sent = now
 			cb(n.DeepCopy())
 		}
 	}()
+}
+
+// sameConditions reports whether two condition lists say the same (type, status, reason
+// and message; not their times). Pure.
+func sameConditions(a, b []corev1.NodeCondition) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Type != b[i].Type || a[i].Status != b[i].Status || a[i].Reason != b[i].Reason || a[i].Message != b[i].Message {
+			return false
+		}
+	}
+	return true
 }

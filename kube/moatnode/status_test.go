@@ -71,6 +71,11 @@ func TestNodeSpec(t *testing.T) {
 	}
 	if m := NodeSpec(NodeShape{Name: "n1"}, d); len(m.Annotations) != 0 {
 		t.Errorf("annotations without a daemon URL: %v", m.Annotations)
+	} else if _, ok := m.Status.Capacity[corev1.ResourceEphemeralStorage]; ok {
+		t.Errorf("ephemeral-storage published without a disk size")
+	}
+	if m := NodeSpec(NodeShape{Name: "n1", Disk: 64 << 30}, d); m.Status.Capacity.StorageEphemeral().Value() != 64<<30 {
+		t.Errorf("ephemeral-storage capacity %v", m.Status.Capacity.StorageEphemeral())
 	}
 	for _, k := range []string{"moat.dev/runtime-runc", "moat.dev/runtime-runsc", "moat.dev/isolation-container", "moat.dev/isolation-gvisor"} {
 		if n.Labels[k] != "true" {
@@ -122,5 +127,23 @@ func TestTailBytes(t *testing.T) {
 		if got := string(TailBytes([]byte(tt.in), tt.tail, tt.limit)); got != tt.want {
 			t.Errorf("TailBytes(%q, %d, %d) = %q, want %q", tt.in, tt.tail, tt.limit, got, tt.want)
 		}
+	}
+}
+
+func TestSameConditions(t *testing.T) {
+	var d Doctor
+	_ = json.Unmarshal([]byte(`{"ok":true,"runtimes":[{"name":"runc","usable":true}],"storage":[{"name":"data filesystem","ok":true}]}`), &d)
+	t0 := time.Now()
+	a, b := NodeConditions(d, t0), NodeConditions(d, t0.Add(time.Minute))
+	if !sameConditions(a, b) {
+		t.Errorf("the same doctor report a minute later differs: %v %v", a, b)
+	}
+	bad := d
+	bad.Runtimes = nil
+	if sameConditions(a, NodeConditions(bad, t0)) {
+		t.Error("no usable runtime: the same conditions")
+	}
+	if sameConditions(a, a[:len(a)-1]) {
+		t.Error("a condition fewer: the same")
 	}
 }

@@ -41,6 +41,9 @@ type config struct {
 	slots                                   int64
 	doctorPeriod                            time.Duration
 	daemonURL                               string
+	dataDir                                 string
+	qps                                     float64
+	burst                                   int
 }
 
 func main() {
@@ -58,6 +61,9 @@ func main() {
 	flag.Int64Var(&c.slots, "max-sandboxes", 110, "Pod capacity: sandboxes this node runs at once")
 	flag.DurationVar(&c.doctorPeriod, "doctor-period", 30*time.Second, "how often node conditions are refreshed from moat doctor")
 	flag.StringVar(&c.daemonURL, "daemon-url", "", "the daemon's TCP API as the cluster front reaches it (moat serve --listen), e.g. http://10.0.0.5:7070; published on the Node as moat.dev/daemon-url")
+	flag.StringVar(&c.dataDir, "data", "/var/lib/moat", "the daemon's data directory: the size of its filesystem is the node's ephemeral-storage capacity (sandbox drives)")
+	flag.Float64Var(&c.qps, "kube-api-qps", 20, "requests per second to the Kubernetes API server (client-go's default, 5, allows about one sandbox create and delete a second)")
+	flag.IntVar(&c.burst, "kube-api-burst", 40, "burst of requests to the Kubernetes API server")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -106,13 +112,17 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
+	if c.qps <= 0 || c.burst <= 0 {
+		return errors.New("--kube-api-qps and --kube-api-burst must be positive")
+	}
+	rc.QPS, rc.Burst = float32(c.qps), c.burst
 	kc, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return err
 	}
 	spec := moatnode.NodeSpec(moatnode.NodeShape{
 		Name: c.nodeName, InternalIP: c.internalIP, Port: int32(port),
-		CPUs: int64(runtime.NumCPU()), Memory: hostMemory(), Slots: c.slots, Version: "v1.37.2-moat",
+		CPUs: int64(runtime.NumCPU()), Memory: hostMemory(), Slots: c.slots, Disk: diskSize(c.dataDir), Version: "v1.37.2-moat",
 		DaemonURL: c.daemonURL,
 	}, doc)
 	spec.Status.Conditions = moatnode.NodeConditions(doc, time.Now())
@@ -191,4 +201,14 @@ func hostMemory() int64 {
 		}
 	}
 	return 0
+}
+
+// diskSize is the size of the filesystem holding dir (or of / when dir does not exist),
+// or 0.
+func diskSize(dir string) int64 {
+	var st syscall.Statfs_t
+	if syscall.Statfs(dir, &st) != nil && syscall.Statfs("/", &st) != nil {
+		return 0
+	}
+	return int64(st.Blocks) * st.Bsize
 }
