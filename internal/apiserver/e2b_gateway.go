@@ -11,11 +11,13 @@ import (
 // e2bGateway forwards an E2B SDK's envd request (it names its sandbox in E2b-Sandbox-Id)
 // to that sandbox's moat-init through the gateway namespace. The request keeps its own
 // X-Access-Token, which moat-init checks. A sandbox that is not running answers 502, as
-// E2B's edge does: the SDK's isRunning() reads that as "not running".
-func (s *Server) e2bGateway(w http.ResponseWriter, r *http.Request) {
+// E2B's edge does: the SDK's isRunning() reads that as "not running". auth is the
+// listener's (nil: the unix socket): a request for another port is a preview, decided
+// like any other.
+func (s *Server) e2bGateway(w http.ResponseWriter, r *http.Request, auth Authenticator) {
 	id := r.Header.Get(e2bSandboxHeader)
 	if p := r.Header.Get(e2bPortHeader); p != "" && p != envdPort {
-		s.e2bPreview(w, r, id, p) // previews.go
+		s.e2bPreview(w, r, auth, id, p) // previews.go
 		return
 	}
 	sb, err := s.sandboxes.Get(r.Context(), id)

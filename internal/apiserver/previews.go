@@ -166,7 +166,7 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, auth Authe
 			// The E2B SDK's envd URL when it runs without E2B_SANDBOX_URL: the gateway.
 			r.Header.Set(e2bSandboxHeader, t.ID)
 			r.Header.Set(e2bPortHeader, envdPort)
-			s.e2bGateway(w, r)
+			s.e2bGateway(w, r, auth)
 			return true
 		}
 		s.preview(w, r, auth, previewDest{t: t, rest: r.URL.EscapedPath()})
@@ -205,13 +205,13 @@ func (s *Server) isPreview(r *http.Request) bool {
 // e2bPreview serves an E2B SDK's request for a sandbox port other than envd's (E2b-Sandbox-Port;
 // @e2b/code-interpreter's port 49999). Besides a preview's own access, the sandbox's envd
 // access token (X-Access-Token) opens it: it already allows running anything there.
-func (s *Server) e2bPreview(w http.ResponseWriter, r *http.Request, id, port string) {
+func (s *Server) e2bPreview(w http.ResponseWriter, r *http.Request, auth Authenticator, id, port string) {
 	n, ok := previews.ParsePort(port)
 	if s.previews == nil || !ok || !sandbox.IsFullID(id) {
 		writeGone(w, id, "moat forwards port "+port+" of no sandbox (previews are off, or the port or id is not valid)")
 		return
 	}
-	s.preview(w, r, nil, previewDest{t: previews.Target{ID: id, Port: n}, rest: r.URL.EscapedPath(), shared: true, e2bHeaders: true})
+	s.preview(w, r, auth, previewDest{t: previews.Target{ID: id, Port: n}, rest: r.URL.EscapedPath(), shared: true, e2bHeaders: true})
 }
 
 // preview decides and forwards one preview request. Whatever stops it before the

@@ -303,7 +303,7 @@ func (s *Server) Handler(auth Authenticator) http.Handler {
 			return
 		}
 		if r.Header.Get(e2bSandboxHeader) != "" {
-			s.e2bGateway(w, r)
+			s.e2bGateway(w, r, auth)
 			return
 		}
 		if r.URL.Path == "/files" && r.URL.Query().Get("signature") != "" {

@@ -408,6 +408,25 @@ func TestClusterFront(t *testing.T) {
 			t.Errorf("%s %s with key %.6s: %d, want %d", c.method, c.path, c.key, got, c.want)
 		}
 	}
+	// Previews through the front: E2B's header-routed one with the traffic token (and not
+	// without), and the path-based one with the owner's key only (a private port).
+	var pv struct {
+		Token         bool
+		With, Without struct {
+			Status int
+			Body   string
+		}
+	}
+	sdkStep(t, ctx, frontURL, alice, &pv, "preview", someID)
+	if !pv.Token || pv.With.Status != 200 || pv.With.Body != "preview-of-"+someID || pv.Without.Status == 200 || strings.Contains(pv.Without.Body, "preview-of") {
+		t.Fatalf("E2B preview through the front: %+v", pv)
+	}
+	for key, want := range map[string]int{alice: 200, bob: 404, "": 404} {
+		if got := call("GET", "/preview/"+someID+"/8080/", key, nil); got != want {
+			t.Errorf("path preview with key %.6s: %d, want %d", key, got, want)
+		}
+	}
+
 	// envd traffic without the sandbox's access token is refused by its node.
 	if got := call("POST", "/files?path=/tmp/x", "", map[string]string{"E2b-Sandbox-Id": someID}); got != 401 {
 		t.Errorf("envd without an access token: %d, want 401", got)

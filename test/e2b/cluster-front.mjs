@@ -9,6 +9,10 @@
 //   node cluster-front.mjs list                Sandbox.list()
 //   node cluster-front.mjs kill ID...          Sandbox.kill(ID) for each
 //   node cluster-front.mjs bench ID N          N runs of `true` in sandbox ID: each one's ms
+//   node cluster-front.mjs preview ID          an HTTP server on port 8080 of sandbox ID, then
+//                                              one request to it through E2B_SANDBOX_URL with
+//                                              E2b-Sandbox-Port and the traffic token, one
+//                                              without the token: their statuses and bodies
 import { Sandbox } from 'e2b'
 
 const [step, ...args] = process.argv.slice(2)
@@ -51,6 +55,26 @@ switch (step) {
       const t0 = performance.now()
       await sb.commands.run('true')
       out.push(performance.now() - t0)
+    }
+    break
+  }
+  case 'preview': {
+    const sb = await Sandbox.connect(args[0])
+    await sb.files.write('/tmp/www/index.html', 'preview-of-' + args[0])
+    await sb.commands.run('python3 -m http.server 8080 --directory /tmp/www', { background: true })
+    for (let i = 0; ; i++) {
+      const r = await sb.commands.run('(exec 3<>/dev/tcp/127.0.0.1/8080) 2>/dev/null && echo up || true')
+      if (r.stdout.includes('up')) break
+      if (i > 100) throw new Error('port 8080 never opened')
+      await new Promise((ok) => setTimeout(ok, 200))
+    }
+    const url = process.env.E2B_SANDBOX_URL + '/'
+    const headers = { 'E2b-Sandbox-Id': args[0], 'E2b-Sandbox-Port': '8080' }
+    const ask = async (h) => { const r = await fetch(url, { headers: h }); return { status: r.status, body: await r.text() } }
+    out = {
+      token: Boolean(sb.trafficAccessToken),
+      with: await ask({ ...headers, 'E2b-Traffic-Access-Token': sb.trafficAccessToken ?? '' }),
+      without: await ask(headers),
     }
     break
   }

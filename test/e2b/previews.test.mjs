@@ -132,6 +132,20 @@ describe('previews', () => {
     assert.ok(!log.includes(sbx.trafficAccessToken) && !log.includes(API_KEY), `the sandbox received moat's credentials: ${log}`)
   })
 
+  test('E2b-Sandbox-Port through E2B_SANDBOX_URL needs the traffic token, the envd token or a key', async () => {
+    const url = `${process.env.E2B_SANDBOX_URL}/hdr`
+    const h = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8080' }
+    const ask = async (more) => (await fetch(url, { headers: { ...h, ...more } })).status
+    assert.equal(await ask({ 'e2b-traffic-access-token': sbx.trafficAccessToken }), 200)
+    assert.equal(await ask({ 'X-API-KEY': API_KEY }), 200)
+    assert.equal(await ask({}), 404, 'no credentials')
+    assert.equal(await ask({ 'e2b-traffic-access-token': 'mpt_wrong' }), 404, 'a wrong token')
+    assert.equal(await ask({ 'X-API-KEY': process.env.MOAT_OTHER_API_KEY }), 404, "another owner's key")
+    // Only the requests that got through reached the sandbox's server.
+    const log = await sbx.files.read('/tmp/preview.log')
+    assert.equal(log.split('\n').filter((l) => l.includes('/hdr')).length, 2, log)
+  })
+
   test('WebSocket echo through getHost', async () => {
     const got = await wsEcho(`http://${sbx.getHost(8080)}/ws`, { 'e2b-traffic-access-token': sbx.trafficAccessToken }, 'ping through moat')
     assert.equal(got, 'ping through moat')
