@@ -61,7 +61,8 @@ switch (step) {
   case 'preview': {
     const sb = await Sandbox.connect(args[0])
     await sb.files.write('/tmp/www/index.html', 'preview-of-' + args[0])
-    await sb.commands.run('python3 -m http.server 8080 --directory /tmp/www', { background: true })
+    // Detached (its own session), so that it outlives this script: the test reaches it again.
+    await sb.commands.run('setsid python3 -m http.server 8080 --directory /tmp/www >/dev/null 2>&1 < /dev/null &')
     for (let i = 0; ; i++) {
       const r = await sb.commands.run('(exec 3<>/dev/tcp/127.0.0.1/8080) 2>/dev/null && echo up || true')
       if (r.stdout.includes('up')) break
