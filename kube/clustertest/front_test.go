@@ -21,6 +21,7 @@ import (
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/testutil"
 	"github.com/moatdev/moat/kube/moatnode"
+	"github.com/moatdev/moat/sdk"
 	"github.com/moatdev/moat/test/cluster/harness"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -408,6 +409,28 @@ func TestClusterFront(t *testing.T) {
 			t.Errorf("%s %s with key %.6s: %d, want %d", c.method, c.path, c.key, got, c.want)
 		}
 	}
+	// The native API through the front (moat's Go SDK, as `moat --url FRONT` uses it):
+	// the list is alice's six; exec and the sandbox's record come from its node; a create
+	// the front cannot carry is refused by name.
+	nat := sdk.NewHTTP(frontURL, alice)
+	list, err := nat.List(ctx)
+	if err != nil || len(list) != 6 {
+		t.Fatalf("native list through the front: %d %v", len(list), err)
+	}
+	var nout strings.Builder
+	if code, err := nat.Exec(ctx, someID, sdk.ExecRequest{Cmd: "sh", Args: []string{"-c", "echo native-$((6*7))"}, Stdout: &nout}); err != nil || code != 0 || !strings.Contains(nout.String(), "native-42") {
+		t.Fatalf("native exec through the front: %d %v %q", code, err, nout.String())
+	}
+	if sb, err := nat.Get(ctx, someID); err != nil || sb.ID != someID || sb.State != "running" {
+		t.Fatalf("native get through the front: %+v %v", sb, err)
+	}
+	if _, err := sdk.NewHTTP(frontURL, bob).Get(ctx, someID); err == nil {
+		t.Fatalf("bob's native get of alice's sandbox succeeded")
+	}
+	if _, err := nat.Create(ctx, v1.CreateSandboxRequest{Template: "host", Repo: "/src"}); err == nil || !strings.Contains(err.Error(), "repo") {
+		t.Fatalf("a native create with a repo: %v", err)
+	}
+
 	// Previews through the front: E2B's header-routed one with the traffic token (and not
 	// without), and the path-based one with the owner's key only (a private port).
 	var pv struct {
