@@ -116,11 +116,19 @@ func TestAgentSandbox(t *testing.T) {
 	if _, err := dc.Resource(sandboxesGVR).Namespace("default").Create(ctx, sandbox, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var podRunning, firstOut time.Duration
-	waitFor(t, 90*time.Second, "Pod agent-direct Running on moat-a with output", func() (bool, string) {
+	// Each milestone is timed when a poll (every 250 ms) first sees it.
+	var podMade, podBound, podRunning, firstOut, ready time.Duration
+	isReady := sandboxReady(ctx, dc, sandboxesGVR, "agent-direct")
+	waitFor(t, 90*time.Second, "Pod agent-direct Running on moat-a with output, Sandbox Ready", func() (bool, string) {
 		p, err := kc.CoreV1().Pods("default").Get(ctx, "agent-direct", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
+		}
+		if podMade == 0 {
+			podMade = time.Since(t0)
+		}
+		if podBound == 0 && p.Spec.NodeName != "" {
+			podBound = time.Since(t0)
 		}
 		state := fmt.Sprintf("phase %s node %q conditions %s", p.Status.Phase, p.Spec.NodeName, podConditions(p))
 		if p.Status.Phase != corev1.PodRunning {
@@ -132,20 +140,27 @@ func TestAgentSandbox(t *testing.T) {
 		if podRunning == 0 {
 			podRunning = time.Since(t0)
 		}
-		b, err := kc.CoreV1().Pods("default").GetLogs("agent-direct", &corev1.PodLogOptions{}).DoRaw(ctx)
-		if err != nil || !strings.Contains(string(b), "ready") {
-			return false, fmt.Sprintf("%s, logs %q %v", state, b, err)
+		if firstOut == 0 {
+			b, err := kc.CoreV1().Pods("default").GetLogs("agent-direct", &corev1.PodLogOptions{}).DoRaw(ctx)
+			if err != nil || !strings.Contains(string(b), "ready") {
+				return false, fmt.Sprintf("%s, logs %q %v", state, b, err)
+			}
+			firstOut = time.Since(t0)
 		}
-		firstOut = time.Since(t0)
+		if ready == 0 {
+			ok, st := isReady()
+			if !ok {
+				return false, "Sandbox " + st
+			}
+			ready = time.Since(t0)
+		}
 		return true, ""
 	})
-	waitFor(t, time.Minute, "Sandbox agent-direct Ready", sandboxReady(ctx, dc, sandboxesGVR, "agent-direct"))
-	sandboxReadyAt := time.Since(t0)
 	if nodeName := field(t, ctx, dc, sandboxesGVR, "agent-direct", "status", "nodeName"); nodeName != "moat-a" {
 		t.Fatalf("Sandbox agent-direct status.nodeName %q", nodeName)
 	}
-	t.Logf("FIGURE agent-sandbox: Sandbox create -> Pod Running on moat %d ms -> Sandbox Ready %d ms; -> first output via kubectl logs %d ms",
-		podRunning.Milliseconds(), sandboxReadyAt.Milliseconds(), firstOut.Milliseconds())
+	t.Logf("FIGURE agent-sandbox: Sandbox create -> Pod made %d ms -> bound %d ms -> Running on moat %d ms -> Sandbox Ready %d ms; -> first output via kubectl logs %d ms",
+		podMade.Milliseconds(), podBound.Milliseconds(), podRunning.Milliseconds(), ready.Milliseconds(), firstOut.Milliseconds())
 	assertDaemonSandboxes(t, ctx, d, map[string]bool{"agent-direct": true})
 	out, err := execInput(ctx, rc, "default", "agent-direct", []string{"sh", "-c", "echo exec-$((6*7))"}, false, nil)
 	if err != nil || !strings.Contains(out, "exec-42") {
@@ -182,7 +197,10 @@ func TestAgentSandbox(t *testing.T) {
 	assertDaemonSandboxes(t, ctx, d, map[string]bool{"agent-direct": true, claimed: true})
 	t.Logf("SandboxClaim agent-task-1 Ready: Sandbox and Pod %s, a sandbox at moat-a", claimed)
 
-	// Deleting the Sandbox and the claim deletes their Pods and the daemon's sandboxes.
+	// Deleting the Sandbox and the claim deletes their Pods (by kube-controller-manager's
+	// garbage collector, which learns of new CRDs on its 30 s discovery resync, hence the
+	// wait) and the daemon's sandboxes.
+	tDel := time.Now()
 	if err := dc.Resource(sandboxesGVR).Namespace("default").Delete(ctx, "agent-direct", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -207,6 +225,7 @@ func TestAgentSandbox(t *testing.T) {
 		}
 		return len(sbs) == 0, fmt.Sprintf("%d left", len(sbs))
 	})
+	t.Logf("Sandbox and SandboxClaim deleted: Pods gone and no sandbox at moat-a after %d ms", time.Since(tDel).Milliseconds())
 }
 
 // moatPodTemplate is a Sandbox's podTemplate whose Pod lands on moat nodes (tolerates their
@@ -309,7 +328,8 @@ func prefixed(p string, names []string) []string {
 }
 
 // startController runs the agent-sandbox controller (with its extensions) as the cluster
-// admin until t ends; its log is shown when t failed.
+// admin until t ends; its log is shown when t failed. It returns once the controller's four
+// reconcilers (sandbox and the extensions' claim, template and warm pool) run.
 func startController(t *testing.T, bin, kubeconfig string) {
 	logs := &testutil.SyncBuffer{}
 	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--extensions", "--leader-elect=false",
@@ -331,5 +351,9 @@ func startController(t *testing.T, bin, kubeconfig string) {
 		if t.Failed() {
 			t.Logf("agent-sandbox-controller output:\n%s", tail(logs.String(), 32<<10))
 		}
+	})
+	waitFor(t, time.Minute, "agent-sandbox-controller's workers", func() (bool, string) {
+		n := strings.Count(logs.String(), `"msg":"Starting workers"`)
+		return n == 4, fmt.Sprintf("%d of 4 started", n)
 	})
 }
