@@ -74,7 +74,7 @@ fi
 # Its CRDs, from the same pinned source tree (go.sum), where TestAgentSandbox applies them.
 crds=$bin/../agent-sandbox-crds
 if [ "$(cat "$crds/version" 2>/dev/null)" != "$AGENT_SANDBOX_VERSION" ]; then
-	src=$(cd "$root/test/cluster/tools/agentsandbox" && "$GO" list -m -f '{{.Dir}}' "$as")
+	src=$(cd "$root/test/cluster/tools/agentsandbox" && "$GO" mod download "$as" && "$GO" list -m -f '{{.Dir}}' "$as")
 	[ -n "$src" ] && [ -d "$src/k8s/crds" ] || { echo "agent-sandbox CRDs not found in $src" >&2; exit 1; }
 	rm -rf "$crds" && mkdir -p "$crds" && cp "$src"/k8s/crds/*.yaml "$crds/" && chmod 644 "$crds"/*.yaml
 	echo "$AGENT_SANDBOX_VERSION" >"$crds/version"
