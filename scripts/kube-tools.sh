@@ -2,7 +2,9 @@
 # Builds the pinned test control plane for `make test-cluster` from the Go module proxy:
 # kube-apiserver, kube-controller-manager, kube-scheduler and kubectl of Kubernetes
 # $KUBE_VERSION (module test/cluster/tools), and etcd $ETCD_VERSION (module
-# test/cluster/tools/etcd), into a cache outside the checkout. Each module's go.sum pins every
+# test/cluster/tools/etcd), and the agent-sandbox controller $AGENT_SANDBOX_VERSION (module
+# test/cluster/tools/agentsandbox; its CRDs go to $bin/../agent-sandbox-crds), into a cache
+# outside the checkout. Each module's go.sum pins every
 # source tree. A binary whose stamp file names its pinned version is not rebuilt, so a warm run
 # takes well under a second; a cold one about 6 minutes and 3 GiB of memory on 2 cores.
 # Prints the directory of the binaries on stdout (progress goes to stderr).
@@ -12,6 +14,7 @@ set -euo pipefail
 
 KUBE_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3
+AGENT_SANDBOX_VERSION=v1.0.1
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${1:-${MOAT_KUBE_CACHE:-/var/cache/moat-kube}}
@@ -56,6 +59,25 @@ if ! current etcd "$ETCD_VERSION"; then
 	out=$("$work/etcd" --version 2>&1)
 	grep -q "^etcd Version: ${ETCD_VERSION#v}$" <<<"$out" || { echo "etcd: unexpected version: $out" >&2; exit 1; }
 	install_bin etcd "$ETCD_VERSION"
+fi
+
+as=sigs.k8s.io/agent-sandbox
+if ! current agent-sandbox-controller "$AGENT_SANDBOX_VERSION"; then
+	echo "building agent-sandbox-controller $AGENT_SANDBOX_VERSION (about 1.5 minutes cold)" >&2
+	(cd "$root/test/cluster/tools/agentsandbox" && CGO_ENABLED=0 "$GO" build -trimpath \
+		-ldflags "-s -w -X $as/internal/version.gitVersion=$AGENT_SANDBOX_VERSION" \
+		-o "$work/agent-sandbox-controller" "$as/cmd/agent-sandbox-controller")
+	out=$("$work/agent-sandbox-controller" --version 2>&1)
+	grep -q "$AGENT_SANDBOX_VERSION" <<<"$out" || { echo "agent-sandbox-controller: unexpected version: $out" >&2; exit 1; }
+	install_bin agent-sandbox-controller "$AGENT_SANDBOX_VERSION"
+fi
+# Its CRDs, from the same pinned source tree (go.sum), where TestAgentSandbox applies them.
+crds=$bin/../agent-sandbox-crds
+if [ "$(cat "$crds/version" 2>/dev/null)" != "$AGENT_SANDBOX_VERSION" ]; then
+	src=$(cd "$root/test/cluster/tools/agentsandbox" && "$GO" mod download "$as" && "$GO" list -m -f '{{.Dir}}' "$as")
+	[ -n "$src" ] && [ -d "$src/k8s/crds" ] || { echo "agent-sandbox CRDs not found in $src" >&2; exit 1; }
+	rm -rf "$crds" && mkdir -p "$crds" && cp "$src"/k8s/crds/*.yaml "$crds/" && chmod 644 "$crds"/*.yaml
+	echo "$AGENT_SANDBOX_VERSION" >"$crds/version"
 fi
 
 echo "$bin"
