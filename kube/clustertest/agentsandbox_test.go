@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,8 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 var (
@@ -55,34 +52,11 @@ func TestAgentSandbox(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	moatBin := filepath.Join(testutil.Binaries(t), "moat")
-	kubelet := filepath.Join(t.TempDir(), "moat-kubelet")
-	if out, err := exec.Command("go", "build", "-o", kubelet, "../cmd/moat-kubelet").CombinedOutput(); err != nil {
-		t.Fatalf("building moat-kubelet: %v\n%s", err, out)
-	}
-	c, err := harness.Up(ctx, harness.Options{Dir: t.TempDir(), BinDir: binDir, Logf: t.Logf})
-	if err != nil {
-		t.Fatalf("control plane: %v", err)
-	}
-	t.Cleanup(func() { c.Down() })
-	rc, err := clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc := kubernetes.NewForConfigOrDie(rc)
-	dc := dynamic.NewForConfigOrDie(rc)
-
-	d := startDaemon(t, moatBin, "moat-a")
-	n, err := c.Node("moat-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &agent{t: t, bin: kubelet, name: "moat-a", args: []string{
-		"--kubeconfig", n.Kubeconfig, "--node-name", "moat-a", "--socket", d.socket,
-		"--listen", "127.0.0.1:" + strconv.Itoa(freePort(t)),
-		"--tls-cert", n.CertFile, "--tls-key", n.KeyFile, "--client-ca", c.CAFile, "--max-sandboxes", "10"}}
-	a.start()
-	t.Cleanup(a.stop)
+	tc := upCluster(t, ctx, harness.Options{BinDir: binDir})
+	c, kc := tc.c, tc.kc
+	dc := dynamic.NewForConfigOrDie(tc.rc)
+	d := startDaemon(t, tc.moat, "moat-a")
+	tc.startAgent(t, "moat-a", d)
 
 	if out, err := c.Kubectl(ctx, "apply", "-f", crds).CombinedOutput(); err != nil {
 		t.Fatalf("applying the agent-sandbox CRDs: %v\n%s", err, out)
@@ -92,18 +66,7 @@ func TestAgentSandbox(t *testing.T) {
 		t.Fatalf("agent-sandbox CRDs not established: %v\n%s", err, out)
 	}
 	startController(t, controller, c.AdminKubeconfig)
-	waitFor(t, 90*time.Second, "node moat-a Ready", func() (bool, string) {
-		n, err := kc.CoreV1().Nodes().Get(ctx, "moat-a", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, cd := range n.Status.Conditions {
-			if cd.Type == corev1.NodeReady {
-				return cd.Status == corev1.ConditionTrue, string(cd.Status) + " " + cd.Message
-			}
-		}
-		return false, "no Ready condition"
-	})
+	waitFor(t, 90*time.Second, "node moat-a Ready", tc.nodeReady(ctx, "moat-a", corev1.ConditionTrue))
 
 	// A Sandbox: one Pod, bound by kube-scheduler to the moat node, a sandbox at its daemon.
 	tmpl := moatPodTemplate(t, "ready")
@@ -162,7 +125,7 @@ func TestAgentSandbox(t *testing.T) {
 	t.Logf("FIGURE agent-sandbox: Sandbox create -> Pod made %d ms -> bound %d ms -> Running on moat %d ms -> Sandbox Ready %d ms; -> first output via kubectl logs %d ms",
 		podMade.Milliseconds(), podBound.Milliseconds(), podRunning.Milliseconds(), ready.Milliseconds(), firstOut.Milliseconds())
 	assertDaemonSandboxes(t, ctx, d, map[string]bool{"agent-direct": true})
-	out, err := execInput(ctx, rc, "default", "agent-direct", []string{"sh", "-c", "echo exec-$((6*7))"}, false, nil)
+	out, err := execInput(ctx, tc.rc, "default", "agent-direct", []string{"sh", "-c", "echo exec-$((6*7))"}, false, nil)
 	if err != nil || !strings.Contains(out, "exec-42") {
 		t.Fatalf("kubectl exec in agent-direct: %q %v", out, err)
 	}

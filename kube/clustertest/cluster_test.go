@@ -174,6 +174,71 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 	}
 }
 
+// testCluster is where every test here starts: a control plane on loopback, a client of
+// it as admin, and the moat binaries (moat-kubelet built for the test).
+type testCluster struct {
+	c       *harness.Cluster
+	rc      *rest.Config
+	kc      *kubernetes.Clientset
+	moat    string
+	kubelet string
+}
+
+// upCluster builds moat-kubelet and brings the control plane up with o (Dir and Logf are
+// the test's); it goes down when t ends.
+func upCluster(t *testing.T, ctx context.Context, o harness.Options) *testCluster {
+	t.Helper()
+	tc := &testCluster{moat: filepath.Join(testutil.Binaries(t), "moat"), kubelet: filepath.Join(t.TempDir(), "moat-kubelet")}
+	if out, err := exec.Command("go", "build", "-o", tc.kubelet, "../cmd/moat-kubelet").CombinedOutput(); err != nil {
+		t.Fatalf("building moat-kubelet: %v\n%s", err, out)
+	}
+	o.Dir, o.Logf = t.TempDir(), t.Logf
+	c, err := harness.Up(ctx, o)
+	if err != nil {
+		t.Fatalf("control plane: %v", err)
+	}
+	t.Cleanup(func() { c.Down() })
+	if tc.rc, err = clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	tc.c, tc.kc = c, kubernetes.NewForConfigOrDie(tc.rc)
+	return tc
+}
+
+// startAgent starts moat-kubelet as node name of daemon d, with extra flags; it is stopped
+// when t ends.
+func (tc *testCluster) startAgent(t *testing.T, name string, d *daemon, extra ...string) *agent {
+	t.Helper()
+	n, err := tc.c.Node(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &agent{t: t, bin: tc.kubelet, name: name, args: append([]string{
+		"--kubeconfig", n.Kubeconfig, "--node-name", name, "--socket", d.socket,
+		"--listen", "127.0.0.1:" + strconv.Itoa(freePort(t)),
+		"--tls-cert", n.CertFile, "--tls-key", n.KeyFile, "--client-ca", tc.c.CAFile,
+		"--doctor-period", "5s", "--max-sandboxes", "10"}, extra...)}
+	a.start()
+	t.Cleanup(a.stop)
+	return a
+}
+
+// nodeReady is a waitFor condition: node name's Ready condition is want.
+func (tc *testCluster) nodeReady(ctx context.Context, name string, want corev1.ConditionStatus) func() (bool, string) {
+	return func() (bool, string) {
+		n, err := tc.kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, cd := range n.Status.Conditions {
+			if cd.Type == corev1.NodeReady {
+				return cd.Status == want, string(cd.Status) + " " + cd.Message
+			}
+		}
+		return false, "no Ready condition"
+	}
+}
+
 func TestMoatNodes(t *testing.T) {
 	if os.Getenv("MOAT_TEST_CLUSTER") == "" {
 		t.Skip("set MOAT_TEST_CLUSTER=1 (make test-cluster) to run")
@@ -181,53 +246,15 @@ func TestMoatNodes(t *testing.T) {
 	testutil.RequiresRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	moatBin := filepath.Join(testutil.Binaries(t), "moat")
-	kubelet := filepath.Join(t.TempDir(), "moat-kubelet")
-	if out, err := exec.Command("go", "build", "-o", kubelet, "../cmd/moat-kubelet").CombinedOutput(); err != nil {
-		t.Fatalf("building moat-kubelet: %v\n%s", err, out)
-	}
-
-	c, err := harness.Up(ctx, harness.Options{Dir: t.TempDir(), Logf: t.Logf,
+	tc := upCluster(t, ctx, harness.Options{
 		ExtraArgs: map[string][]string{"kube-controller-manager": {"--node-monitor-grace-period=10s"}}})
-	if err != nil {
-		t.Fatalf("control plane: %v", err)
+	rc, kc, nodeReady := tc.rc, tc.kc, func(name string, want corev1.ConditionStatus) func() (bool, string) {
+		return tc.nodeReady(ctx, name, want)
 	}
-	t.Cleanup(func() { c.Down() })
-	rc, err := clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc := kubernetes.NewForConfigOrDie(rc)
-
-	daemons := map[string]*daemon{"moat-a": startDaemon(t, moatBin, "moat-a"), "moat-b": startDaemon(t, moatBin, "moat-b")}
+	daemons := map[string]*daemon{"moat-a": startDaemon(t, tc.moat, "moat-a"), "moat-b": startDaemon(t, tc.moat, "moat-b")}
 	agents := map[string]*agent{}
 	for _, name := range []string{"moat-a", "moat-b"} {
-		n, err := c.Node(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := &agent{t: t, bin: kubelet, name: name, args: []string{
-			"--kubeconfig", n.Kubeconfig, "--node-name", name, "--socket", daemons[name].socket,
-			"--listen", "127.0.0.1:" + strconv.Itoa(freePort(t)),
-			"--tls-cert", n.CertFile, "--tls-key", n.KeyFile, "--client-ca", c.CAFile,
-			"--doctor-period", "5s", "--max-sandboxes", "10"}}
-		a.start()
-		t.Cleanup(a.stop)
-		agents[name] = a
-	}
-	nodeReady := func(name string, want corev1.ConditionStatus) func() (bool, string) {
-		return func() (bool, string) {
-			n, err := kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			for _, cd := range n.Status.Conditions {
-				if cd.Type == corev1.NodeReady {
-					return cd.Status == want, string(cd.Status) + " " + cd.Message
-				}
-			}
-			return false, "no Ready condition"
-		}
+		agents[name] = tc.startAgent(t, name, daemons[name])
 	}
 	for name := range agents {
 		waitFor(t, 90*time.Second, "node "+name+" Ready", nodeReady(name, corev1.ConditionTrue))

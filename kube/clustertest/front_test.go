@@ -28,7 +28,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 const frontNS = "moat"
@@ -155,22 +154,9 @@ func TestClusterFront(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	moatBin := filepath.Join(testutil.Binaries(t), "moat")
-	kubelet := filepath.Join(t.TempDir(), "moat-kubelet")
-	if out, err := exec.Command("go", "build", "-o", kubelet, "../cmd/moat-kubelet").CombinedOutput(); err != nil {
-		t.Fatalf("building moat-kubelet: %v\n%s", err, out)
-	}
-	c, err := harness.Up(ctx, harness.Options{Dir: t.TempDir(), Logf: t.Logf,
+	tc := upCluster(t, ctx, harness.Options{
 		ExtraArgs: map[string][]string{"kube-controller-manager": {"--node-monitor-grace-period=10s"}}})
-	if err != nil {
-		t.Fatalf("control plane: %v", err)
-	}
-	t.Cleanup(func() { c.Down() })
-	rc, err := clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc := kubernetes.NewForConfigOrDie(rc)
+	c, rc, kc, moatBin := tc.c, tc.rc, tc.kc, tc.moat
 	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: frontNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -195,32 +181,10 @@ func TestClusterFront(t *testing.T) {
 	}
 	agents := map[string]*agent{}
 	for _, name := range names {
-		n, err := c.Node(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := &agent{t: t, bin: kubelet, name: name, args: []string{
-			"--kubeconfig", n.Kubeconfig, "--node-name", name, "--socket", daemons[name].socket,
-			"--listen", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--daemon-url", urls[name],
-			"--tls-cert", n.CertFile, "--tls-key", n.KeyFile, "--client-ca", c.CAFile,
-			"--doctor-period", "5s", "--max-sandboxes", "10"}}
-		a.start()
-		t.Cleanup(a.stop)
-		agents[name] = a
+		agents[name] = tc.startAgent(t, name, daemons[name], "--daemon-url", urls[name])
 	}
 	nodeReady := func(name string, want corev1.ConditionStatus) func() (bool, string) {
-		return func() (bool, string) {
-			n, err := kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			for _, cd := range n.Status.Conditions {
-				if cd.Type == corev1.NodeReady {
-					return cd.Status == want, string(cd.Status) + " " + cd.Message
-				}
-			}
-			return false, "no Ready condition"
-		}
+		return tc.nodeReady(ctx, name, want)
 	}
 	for _, name := range names {
 		waitFor(t, 90*time.Second, "node "+name+" Ready", nodeReady(name, corev1.ConditionTrue))
