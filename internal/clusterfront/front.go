@@ -789,6 +789,7 @@ func (f *Front) Reap(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		f.prune(time.Now())
 		pods, err := f.cfg.Kube.ListPods(ctx, f.cfg.Namespace, LabelFront+"=true")
 		if err != nil {
 			f.cfg.Log.Warn("listing Pods to reap", "err", err)
@@ -808,6 +809,23 @@ func (f *Front) Reap(ctx context.Context) {
 			id, _ := sandboxOf(p)
 			f.forget(id)
 			f.cfg.Log.Info("sandbox timed out", "id", id, "pod", p.Metadata.Name)
+		}
+	}
+}
+
+// prune drops cache entries past their time, so that the caches hold only sandboxes and
+// nodes in use.
+func (f *Front) prune(now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, c := range f.routes {
+		if now.Sub(c.at) >= routeTTL {
+			delete(f.routes, id)
+		}
+	}
+	for n, c := range f.nodes {
+		if now.Sub(c.at) >= nodeTTL {
+			delete(f.nodes, n)
 		}
 	}
 }

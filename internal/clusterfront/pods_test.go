@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -333,5 +334,15 @@ func TestStatusClass(t *testing.T) {
 		if got := statusClass(code); got != want {
 			t.Errorf("statusClass(%d) = %v", code, got)
 		}
+	}
+}
+
+func TestPrune(t *testing.T) {
+	now := time.Now()
+	f := &Front{routes: map[string]cached[*kubeapi.Pod]{"old": {nil, now.Add(-routeTTL)}, "new": {nil, now}},
+		nodes: map[string]cached[*url.URL]{"old": {nil, now.Add(-nodeTTL)}, "new": {nil, now.Add(-routeTTL)}}}
+	f.prune(now)
+	if _, ok := f.routes["old"]; ok || len(f.routes) != 1 || len(f.nodes) != 1 {
+		t.Errorf("after prune: routes %v nodes %v", f.routes, f.nodes)
 	}
 }
