@@ -562,9 +562,9 @@ installed), with ratios to runc and the issue's targets. Needs root on the daemo
 				defer stopWarm()
 				o.Warm = warm.client
 				o.WarmRefill = time.Second
-				o.WarmReady = func() bool {
+				o.WarmReady = func(rt string) bool {
 					for _, p := range warm.d.Manager.PoolStats() {
-						if p.Ready < p.Want {
+						if p.Runtime == rt && p.Ready < p.Want {
 							return false
 						}
 					}
@@ -574,7 +574,7 @@ installed), with ratios to runc and the issue's targets. Needs root on the daemo
 				if err != nil {
 					return err
 				}
-				o.E2B = &bench.E2BTarget{URL: "http://" + listen, Key: key.Key, Template: "base"}
+				o.E2B = &bench.E2BTarget{URL: "http://" + listen, Key: key.Key, Template: "base", Runtime: "runc"}
 			}
 			o.RunDir = cold.runDir
 			o.HoldName = benchHoldName

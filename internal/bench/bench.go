@@ -39,10 +39,12 @@ type Options struct {
 	// kind) for the warm figure; WarmRefill is how long to let its pool refill between runs.
 	Warm       *sdk.Client
 	WarmRefill time.Duration
-	// WarmReady, when set, tells whether the warm daemon's pools are full: after
-	// WarmRefill each warm run also waits (untimed, up to a minute) for it, so that every
-	// warm figure is a create served by the pool, not however far a refill got.
-	WarmReady func() bool
+	// WarmReady, when set, tells whether the warm daemon's pool of a runtime is full:
+	// after WarmRefill each warm run also waits (untimed, up to a minute) for it, so that
+	// every warm figure is a create served by the pool, not however far a refill got. Only
+	// the pool the figure uses is waited for: a runtime whose pool cannot fill does not
+	// hold up the others' figures.
+	WarmReady func(runtime string) bool
 	// E2B, when set, is the warm daemon's E2B API for the E2B create figure (e2b.go).
 	E2B *E2BTarget
 	// ConnSandboxes runc sandboxes each open ConnsPerSandbox connections (their cap) to
@@ -135,6 +137,7 @@ func Run(ctx context.Context, c *sdk.Client, o Options) (*Result, error) {
 		}
 		if err := latency(ctx, c, o, rt, &r); err != nil {
 			r.Error = err.Error()
+			o.Progress(fmt.Sprintf("%s: failed, its other figures are skipped: %v", rt, err))
 		}
 		if o.Warm != nil && r.Error == "" {
 			o.Progress(fmt.Sprintf("%s: %d × create → first output served by the warm pool", rt, o.Runs))
@@ -147,7 +150,7 @@ func Run(ctx context.Context, c *sdk.Client, o Options) (*Result, error) {
 				req = v1.CreateSandboxRequest{Runtime: rt}
 			}
 			for range o.Runs {
-				o.waitWarm()
+				o.waitWarm(rt)
 				if err := createExecDelete(ctx, o.Warm, req, &warm); err != nil {
 					r.Error = "warm: " + err.Error()
 					break
@@ -166,7 +169,7 @@ func Run(ctx context.Context, c *sdk.Client, o Options) (*Result, error) {
 	}
 	if o.E2B != nil {
 		o.Progress(fmt.Sprintf("E2B: %d × Sandbox.create() (POST /sandboxes) of template %s on the warm daemon", o.Runs, o.E2B.Template))
-		ds, err := e2bCreates(ctx, *o.E2B, o.Runs, o.waitWarm)
+		ds, err := e2bCreates(ctx, *o.E2B, o.Runs, func() { o.waitWarm(o.E2B.Runtime) })
 		if err != nil {
 			return res, fmt.Errorf("E2B create: %w", err)
 		}
@@ -204,10 +207,10 @@ func Run(ctx context.Context, c *sdk.Client, o Options) (*Result, error) {
 	return res, nil
 }
 
-// waitWarm sleeps WarmRefill, then waits for WarmReady (up to a minute).
-func (o Options) waitWarm() {
+// waitWarm sleeps WarmRefill, then waits for WarmReady(runtime) (up to a minute).
+func (o Options) waitWarm(runtime string) {
 	time.Sleep(o.WarmRefill)
-	for deadline := time.Now().Add(time.Minute); o.WarmReady != nil && !o.WarmReady() && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(time.Minute); o.WarmReady != nil && !o.WarmReady(runtime) && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -16,6 +16,7 @@ type E2BTarget struct {
 	URL      string // http://ADDR
 	Key      string // an API key (e2b_…)
 	Template string // E2B template name ("base")
+	Runtime  string // the runtime its creates get (the daemon's default): the pool waited for
 }
 
 // e2bCreates times POST /sandboxes (what Sandbox.create() sends and waits for) for template
