@@ -275,10 +275,11 @@ func TestArchiveKeep(t *testing.T) {
 	if _, err := os.Stat(recent); err != nil {
 		t.Errorf("the recent archive was removed: %v", err)
 	}
-	evs, err := e.d.Store.Events(context.Background(), "sb-0000000000a1")
-	if err != nil || !slices.ContainsFunc(evs, func(ev store.Event) bool { return ev.Kind == "archive_removed" }) {
-		t.Errorf("no archive_removed event: %+v %v", evs, err)
-	}
+	// The sweep records the removal just after it removes the file.
+	testutil.WaitFor(t, 10*time.Second, "the archive_removed event", func() bool {
+		evs, err := e.d.Store.Events(context.Background(), "sb-0000000000a1")
+		return err == nil && slices.ContainsFunc(evs, func(ev store.Event) bool { return ev.Kind == "archive_removed" })
+	})
 }
 
 type archived struct {
