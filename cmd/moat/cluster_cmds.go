@@ -41,7 +41,7 @@ func (f *clusterServeFlags) given(cmd *cobra.Command) bool {
 }
 
 // serve runs the cluster front on listen until ctx ends.
-func (f *clusterServeFlags) serve(ctx context.Context, a *app, listen string, e2bTemplates map[string]string) error {
+func (f *clusterServeFlags) serve(ctx context.Context, a *app, listen string, e2bTemplates map[string]string, previewDomain string) error {
 	switch {
 	case f.kubeconfig == "":
 		return errors.New("--cluster-namespace, --cluster-keys, --cluster-node-keys and --cluster-create-timeout go with --cluster KUBECONFIG")
@@ -78,7 +78,7 @@ func (f *clusterServeFlags) serve(ctx context.Context, a *app, listen string, e2
 	}
 	log := a.logger(os.Stderr)
 	front, err := clusterfront.New(clusterfront.Config{Kube: kc, Namespace: ns, CallerKeys: f.keys, NodeKeys: f.nodeKeys,
-		E2BTemplates: e2bTemplates, CreateTimeout: f.createTimeout, Log: log})
+		E2BTemplates: e2bTemplates, CreateTimeout: f.createTimeout, PreviewDomain: previewDomain, Log: log})
 	if err != nil {
 		return err
 	}

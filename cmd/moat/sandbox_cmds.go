@@ -704,7 +704,14 @@ With --install it starts nothing: it writes a systemd unit that runs this binary
 				if err != nil {
 					return err
 				}
-				return cluster.serve(cmd.Context(), a, listen, tmpl)
+				var pcfg daemon.Config // --preview-domain: the front's own
+				if err := previewFlags.apply(&pcfg); err != nil {
+					return err
+				}
+				if previewFlags.allowPublic {
+					return errors.New("--allow-public-ports is a node daemon's flag, not the cluster front's")
+				}
+				return cluster.serve(cmd.Context(), a, listen, tmpl, pcfg.Previews.Domain)
 			}
 			cfg, err := a.daemonConfig()
 			if err != nil {

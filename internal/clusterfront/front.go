@@ -45,6 +45,10 @@ type Config struct {
 	E2BTemplates map[string]string
 	// CreateTimeout bounds a create: scheduling, the node's pull and start.
 	CreateTimeout time.Duration
+	// PreviewDomain is the front's host-based preview domain (moat serve --preview-domain,
+	// wildcard DNS to the front): http://PORT-ID.DOMAIN/ reaches the sandbox's port, and E2B
+	// answers carry it as domain, so that the SDKs' getHost(port) names the front. "": none.
+	PreviewDomain string
 	Log           *slog.Logger
 }
 
@@ -133,6 +137,10 @@ func New(cfg Config) (*Front, error) {
 // ServeHTTP routes envd traffic (E2B's E2b-Sandbox-Id header) and previews by the
 // sandbox they name, and everything else by path.
 func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if t, ok := previews.ParseHost(r.Host, f.cfg.PreviewDomain); ok {
+		f.hostPreview(w, r, t)
+		return
+	}
 	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
 		f.envd(w, r, id)
 		return

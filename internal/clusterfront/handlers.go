@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -113,6 +114,7 @@ func (f *Front) e2bCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out["templateID"] = pr.E2BTemplate
+	f.withDomain(out)
 	writeJSON(w, http.StatusCreated, out)
 }
 
@@ -131,6 +133,7 @@ func (f *Front) e2bGet(w http.ResponseWriter, r *http.Request) {
 	if l, ok := toE2BListed(p, ""); ok {
 		out["templateID"], out["endAt"] = l.TemplateID, l.EndAt
 	}
+	f.withDomain(out)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -162,6 +165,7 @@ func (f *Front) e2bConnect(w http.ResponseWriter, r *http.Request) {
 	if l, ok := toE2BListed(p, ""); ok {
 		out["templateID"] = l.TemplateID
 	}
+	f.withDomain(out)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -413,4 +417,34 @@ func (f *Front) preview(w http.ResponseWriter, r *http.Request) {
 	}
 	c, err := f.authenticate(r)
 	f.forward(w, r, nativeAPI, p, err == nil && mayUse(c, p))
+}
+
+// hostPreview serves http://PORT-ID.DOMAIN/ (the E2B SDKs' getHost(port)): the node gets
+// it as E2B's header-routed preview of that port (E2b-Sandbox-Id, E2b-Sandbox-Port), port
+// 49983 being envd itself. As for path-based previews, a caller with a front key who may
+// use the sandbox goes on with the node's key, anyone else with none (the traffic token or
+// a port's token then decides at the node).
+func (f *Front) hostPreview(w http.ResponseWriter, r *http.Request, t previews.Target) {
+	p, err := f.pod(r.Context(), t.ID)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	r.Header.Set("E2b-Sandbox-Id", t.ID)
+	r.Header.Set("E2b-Sandbox-Port", strconv.Itoa(t.Port))
+	c, err := f.authenticate(r)
+	f.forward(w, r, e2bAPI, p, err == nil && mayUse(c, p) && t.Port != envdPort)
+}
+
+// envdPort is the sandbox port of envd (moat-init) in E2B's host names.
+const envdPort = 49983
+
+// withDomain sets an E2B answer's domain to the front's preview domain (the node's own
+// would name the node).
+func (f *Front) withDomain(out map[string]any) {
+	if f.cfg.PreviewDomain != "" {
+		out["domain"] = f.cfg.PreviewDomain
+	} else {
+		out["domain"] = nil
+	}
 }

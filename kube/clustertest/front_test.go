@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -204,10 +205,12 @@ func TestClusterFront(t *testing.T) {
 	if err := os.WriteFile(nodeKeysFile, []byte(nodeKeys), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	frontURL := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+	frontPort := strconv.Itoa(freePort(t))
+	frontURL := "http://127.0.0.1:" + frontPort
+	previewDomain := "preview.localhost:" + frontPort
 	frontLogs := &testutil.SyncBuffer{}
 	front := exec.Command(moatBin, "serve", "--cluster", frontKubeconfig(t, ctx, kc, rc.Host, c.CAFile),
-		"--cluster-keys", keysFile, "--cluster-node-keys", nodeKeysFile, "--e2b-template", "base=host", "--listen", strings.TrimPrefix(frontURL, "http://"))
+		"--cluster-keys", keysFile, "--cluster-node-keys", nodeKeysFile, "--e2b-template", "base=host", "--preview-domain", previewDomain, "--listen", strings.TrimPrefix(frontURL, "http://"))
 	front.Stdout, front.Stderr = frontLogs, frontLogs
 	if err := front.Start(); err != nil {
 		t.Fatal(err)
@@ -398,19 +401,45 @@ func TestClusterFront(t *testing.T) {
 	// Previews through the front: E2B's header-routed one with the traffic token (and not
 	// without), and the path-based one with the owner's key only (a private port).
 	var pv struct {
-		Token         bool
+		Token, Host   string
 		With, Without struct {
 			Status int
 			Body   string
 		}
 	}
 	sdkStep(t, ctx, frontURL, alice, &pv, "preview", someID)
-	if !pv.Token || pv.With.Status != 200 || pv.With.Body != "preview-of-"+someID || pv.Without.Status == 200 || strings.Contains(pv.Without.Body, "preview-of") {
+	if pv.Token == "" || pv.With.Status != 200 || pv.With.Body != "preview-of-"+someID || pv.Without.Status == 200 || strings.Contains(pv.Without.Body, "preview-of") {
 		t.Fatalf("E2B preview through the front: %+v", pv)
 	}
 	for key, want := range map[string]int{alice: 200, bob: 404, "": 404} {
 		if got := call("GET", "/preview/"+someID+"/8080/", key, nil); got != want {
 			t.Errorf("path preview with key %.6s: %d, want %d", key, got, want)
+		}
+	}
+	// Host-based, as the SDK's getHost(8080) names it: the front's --preview-domain.
+	if want := "8080-" + someID + "." + previewDomain; pv.Host != want {
+		t.Errorf("getHost(8080) = %q, want %q", pv.Host, want)
+	}
+	for _, c := range []struct {
+		key, token string
+		want       int
+	}{{"", pv.Token, 200}, {alice, "", 200}, {bob, "", 404}, {"", "", 404}, {"", "mpt_wrong", 404}} {
+		req, _ := http.NewRequestWithContext(ctx, "GET", frontURL+"/", nil)
+		req.Host = pv.Host
+		if c.key != "" {
+			req.Header.Set("X-API-KEY", c.key)
+		}
+		if c.token != "" {
+			req.Header.Set("E2b-Traffic-Access-Token", c.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.want || c.want == 200 && string(b) != "preview-of-"+someID {
+			t.Errorf("host preview with key %.6s token %.8s: %d %q, want %d", c.key, c.token, resp.StatusCode, b, c.want)
 		}
 	}
 

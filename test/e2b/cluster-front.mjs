@@ -73,7 +73,8 @@ switch (step) {
     const headers = { 'E2b-Sandbox-Id': args[0], 'E2b-Sandbox-Port': '8080' }
     const ask = async (h) => { const r = await fetch(url, { headers: h }); return { status: r.status, body: await r.text() } }
     out = {
-      token: Boolean(sb.trafficAccessToken),
+      token: sb.trafficAccessToken ?? '',
+      host: sb.getHost(8080),
       with: await ask({ ...headers, 'E2b-Traffic-Access-Token': sb.trafficAccessToken ?? '' }),
       without: await ask(headers),
     }
