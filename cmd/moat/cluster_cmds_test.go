@@ -40,6 +40,8 @@ func TestClusterServeErrors(t *testing.T) {
 		{[]string{"--cluster", good, "--listen", "127.0.0.1:0", "--cluster-keys", keys, "--cluster-node-keys", write("bad-node-keys", "only-a-name\n")}, "--cluster-node-keys"},
 		{[]string{"--cluster", good, "--listen", "127.0.0.1:0", "--cluster-keys", keys, "--cluster-node-keys", nodeKeys, "--cluster-create-timeout", "1ms"}, "--cluster-create-timeout"},
 		{[]string{"--cluster", good, "--listen", "127.0.0.1:0", "--cluster-keys", keys, "--cluster-node-keys", nodeKeys, "--e2b-template", "base"}, "--e2b-template"},
+		{[]string{"--cluster", good, "--listen", "127.0.0.1:0", "--cluster-keys", keys, "--cluster-node-keys", nodeKeys, "--allow-public-ports"}, "--allow-public-ports"},
+		{[]string{"--cluster", good, "--listen", "127.0.0.1:0", "--cluster-keys", keys, "--cluster-node-keys", nodeKeys, "--preview-domain", "*.bad"}, "--preview-domain"},
 		// Everything given, but no API server answers: refused before serving.
 		{[]string{"--cluster", good, "--listen", "127.0.0.1:0", "--cluster-keys", keys, "--cluster-node-keys", nodeKeys}, "listing Pods"},
 	} {
