@@ -152,8 +152,9 @@ type e2bSandbox struct {
 	TrafficAccessToken *string `json:"trafficAccessToken,omitempty"`
 }
 
-// e2bListed is one sandbox of a list, and the base of getInfo's answer.
-type e2bListed struct {
+// E2BListed is one sandbox of E2B's list, and the base of getInfo's answer (the cluster
+// front answers lists with it too).
+type E2BListed struct {
 	SandboxID    string            `json:"sandboxID"`
 	TemplateID   string            `json:"templateID"`
 	Alias        string            `json:"alias,omitempty"`
@@ -170,7 +171,7 @@ type e2bListed struct {
 }
 
 type e2bDetail struct {
-	e2bListed
+	E2BListed
 	EnvdAccessToken     string        `json:"envdAccessToken"`
 	Domain              *string       `json:"domain"`
 	AllowInternetAccess bool          `json:"allowInternetAccess"`
@@ -395,7 +396,7 @@ func e2bState(s sandbox.State) string {
 
 func e2bStateOrMoat(st sandbox.State) string { return cmp.Or(e2bState(st), string(st)) }
 
-func toE2BListed(sb *sandbox.Sandbox) e2bListed {
+func toE2BListed(sb *sandbox.Sandbox) E2BListed {
 	end := sb.CreatedAt.Add(sb.Timeout)
 	if sb.ExpiresAt != nil {
 		end = *sb.ExpiresAt
@@ -404,7 +405,7 @@ func toE2BListed(sb *sandbox.Sandbox) e2bListed {
 	if md == nil {
 		md = map[string]string{}
 	}
-	return e2bListed{
+	return E2BListed{
 		SandboxID: sb.ID, TemplateID: e2bTemplateID(sb), Alias: e2bTemplateID(sb), ClientID: "moat",
 		StartedAt: sb.CreatedAt, EndAt: end, State: e2bState(sb.State),
 		CPUCount: max(1, int(sb.Limits.CPUs+0.999)), MemoryMB: sb.Limits.MemoryBytes >> 20, DiskSizeMB: sb.Limits.DiskBytes >> 20,
@@ -446,7 +447,7 @@ func (s *Server) e2bGet(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	d := e2bDetail{e2bListed: toE2BListed(sb), EnvdAccessToken: envdTokenFor(sandbox.CallerFrom(r.Context()), sb), Domain: s.previewDomain()} // owners.go, previews.go
+	d := e2bDetail{E2BListed: toE2BListed(sb), EnvdAccessToken: envdTokenFor(sandbox.CallerFrom(r.Context()), sb), Domain: s.previewDomain()} // owners.go, previews.go
 	pol := sb.EgressPolicy()
 	if rules, ok := pol.Phases[pol.Phase]; ok {
 		d.AllowInternetAccess = rules.Net == policy.NetAllowAll
@@ -742,13 +743,13 @@ func (s *Server) e2bList(v2 bool) http.HandlerFunc {
 			writeE2BError(w, err)
 			return
 		}
-		out := []e2bListed{}
+		out := []E2BListed{}
 		for _, sb := range list {
 			if st := e2bState(sb.State); st != "" && states[st] && metadataMatches(sb.Metadata, want) && f.matches(sb) {
 				out = append(out, toE2BListed(sb))
 			}
 		}
-		slices.SortStableFunc(out, func(a, b e2bListed) int {
+		slices.SortStableFunc(out, func(a, b E2BListed) int {
 			return cmp.Or(a.StartedAt.Compare(b.StartedAt), strings.Compare(a.SandboxID, b.SandboxID))
 		})
 		if f.desc {
@@ -767,7 +768,7 @@ func (s *Server) e2bList(v2 bool) http.HandlerFunc {
 				return
 			}
 			desc := f.desc
-			i := slices.IndexFunc(out, func(x e2bListed) bool {
+			i := slices.IndexFunc(out, func(x E2BListed) bool {
 				c := cmp.Or(x.StartedAt.Compare(at), strings.Compare(x.SandboxID, id))
 				return c > 0 && !desc || c < 0 && desc
 			})

@@ -130,7 +130,7 @@ func (f *Front) e2bGet(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, e2bAPI, err)
 		return
 	}
-	if l, ok := toE2BListed(p, ""); ok {
+	if l, ok := toE2BListed(p); ok {
 		out["templateID"], out["endAt"] = l.TemplateID, l.EndAt
 	}
 	f.withDomain(out)
@@ -162,7 +162,7 @@ func (f *Front) e2bConnect(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, e2bAPI, err)
 		return
 	}
-	if l, ok := toE2BListed(p, ""); ok {
+	if l, ok := toE2BListed(p); ok {
 		out["templateID"] = l.TemplateID
 	}
 	f.withDomain(out)
@@ -228,15 +228,15 @@ func (f *Front) e2bList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if st := r.URL.Query()["state"]; len(st) > 0 && !strings.Contains(strings.Join(st, ","), "running") {
-		writeJSON(w, http.StatusOK, []e2bListed{}) // a sandbox of the cluster front is never paused
+		writeJSON(w, http.StatusOK, []apiserver.E2BListed{}) // a sandbox of the cluster front is never paused
 		return
 	}
-	out := []e2bListed{}
+	out := []apiserver.E2BListed{}
 	for i := range pods {
 		if !mayUse(c, &pods[i]) {
 			continue
 		}
-		l, ok := toE2BListed(&pods[i], apiserver.EnvdVersion)
+		l, ok := toE2BListed(&pods[i])
 		if !ok || !matches(l.Metadata, want) {
 			continue
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	v1 "github.com/moatdev/moat/api/v1"
+	"github.com/moatdev/moat/internal/apiserver"
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/kubeapi"
 	"github.com/moatdev/moat/internal/sandbox"
@@ -225,22 +226,6 @@ func expired(p *kubeapi.Pod, now time.Time) bool {
 	return err == nil && !now.Before(t)
 }
 
-// e2bListed is one sandbox of an E2B list, from its Pod (the record the API server keeps).
-type e2bListed struct {
-	SandboxID    string            `json:"sandboxID"`
-	TemplateID   string            `json:"templateID"`
-	ClientID     string            `json:"clientID"`
-	StartedAt    time.Time         `json:"startedAt"`
-	EndAt        time.Time         `json:"endAt"`
-	State        string            `json:"state"`
-	CPUCount     int               `json:"cpuCount"`
-	MemoryMB     int64             `json:"memoryMB"`
-	DiskSizeMB   int64             `json:"diskSizeMB"`
-	EnvdVersion  string            `json:"envdVersion"`
-	Metadata     map[string]string `json:"metadata"`
-	VolumeMounts []any             `json:"volumeMounts"`
-}
-
 // podMetadata is the create's metadata kept on the Pod.
 func podMetadata(p *kubeapi.Pod) map[string]string {
 	md := map[string]string{}
@@ -249,13 +234,13 @@ func podMetadata(p *kubeapi.Pod) map[string]string {
 }
 
 // toE2BListed describes a running Pod's sandbox as E2B's list does. Pure.
-func toE2BListed(p *kubeapi.Pod, envdVersion string) (e2bListed, bool) {
+func toE2BListed(p *kubeapi.Pod) (apiserver.E2BListed, bool) {
 	id, ok := sandboxOf(p)
 	if !ok || p.Status.Phase != "Running" || p.Metadata.DeletionTimestamp != nil {
-		return e2bListed{}, false
+		return apiserver.E2BListed{}, false
 	}
-	e := e2bListed{SandboxID: id, TemplateID: p.Metadata.Annotations[AnnotationE2BTemplate], ClientID: "moat",
-		State: "running", EnvdVersion: envdVersion, Metadata: podMetadata(p), VolumeMounts: []any{}}
+	e := apiserver.E2BListed{SandboxID: id, TemplateID: p.Metadata.Annotations[AnnotationE2BTemplate], ClientID: "moat",
+		State: "running", EnvdVersion: apiserver.EnvdVersion, Metadata: podMetadata(p), VolumeMounts: []any{}}
 	if e.TemplateID == "" && len(p.Spec.Containers) > 0 {
 		e.TemplateID = p.Spec.Containers[0].Image
 	}

@@ -255,7 +255,7 @@ func TestExpiredAndLists(t *testing.T) {
 	p.Metadata.CreationTimestamp = &created
 	p.Metadata.Annotations[AnnotationMetadata] = `{"job":"7"}`
 	p.Spec.Containers[0].Resources.Limits = map[string]string{"cpu": "1500m", "memory": "536870912"}
-	l, ok := toE2BListed(p, "0.6.4")
+	l, ok := toE2BListed(p)
 	if !ok || l.SandboxID != "sb-0123456789ab" || l.TemplateID != "debian" || l.CPUCount != 2 || l.MemoryMB != 512 || l.Metadata["job"] != "7" || !l.StartedAt.Equal(created) {
 		t.Errorf("toE2BListed = %+v %v", l, ok)
 	}
@@ -264,7 +264,7 @@ func TestExpiredAndLists(t *testing.T) {
 		t.Errorf("toV1Sandbox = %+v %v", s, ok)
 	}
 	p.Status.Phase, p.Status.Reason = "Failed", "SandboxVanished"
-	if _, ok := toE2BListed(p, ""); ok {
+	if _, ok := toE2BListed(p); ok {
 		t.Error("a failed Pod listed as running")
 	}
 	if s, _ := toV1Sandbox(p); s.State != "error" || !strings.Contains(s.Error, "SandboxVanished") {
