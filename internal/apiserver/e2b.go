@@ -61,7 +61,7 @@ type e2bError struct {
 func writeE2BError(w http.ResponseWriter, err error) {
 	status, code := StatusOf(err)
 	noteErrorClass(w, code) // metrics.go
-	writeJSON(w, status, e2bError{Code: status, Message: clientMessage(err)})
+	writeJSON(w, status, e2bError{Code: status, Message: ClientMessage(err)})
 }
 
 // writeGone is the gateway's answer for a sandbox that is not running: 502, which the SDK

@@ -396,7 +396,7 @@ func (s *Server) e2bFork(w http.ResponseWriter, r *http.Request) {
 		if _, err := s.sandboxes.SetTimeout(r.Context(), f.ID, timeout); err != nil {
 			_ = s.sandboxes.Delete(context.WithoutCancel(r.Context()), f.ID)
 			status, _ := StatusOf(err)
-			out = append(out, e2bForkResult{Error: &e2bError{Code: status, Message: clientMessage(err)}})
+			out = append(out, e2bForkResult{Error: &e2bError{Code: status, Message: ClientMessage(err)}})
 			continue
 		}
 		e := toE2BSandbox(f)

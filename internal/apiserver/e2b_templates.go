@@ -557,7 +557,7 @@ func (st *e2bTemplateState) finish(b *e2bBuild, err error, output string) {
 		b.logs = append(b.logs, e2bLogEntry{Timestamp: time.Now().UTC(), Level: "info", Message: "Build finished: template " + b.template + " is ready", Step: "finalize"})
 		return
 	}
-	msg := clientMessage(err)
+	msg := ClientMessage(err)
 	if output != "" {
 		msg += "\n" + output
 	}
@@ -960,7 +960,7 @@ func (s *Server) buildSteps(w http.ResponseWriter, r *http.Request) {
 	t, rep, err := s.e2bt.impl.BuildSteps(r.Context(), req, progress)
 	if err != nil {
 		s.log.Warn("template build failed", "name", req.Name, "err", err)
-		_ = enc.Encode(v1.Progress{Done: true, Error: clientMessage(err)})
+		_ = enc.Encode(v1.Progress{Done: true, Error: ClientMessage(err)})
 		return
 	}
 	_ = enc.Encode(v1.Progress{Done: true, Result: &t, Build: rep})

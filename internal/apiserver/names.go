@@ -80,7 +80,7 @@ func (s *Server) prune(w http.ResponseWriter, r *http.Request) {
 			}
 			if err != nil {
 				s.log.Warn("prune: deleting sandbox", "sandbox", sb.ID, "err", err)
-				out.Failed = append(out.Failed, v1.PruneFailure{ID: sb.ID, Error: clientMessage(err)})
+				out.Failed = append(out.Failed, v1.PruneFailure{ID: sb.ID, Error: ClientMessage(err)})
 				continue
 			}
 		}

@@ -660,7 +660,7 @@ func (s *Server) templateOp(op func(Templates, context.Context, v1.TemplateReque
 		t, err := op(s.templates, r.Context(), req, progress)
 		if err != nil {
 			s.log.Error("template operation failed", "name", req.Name, "err", err)
-			_ = enc.Encode(v1.Progress{Done: true, Error: clientMessage(err)})
+			_ = enc.Encode(v1.Progress{Done: true, Error: ClientMessage(err)})
 			return
 		}
 		_ = enc.Encode(v1.Progress{Done: true, Result: &t})
@@ -896,12 +896,12 @@ func StatusOf(err error) (int, string) {
 	return http.StatusInternalServerError, "internal"
 }
 
-// clientMessage is the text a client sees: classified errors carry messages written for
+// ClientMessage is the text a client sees: classified errors carry messages written for
 // the client; anything else is marked as internal but keeps its text, because today every
 // client is an operator of the daemon's host (unix socket, or an API key they made) and
 // needs the cause (a failed mount, a runtime's error). Revisit when the API serves
 // untrusted clients: then the detail belongs in the daemon log only.
-func clientMessage(err error) string {
+func ClientMessage(err error) string {
 	if _, code := StatusOf(err); code == "internal" {
 		return "internal error: " + err.Error()
 	}
@@ -911,7 +911,7 @@ func clientMessage(err error) string {
 func writeError(w http.ResponseWriter, err error) {
 	status, code := StatusOf(err)
 	noteErrorClass(w, code) // metrics.go
-	writeJSON(w, status, v1.Error{Code: code, Message: clientMessage(err)})
+	writeJSON(w, status, v1.Error{Code: code, Message: ClientMessage(err)})
 }
 
 func fromAPICredentials(in []v1.Credential) []sandbox.Credential {

@@ -73,7 +73,7 @@ func (s *Server) buildDockerfile(w http.ResponseWriter, r *http.Request) {
 	t, rep, err := s.templateAdmin.BuildFile(r.Context(), req, progress)
 	if err != nil {
 		s.log.Warn("template build failed", "name", req.Name, "err", err)
-		_ = enc.Encode(v1.Progress{Done: true, Error: clientMessage(err)})
+		_ = enc.Encode(v1.Progress{Done: true, Error: ClientMessage(err)})
 		return
 	}
 	_ = enc.Encode(v1.Progress{Done: true, Result: &t, Build: rep})

@@ -168,10 +168,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // writeErr translates err once, at the edge, in the API's own error shape.
 func writeErr(w http.ResponseWriter, kind apiKind, err error) {
 	status, code := apiserver.StatusOf(err)
-	msg := err.Error()
-	if code == "internal" {
-		msg = "internal error: " + msg
-	}
+	msg := apiserver.ClientMessage(err)
 	if kind == e2bAPI {
 		writeJSON(w, status, map[string]any{"code": status, "message": msg})
 		return
