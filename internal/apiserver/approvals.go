@@ -286,7 +286,7 @@ func (s *Server) decideApproval(approve bool) http.HandlerFunc {
 			return
 		}
 		var req v1.DecideApprovalRequest
-		if err := decodeOptional(r, &req); err != nil {
+		if err := DecodeOptional(r, &req); err != nil {
 			writeError(w, err)
 			return
 		}

@@ -123,7 +123,7 @@ func (s *Server) decideChange(approve bool) http.HandlerFunc {
 			return
 		}
 		var req v1.DecideChangeRequest
-		if err := decodeOptional(r, &req); err != nil {
+		if err := DecodeOptional(r, &req); err != nil {
 			writeError(w, err)
 			return
 		}

@@ -33,7 +33,7 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req v1.CheckpointRequest
-	if err := decodeOptional(r, &req); err != nil {
+	if err := DecodeOptional(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -189,9 +189,9 @@ type e2bLifecycle struct {
 	AutoResume bool   `json:"autoResume"`
 }
 
-// decodeE2B decodes a JSON body leniently (the SDK sends fields moat ignores by design,
+// DecodeE2B decodes a JSON body leniently (the SDK sends fields moat ignores by design,
 // such as empty objects) and accepts an empty body.
-func decodeE2B(r *http.Request, v any) error {
+func DecodeE2B(r *http.Request, v any) error {
 	b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, 1<<20))
 	if err != nil {
 		return fmt.Errorf("request body: %v: %w", err, errdefs.ErrInvalidArgument)
@@ -207,7 +207,7 @@ func decodeE2B(r *http.Request, v any) error {
 
 func (s *Server) e2bCreate(w http.ResponseWriter, r *http.Request) {
 	var req e2bCreateRequest
-	if err := decodeE2B(r, &req); err != nil {
+	if err := DecodeE2B(r, &req); err != nil {
 		writeE2BError(w, err)
 		return
 	}
@@ -429,7 +429,7 @@ func (s *Server) e2bLookup(ctx context.Context, id string) (*sandbox.Sandbox, er
 // sandbox up; on failure it has answered and returns false.
 func (s *Server) e2bBegin(w http.ResponseWriter, r *http.Request, body any) (*sandbox.Sandbox, bool) {
 	if body != nil {
-		if err := decodeE2B(r, body); err != nil {
+		if err := DecodeE2B(r, body); err != nil {
 			writeE2BError(w, err)
 			return nil, false
 		}

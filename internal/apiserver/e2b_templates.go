@@ -284,7 +284,7 @@ func (s *Server) e2bRequestBuild(w http.ResponseWriter, r *http.Request) {
 		CPUCount int      `json:"cpuCount"`
 		MemoryMB int      `json:"memoryMB"`
 	}
-	if err := decodeE2B(r, &req); err != nil {
+	if err := DecodeE2B(r, &req); err != nil {
 		writeE2BError(w, err)
 		return
 	}
@@ -732,7 +732,7 @@ func (s *Server) e2bAssignTags(w http.ResponseWriter, r *http.Request) {
 		Target string   `json:"target"`
 		Tags   []string `json:"tags"`
 	}
-	if err := decodeE2B(r, &req); err != nil {
+	if err := DecodeE2B(r, &req); err != nil {
 		writeE2BError(w, err)
 		return
 	}
@@ -776,7 +776,7 @@ func (s *Server) e2bRemoveTags(w http.ResponseWriter, r *http.Request) {
 		Name string   `json:"name"`
 		Tags []string `json:"tags"`
 	}
-	if err := decodeE2B(r, &req); err != nil {
+	if err := DecodeE2B(r, &req); err != nil {
 		writeE2BError(w, err)
 		return
 	}

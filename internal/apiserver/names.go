@@ -58,7 +58,7 @@ func (s *Server) filtered(ctx context.Context, exprs []string) ([]*sandbox.Sandb
 // member's list holds others'), each only if it is still stopped when its turn comes.
 func (s *Server) prune(w http.ResponseWriter, r *http.Request) {
 	var req v1.PruneRequest
-	if err := decodeOptional(r, &req); err != nil {
+	if err := DecodeOptional(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}

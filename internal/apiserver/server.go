@@ -671,7 +671,7 @@ func (s *Server) templateOp(op func(Templates, context.Context, v1.TemplateReque
 // {...}}: the secrets the key may bind and its maxima.
 func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	var req v1.APIKeyRequest
-	if err := decodeOptional(r, &req); err != nil {
+	if err := DecodeOptional(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -834,8 +834,8 @@ func ToAPI(sb *sandbox.Sandbox) v1.Sandbox {
 	return out
 }
 
-// decodeOptional is decode for a body that may be absent (empty): v stays as it is.
-func decodeOptional(r *http.Request, v any) error {
+// DecodeOptional is decode for a body that may be absent (empty): v stays as it is.
+func DecodeOptional(r *http.Request, v any) error {
 	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, 1<<20))
 	if err != nil {
 		return fmt.Errorf("request body: %v: %w", err, errdefs.ErrInvalidArgument)

@@ -64,7 +64,7 @@ func (s *Server) takeSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req v1.SnapshotRequest
-	if err := decodeOptional(r, &req); err != nil {
+	if err := DecodeOptional(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -144,7 +144,7 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := v1.ForkRequest{Count: 1}
-	if err := decodeOptional(r, &req); err != nil {
+	if err := DecodeOptional(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}

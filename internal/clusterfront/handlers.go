@@ -2,10 +2,8 @@ package clusterfront
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -68,24 +66,6 @@ func (f *Front) makePod(ctx context.Context, r podRequest) (*kubeapi.Pod, string
 	return last, id, nil
 }
 
-func decode(r *http.Request, v any, strict bool) error {
-	b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, 1<<20))
-	if err != nil {
-		return fmt.Errorf("request body: %v: %w", err, errdefs.ErrInvalidArgument)
-	}
-	if strings.TrimSpace(string(b)) == "" {
-		return nil
-	}
-	d := json.NewDecoder(strings.NewReader(string(b)))
-	if strict {
-		d.DisallowUnknownFields()
-	}
-	if err := d.Decode(v); err != nil {
-		return fmt.Errorf("request body: %v: %w", err, errdefs.ErrInvalidArgument)
-	}
-	return nil
-}
-
 func (f *Front) e2bCreate(w http.ResponseWriter, r *http.Request) {
 	c, err := f.authenticate(r)
 	if err != nil {
@@ -93,7 +73,7 @@ func (f *Front) e2bCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req e2bCreate
-	if err := decode(r, &req, false); err != nil {
+	if err := apiserver.DecodeE2B(r, &req); err != nil {
 		writeErr(w, e2bAPI, err)
 		return
 	}
@@ -146,7 +126,7 @@ func (f *Front) e2bConnect(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Timeout *int64 `json:"timeout"`
 	}
-	if err := decode(r, &req, false); err != nil {
+	if err := apiserver.DecodeE2B(r, &req); err != nil {
 		writeErr(w, e2bAPI, err)
 		return
 	}
@@ -199,7 +179,7 @@ func (f *Front) e2bTimeout(field string) http.HandlerFunc {
 			return
 		}
 		var req map[string]*int64
-		if err := decode(r, &req, false); err != nil {
+		if err := apiserver.DecodeE2B(r, &req); err != nil {
 			writeErr(w, e2bAPI, err)
 			return
 		}
@@ -317,7 +297,7 @@ func (f *Front) nativeCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req v1.CreateSandboxRequest
-	if err := decode(r, &req, true); err != nil {
+	if err := apiserver.DecodeOptional(r, &req); err != nil {
 		writeErr(w, nativeAPI, err)
 		return
 	}
