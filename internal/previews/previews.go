@@ -67,9 +67,9 @@ func ParsePort(s string) (int, bool) {
 	return n, true
 }
 
-// ValidID reports whether s can be a sandbox ID as URLs carry it: sb- and lowercase hex
+// validID reports whether s can be a sandbox ID as URLs carry it: sb- and lowercase hex
 // (what sandbox.IsFullID accepts is narrower still; the caller checks that too).
-func ValidID(s string) bool {
+func validID(s string) bool {
 	if !strings.HasPrefix(s, "sb-") || len(s) > 40 || len(s) == 3 {
 		return false
 	}
@@ -106,7 +106,7 @@ func ParseHost(host, domain string) (Target, bool) {
 		return Target{}, false
 	}
 	port, ok := ParsePort(p)
-	if !ok || !ValidID(id) {
+	if !ok || !validID(id) {
 		return Target{}, false
 	}
 	return Target{ID: id, Port: port}, true
@@ -130,7 +130,7 @@ func ParsePath(escaped string) (t Target, rest string, ok bool) {
 		return Target{}, "", false
 	}
 	id, after, ok := strings.Cut(after, "/")
-	if !ok || !ValidID(id) {
+	if !ok || !validID(id) {
 		return Target{}, "", false
 	}
 	p, rest, _ := strings.Cut(after, "/")

@@ -248,7 +248,7 @@ func FuzzParseHost(f *testing.F) {
 		if !ok {
 			return
 		}
-		if tg.Port < 1 || tg.Port > 65535 || !ValidID(tg.ID) {
+		if tg.Port < 1 || tg.Port > 65535 || !validID(tg.ID) {
 			t.Fatalf("ParseHost(%q, %q) = %v", host, domain, tg)
 		}
 	})
@@ -261,7 +261,7 @@ func FuzzParsePath(f *testing.F) {
 		if !ok {
 			return
 		}
-		if tg.Port < 1 || tg.Port > 65535 || !ValidID(tg.ID) || strings.ContainsAny(tg.ID, "./%") {
+		if tg.Port < 1 || tg.Port > 65535 || !validID(tg.ID) || strings.ContainsAny(tg.ID, "./%") {
 			t.Fatalf("ParsePath(%q) = %v", p, tg)
 		}
 		if PathURL(tg)+strings.TrimPrefix(rest, "/") != p && PathURL(tg) != p+"/" {
