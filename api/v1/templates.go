@@ -1,5 +1,12 @@
 package v1
 
+import (
+	"fmt"
+	"regexp"
+
+	"github.com/moatdev/moat/internal/errdefs"
+)
+
 // TemplateRemoval answers DELETE /v1/templates/{name}: what used the template (with
 // ?force=true it was removed anyway; without, the request failed with 409 naming them).
 type TemplateRemoval struct {
@@ -30,4 +37,17 @@ type BuildStep struct {
 	Step   string `json:"step"`
 	Layer  string `json:"layer,omitempty"`
 	Cached bool   `json:"cached,omitempty"`
+}
+
+var templateNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// ValidTemplateName reports an errdefs.ErrInvalidArgument unless name is a legal template
+// name: 1-63 of [a-z0-9._-], starting with a letter or digit. The daemon's storage and
+// the API's E2B template routes check names with it.
+func ValidTemplateName(name string) error {
+	if !templateNameRE.MatchString(name) {
+		return fmt.Errorf("template name %q: must be 1-63 characters of a-z, 0-9, '.', '_', '-', starting with a letter or digit: %w",
+			name, errdefs.ErrInvalidArgument)
+	}
+	return nil
 }

@@ -311,7 +311,7 @@ func (s *Server) e2bRequestBuild(w http.ResponseWriter, r *http.Request) {
 			owner = e2bBuildOwner(existing, c)
 		}
 		if err == nil {
-			err = validTemplateNameErr(n)
+			err = v1.ValidTemplateName(n)
 		}
 		if err != nil {
 			writeE2BError(w, err)
@@ -342,21 +342,6 @@ func tagNames(name string, tags []string) []string {
 		}
 	}
 	return out
-}
-
-// validTemplateNameErr checks a template name the way storage does (a-z0-9._-, 1-63).
-func validTemplateNameErr(n string) error {
-	ok := len(n) >= 1 && len(n) <= 63
-	for i, c := range n {
-		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
-		if !alnum && (i == 0 || !strings.ContainsRune("._-", c)) {
-			ok = false
-		}
-	}
-	if !ok {
-		return fmt.Errorf("template name %q: must be 1-63 characters of a-z, 0-9, '.', '_', '-', starting with a letter or digit: %w", n, errdefs.ErrInvalidArgument)
-	}
-	return nil
 }
 
 // pruneLocked drops the oldest finished builds beyond e2bMaxBuilds, and expired uploads.

@@ -21,7 +21,6 @@ import (
 	v1 "github.com/moatdev/moat/api/v1"
 	"github.com/moatdev/moat/internal/build"
 	"github.com/moatdev/moat/internal/errdefs"
-	"github.com/moatdev/moat/internal/storage"
 	"github.com/moatdev/moat/internal/tarcopy"
 	"github.com/moatdev/moat/sdk"
 )
@@ -302,7 +301,7 @@ func (t *tailBuffer) String() string {
 
 // Tag stores template name again as tagged (its layers are shared).
 func (e e2bTemplates) Tag(ctx context.Context, name, tagged string) error {
-	if err := storage.ValidTemplateName(tagged); err != nil {
+	if err := v1.ValidTemplateName(tagged); err != nil {
 		return err
 	}
 	st, release, err := e.t.s.BuildBase(ctx, name)

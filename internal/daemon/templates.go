@@ -200,7 +200,7 @@ func (b *buildBackend) Base(ctx context.Context, from string, progress func(stri
 	if strings.ContainsAny(from, ":/@") {
 		// An image reference: pulled as a template of its own (kept, reused next time).
 		name = storage.ImageTemplateName(from)
-		if err := storage.ValidTemplateName(name); err != nil {
+		if err := v1.ValidTemplateName(name); err != nil {
 			return build.Base{}, fmt.Errorf("FROM %s: %w", from, err)
 		}
 		if _, err := b.t.s.Template(ctx, name); err == nil {
@@ -345,7 +345,7 @@ func (t templates) removeBuildSandboxes(ctx context.Context) {
 // buildableName refuses a build's template name unless it is valid and not the built-in
 // host template.
 func buildableName(name string) error {
-	if err := storage.ValidTemplateName(name); err != nil {
+	if err := v1.ValidTemplateName(name); err != nil {
 		return err
 	}
 	if name == storage.HostTemplate {

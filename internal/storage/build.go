@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	apiv1 "github.com/moatdev/moat/api/v1"
+
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/sandbox"
 )
@@ -184,7 +186,7 @@ func (s *Store) resolveBuild(name string, st BuildState) (sandbox.Template, erro
 // (the build sandboxes of a step); nothing is written to disk, so a crash leaves no
 // template behind.
 func (s *Store) Stage(name string, st BuildState) (func(), error) {
-	if err := ValidTemplateName(name); err != nil {
+	if err := apiv1.ValidTemplateName(name); err != nil {
 		return nil, err
 	}
 	t, err := s.resolveBuild(name, st)

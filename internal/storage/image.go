@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	apiv1 "github.com/moatdev/moat/api/v1"
+
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -152,7 +154,7 @@ func orNop(f func(string)) func(string) {
 
 // checkNewName validates a template name that is about to be written.
 func (s *Store) checkNewName(name string) error {
-	if err := ValidTemplateName(name); err != nil {
+	if err := apiv1.ValidTemplateName(name); err != nil {
 		return err
 	}
 	if name == HostTemplate {

@@ -127,20 +127,9 @@ func (s *Store) layerPath(id string) string { return filepath.Join(s.dir, "layer
 func (s *Store) drivePath(id string) string { return filepath.Join(s.dir, "drives", id+".img") }
 
 var (
-	templateNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-	layerIDRE      = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,159}$`)
-	sandboxIDRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	layerIDRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,159}$`)
+	sandboxIDRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 )
-
-// ValidTemplateName reports an ErrInvalidArgument unless name is a legal template name:
-// 1-63 of [a-z0-9._-], starting with a letter or digit.
-func ValidTemplateName(name string) error {
-	if !templateNameRE.MatchString(name) {
-		return fmt.Errorf("template name %q: must be 1-63 characters of a-z, 0-9, '.', '_', '-', starting with a letter or digit: %w",
-			name, errdefs.ErrInvalidArgument)
-	}
-	return nil
-}
 
 func validSandboxID(id string) error {
 	if !sandboxIDRE.MatchString(id) {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	apiv1 "github.com/moatdev/moat/api/v1"
+
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/linux"
 	"github.com/moatdev/moat/internal/sandbox"
@@ -94,7 +96,7 @@ func (s *Store) Template(ctx context.Context, name string) (sandbox.Template, er
 
 // readManifest loads and checks templates/<name>.json.
 func (s *Store) readManifest(name string) (*manifest, error) {
-	if !templateNameRE.MatchString(name) {
+	if apiv1.ValidTemplateName(name) != nil {
 		return nil, s.notFound(name)
 	}
 	f, err := s.templates.Open(name + ".json")
@@ -165,7 +167,7 @@ func (s *Store) manifestNames() ([]string, error) {
 	var names []string
 	for _, e := range entries {
 		n, ok := strings.CutSuffix(e.Name(), ".json")
-		if ok && e.Type().IsRegular() && templateNameRE.MatchString(n) && n != HostTemplate {
+		if ok && e.Type().IsRegular() && apiv1.ValidTemplateName(n) == nil && n != HostTemplate {
 			names = append(names, n)
 		}
 	}

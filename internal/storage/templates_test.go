@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	apiv1 "github.com/moatdev/moat/api/v1"
+
 	"github.com/moatdev/moat/internal/errdefs"
 	"github.com/moatdev/moat/internal/linux"
 	"github.com/moatdev/moat/internal/sandbox"
@@ -250,12 +252,12 @@ func TestTemplateNotFoundAndList(t *testing.T) {
 		t.Errorf("deleting nope: %v", err)
 	}
 	for _, bad := range []string{"-x", "a/b", "A", "a b", "..", strings.Repeat("x", 64)} {
-		if err := ValidTemplateName(bad); err == nil {
+		if err := apiv1.ValidTemplateName(bad); err == nil {
 			t.Errorf("name %q accepted", bad)
 		}
 	}
 	for _, good := range []string{"a", "debian", "my-img_1.2", strings.Repeat("x", 63)} {
-		if err := ValidTemplateName(good); err != nil {
+		if err := apiv1.ValidTemplateName(good); err != nil {
 			t.Errorf("name %q refused: %v", good, err)
 		}
 	}

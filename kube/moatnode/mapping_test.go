@@ -3,7 +3,6 @@ package moatnode
 import (
 	"errors"
 	"reflect"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -232,13 +231,12 @@ func containsSpace(s string) bool {
 }
 
 func TestTemplateForImage(t *testing.T) {
-	valid := regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`) // internal/storage templateNameRE
 	seen := map[string]string{}
 	for _, ref := range []string{"docker.io/library/alpine:3.20", "ghcr.io/Org/Img@sha256:abc", "alpine:3.20", "alpine:3-20",
 		"registry.example.test:5000/" + strings.Repeat("x", 300) + ":1"} {
 		n := TemplateForImage(ref)
-		if !valid.MatchString(n) {
-			t.Errorf("%q -> %q: not a valid template name", ref, n)
+		if err := v1.ValidTemplateName(n); err != nil {
+			t.Errorf("%q -> %q: %v", ref, n, err)
 		}
 		if o, ok := seen[n]; ok {
 			t.Errorf("%q and %q -> the same %q", o, ref, n)
